@@ -1,0 +1,201 @@
+"""One attention head and its first-order gradients, written out by hand.
+
+The setting of the paper (one head, no residual, no LayerNorm)::
+
+    q_i = W_Q x_i,   k_j = W_K x_j,   v_j = W_V x_j
+    s_ij = q_i . k_j / sqrt(d_k)          (-inf where the causal mask forbids j > i)
+    alpha_ij = softmax_j(s_ij)
+    g_i = sum_j alpha_ij v_j
+    z_i = W_O g_i                         (logits over the classes)
+    L = mean_i cross_entropy(z_i, y_i)    (mean over positions and batch elements)
+
+Weights are stored as ``nn.Linear`` stores them, (out, in), so q = x @ W_Q.T.
+
+``gradients`` returns dL/d(everything) from the closed-form formulas of the paper:
+
+    u_i = dL/dg_i = W_O^T (softmax(z_i) - onehot(y_i)) / N
+    b_ij = u_i . v_j = dL/dalpha_ij                      (compatibility)
+    A_ij = E_{alpha_i}[b] - b_ij                          (advantage)
+    dL/ds_ij = alpha_ij (b_ij - E_{alpha_i}[b]) = -alpha_ij A_ij
+    dL/dq_i = sum_j dL/ds_ij k_j / sqrt(d_k),  dL/dk_j = sum_i dL/ds_ij q_i / sqrt(d_k)
+    dL/dv_j = sum_i alpha_ij u_i
+    dL/dW = sum_t (dL/d out_t) x_t^T for each projection
+
+Everything works on x of shape (T, d_x) or (B, T, d_x), float32 or float64, CPU or CUDA.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+PARAM_NAMES = ("W_Q", "W_K", "W_V", "W_O")
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _fail(what, expected, given):
+    raise ValueError(f"{what}: expected {expected}, got {given}")
+
+
+def _check_inputs(x, params, y=None):
+    """Raise ValueError, naming what was expected, when the inputs do not fit together."""
+    if not isinstance(x, torch.Tensor):
+        _fail("x", "a torch.Tensor of shape (T, d_x) or (B, T, d_x)", type(x).__name__)
+    if x.dtype not in (torch.float32, torch.float64):
+        _fail("x.dtype", "torch.float32 or torch.float64", x.dtype)
+    if x.dim() not in (2, 3):
+        _fail("x", "shape (T, d_x) or (B, T, d_x)", f"shape {tuple(x.shape)}")
+    if x.shape[-2] == 0:
+        _fail("x", "at least one position", f"shape {tuple(x.shape)}")
+    missing = [name for name in PARAM_NAMES if name not in params]
+    if missing:
+        _fail("params", f"a mapping with keys {PARAM_NAMES}", f"missing {missing}")
+    for name in PARAM_NAMES:
+        W = params[name]
+        if not isinstance(W, torch.Tensor) or W.dim() != 2:
+            _fail(name, "a 2-D torch.Tensor", getattr(W, "shape", type(W).__name__))
+        if W.dtype != x.dtype:
+            _fail(f"{name}.dtype", f"{x.dtype} (the dtype of x)", W.dtype)
+        if W.device != x.device:
+            _fail(f"{name}.device", f"{x.device} (the device of x)", W.device)
+    d_x = x.shape[-1]
+    W_Q, W_K, W_V, W_O = (params[name] for name in PARAM_NAMES)
+    for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
+        if W.shape[1] != d_x:
+            _fail(f"{name}.shape", f"(d_out, d_x={d_x}) to match x's last axis", tuple(W.shape))
+    if W_K.shape[0] != W_Q.shape[0]:
+        _fail("W_K.shape", f"({W_Q.shape[0]}, d_x): queries and keys share d_k", tuple(W_K.shape))
+    if W_O.shape[1] != W_V.shape[0]:
+        _fail("W_O.shape", f"(n_classes, d_v={W_V.shape[0]}) to read the values", tuple(W_O.shape))
+    if y is None:
+        return
+    if not isinstance(y, torch.Tensor) or y.dtype not in (torch.int64, torch.int32, torch.long):
+        _fail("y", "an integer torch.Tensor of class indices", getattr(y, "dtype", type(y).__name__))
+    if tuple(y.shape) != tuple(x.shape[:-1]):
+        _fail("y.shape", f"{tuple(x.shape[:-1])} (one target per position of x)", tuple(y.shape))
+    if y.device != x.device:
+        _fail("y.device", f"{x.device} (the device of x)", y.device)
+    n_classes = W_O.shape[0]
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= n_classes):
+        _fail("y", f"class indices in [0, {n_classes - 1}]", f"values from {int(y.min())} to {int(y.max())}")
+
+
+# ----------------------------------------------------------------------------- forward
+
+def init_params(d_x, d_k, d_v, n_classes, std=0.1, seed=0, dtype=torch.float32, device="cpu"):
+    """Gaussian N(0, std^2) weights, as in the paper's sticky-Markov model, reproducible by seed."""
+    gen = torch.Generator().manual_seed(seed)
+    shapes = {"W_Q": (d_k, d_x), "W_K": (d_k, d_x), "W_V": (d_v, d_x), "W_O": (n_classes, d_v)}
+    return {name: (std * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype=dtype, device=device)
+            for name, shape in shapes.items()}
+
+
+def causal_mask(T, device="cpu"):
+    """True where query i may look at key j (j <= i)."""
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+
+
+def forward(x, params, causal=True):
+    """The head's forward pass, keeping every intermediate the gradients need.
+
+    Returns a dict with q, k, v (..., T, d), s (..., T, T; -inf where masked),
+    alpha (..., T, T; rows sum to 1), g (..., T, d_v) and logits (..., T, n_classes).
+    """
+    _check_inputs(x, params)
+    q = x @ params["W_Q"].T
+    k = x @ params["W_K"].T
+    v = x @ params["W_V"].T
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(~causal_mask(x.shape[-2], x.device), float("-inf"))
+    alpha = torch.softmax(s, dim=-1)
+    g = alpha @ v
+    logits = g @ params["W_O"].T
+    return {"q": q, "k": k, "v": v, "s": s, "alpha": alpha, "g": g, "logits": logits}
+
+
+def loss(x, y, params, causal=True):
+    """Mean cross-entropy over every position (and batch element): the L of the paper."""
+    _check_inputs(x, params, y)
+    logits = forward(x, params, causal)["logits"]
+    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).long())
+
+
+# ----------------------------------------------------------------------------- gradients
+
+def error_signal(logits, y, W_O):
+    """u_i = dL/dg_i = W_O^T (softmax(z_i) - onehot(y_i)) / N, N = number of positions."""
+    n_positions = y.numel()
+    dlogits = torch.softmax(logits, dim=-1)
+    dlogits = dlogits - nn.functional.one_hot(y.long(), logits.shape[-1]).to(logits.dtype)
+    dlogits = dlogits / n_positions
+    return dlogits, dlogits @ W_O
+
+
+def score_gradient(alpha, b):
+    """dL/ds_ij = alpha_ij (b_ij - E_{alpha_i}[b]), and the advantage A_ij = E_{alpha_i}[b] - b_ij.
+
+    Where alpha_ij = 0 (behind a causal mask) the gradient is exactly 0: masked keys get none.
+    """
+    expected_b = (alpha * b).sum(dim=-1, keepdim=True)
+    advantage = expected_b - b
+    return alpha * (b - expected_b), advantage
+
+
+def gradients(x, y, params, causal=True):
+    """Closed-form gradients of the mean cross-entropy, one dict entry per quantity.
+
+    Keys: u, b, advantage (E_alpha[b] - b: positive where gradient descent raises the score),
+    s (dL/ds), q, k, v, W_Q, W_K, W_V, W_O. Each has the shape of the tensor it belongs to
+    (b, advantage and s are (..., T, T)).
+    """
+    _check_inputs(x, params, y)
+    fw = forward(x, params, causal)
+    q, k, v, alpha, g = fw["q"], fw["k"], fw["v"], fw["alpha"], fw["g"]
+    dlogits, u = error_signal(fw["logits"], y, params["W_O"])
+    b = u @ v.transpose(-1, -2)
+    ds, advantage = score_gradient(alpha, b)
+    if causal:  # a masked key has no advantage to speak of: show 0 there, not a number it cannot use
+        advantage = advantage.masked_fill(~causal_mask(x.shape[-2], x.device), 0.0)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    dq = ds @ k * scale
+    dk = ds.transpose(-1, -2) @ q * scale
+    dv = alpha.transpose(-1, -2) @ u
+
+    def outer_sum(d_out, inp):  # sum over batch and positions of d_out_t x_t^T
+        return torch.einsum("...to,...ti->oi", d_out, inp)
+
+    return {
+        "u": u, "b": b, "advantage": advantage, "s": ds,
+        "q": dq, "k": dk, "v": dv,
+        "W_Q": outer_sum(dq, x), "W_K": outer_sum(dk, x), "W_V": outer_sum(dv, x),
+        "W_O": outer_sum(dlogits, g),
+    }
+
+
+# ----------------------------------------------------------------------------- nn.Module
+
+class AttentionHead(nn.Module):
+    """The same head as an ``nn.Module``, so the training loop and optimisers can drive it.
+
+    Its parameters are named W_Q, W_K, W_V, W_O, which is what the optimiser parameter groups
+    of ``train.param_groups`` match on (routing = W_Q, W_K; content = the rest).
+    """
+
+    def __init__(self, d_x, d_k, d_v, n_classes, std=0.1, seed=0, causal=True, dtype=torch.float32):
+        super().__init__()
+        self.causal = causal
+        for name, W in init_params(d_x, d_k, d_v, n_classes, std, seed, dtype).items():
+            self.register_parameter(name, nn.Parameter(W))
+
+    def params(self):
+        return {name: getattr(self, name) for name in PARAM_NAMES}
+
+    def forward(self, x):
+        return forward(x, self.params(), self.causal)["logits"]
+
+    def internals(self, x):
+        """Everything ``forward`` keeps (q, k, v, s, alpha, g, logits), without gradients."""
+        with torch.no_grad():
+            return forward(x, self.params(), self.causal)

@@ -1,0 +1,177 @@
+"""The closed-form gradients of bayesattn_lite.attention against autograd, and its input checks."""
+
+import math
+
+import pytest
+import torch
+
+from bayesattn_lite import attention, gradcheck
+
+KEYS = ("u", "b", "s", "q", "k", "v", "W_Q", "W_K", "W_V", "W_O")
+
+
+def random_problem(batch, T, d_x, d_k, d_v, n_classes, seed, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    shape = (T, d_x) if batch is None else (batch, T, d_x)
+    x = torch.randn(shape, generator=gen, dtype=dtype)
+    y = torch.randint(0, n_classes, shape[:-1], generator=gen)
+    params = attention.init_params(d_x, d_k, d_v, n_classes, std=0.7, seed=seed, dtype=dtype)
+    return x, y, params
+
+
+SHAPES = [  # (batch, T, d_x, d_k, d_v, n_classes)
+    (None, 1, 3, 2, 2, 2),
+    (None, 7, 5, 3, 4, 6),
+    (2, 9, 6, 4, 5, 3),
+    (4, 5, 8, 2, 7, 10),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("causal", [True, False])
+def test_every_gradient_matches_autograd(shape, causal):
+    x, y, params = random_problem(*shape, seed=sum(shape[1:]))
+    closed = attention.gradients(x, y, params, causal)
+    auto = gradcheck.autograd_gradients(x, y, params, causal)
+    for key in KEYS:
+        assert closed[key].shape == auto[key].shape, key
+        assert gradcheck.relative_error(closed[key], auto[key]) < 1e-10, key
+
+
+def test_shapes_follow_the_tensors():
+    x, y, params = random_problem(3, 6, 5, 4, 2, 7, seed=1)
+    fw = attention.forward(x, params)
+    grads = attention.gradients(x, y, params)
+    for key in ("q", "k", "v"):
+        assert grads[key].shape == fw[key].shape
+    for key in ("b", "advantage", "s"):
+        assert grads[key].shape == fw["alpha"].shape == (3, 6, 6)
+    for key in attention.PARAM_NAMES:
+        assert grads[key].shape == params[key].shape
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_score_gradient_rows_sum_to_zero(causal):
+    x, y, params = random_problem(2, 8, 5, 3, 4, 5, seed=3)
+    ds = attention.gradients(x, y, params, causal)["s"]
+    assert ds.sum(-1).abs().max() < 1e-15
+    assert ds.abs().max() > 1e-6  # the test would pass vacuously on an all-zero gradient
+
+
+def test_advantage_law():
+    """dL/ds = -alpha * advantage, and the advantage is E_alpha[b] - b."""
+    x, y, params = random_problem(None, 6, 4, 3, 3, 4, seed=5)
+    grads = attention.gradients(x, y, params, causal=False)
+    alpha = attention.forward(x, params, causal=False)["alpha"]
+    expected_b = (alpha * grads["b"]).sum(-1, keepdim=True)
+    assert torch.allclose(grads["advantage"], expected_b - grads["b"], atol=1e-15)
+    assert torch.allclose(grads["s"], -alpha * grads["advantage"], atol=1e-15)
+
+
+def test_masked_positions_get_no_gradient():
+    x, y, params = random_problem(2, 7, 5, 3, 4, 5, seed=4)
+    grads = attention.gradients(x, y, params, causal=True)
+    future = ~attention.causal_mask(7)
+    assert torch.all(grads["s"][..., future] == 0)
+    assert torch.all(grads["advantage"][..., future] == 0)
+    fw = attention.forward(x, params, causal=True)
+    assert torch.all(fw["alpha"][..., future] == 0)
+    assert torch.all(torch.isinf(fw["s"][..., future]))
+    # the last key is seen only by the last query: its gradient comes from that query alone
+    only_last = fw["alpha"][..., -1, -1:, None] * grads["u"][..., -1:, :]
+    assert torch.allclose(grads["v"][..., -1:, :], only_last)
+
+
+def test_scores_are_scaled_by_sqrt_dk():
+    x, y, params = random_problem(None, 4, 3, 5, 2, 2, seed=6)
+    fw = attention.forward(x, params, causal=False)
+    assert torch.allclose(fw["s"], fw["q"] @ fw["k"].T / math.sqrt(5))
+    assert torch.allclose(fw["alpha"].sum(-1), torch.ones(4, dtype=torch.float64))
+
+
+def test_float32_agrees_with_float64():
+    x, y, params = random_problem(2, 6, 5, 3, 4, 5, seed=7)
+    g64 = attention.gradients(x, y, params)
+    g32 = attention.gradients(x.float(), y, {k: W.float() for k, W in params.items()})
+    for key in KEYS:
+        assert g32[key].dtype == torch.float32
+        assert gradcheck.relative_error(g32[key], g64[key]) < 1e-4, key
+
+
+def test_finite_differences_agree():
+    x, y, params = random_problem(None, 5, 4, 3, 3, 4, seed=8)
+    grads = attention.gradients(x, y, params)
+    for name in attention.PARAM_NAMES:
+        def L(W, name=name):
+            return attention.loss(x, y, {**params, name: W})
+        fd = gradcheck.finite_difference(L, params[name], (0, 1))
+        assert abs(fd - float(grads[name][0, 1])) < 1e-8, name
+
+
+def test_head_module_matches_functional():
+    head = attention.AttentionHead(5, 3, 4, 6, seed=2, dtype=torch.float64)
+    x = torch.randn(2, 7, 5, dtype=torch.float64)
+    y = torch.randint(0, 6, (2, 7))
+    logits = head(x)
+    L = torch.nn.functional.cross_entropy(logits.reshape(-1, 6), y.reshape(-1))
+    L.backward()
+    grads = attention.gradients(x, y, {k: W.detach() for k, W in head.params().items()})
+    for name, W in head.params().items():
+        assert gradcheck.relative_error(W.grad, grads[name]) < 1e-10
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_matches_cpu():
+    x, y, params = random_problem(2, 6, 5, 3, 4, 5, seed=9)
+    cpu = attention.gradients(x, y, params)
+    gpu = attention.gradients(x.cuda(), y.cuda(), {k: W.cuda() for k, W in params.items()})
+    for key in KEYS:
+        assert gpu[key].is_cuda
+        assert gradcheck.relative_error(gpu[key].cpu(), cpu[key]) < 1e-10, key
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+def bad(match, **changes):
+    x, y, params = random_problem(None, 4, 5, 3, 2, 3, seed=0)
+    args = {"x": x, "y": y, "params": params}
+    args.update(changes)
+    with pytest.raises(ValueError, match=match):
+        attention.gradients(args["x"], args["y"], args["params"])
+
+
+def test_width_of_x_must_match_the_projections():
+    bad(r"W_Q.shape.*d_x=6", x=torch.randn(4, 6, dtype=torch.float64))
+
+
+def test_keys_and_queries_must_share_dk():
+    x, y, params = random_problem(None, 4, 5, 3, 2, 3, seed=0)
+    bad(r"W_K.shape.*share d_k", params={**params, "W_K": torch.randn(2, 5, dtype=torch.float64)})
+
+
+def test_readout_must_read_the_values():
+    x, y, params = random_problem(None, 4, 5, 3, 2, 3, seed=0)
+    bad(r"W_O.shape.*d_v=2", params={**params, "W_O": torch.randn(3, 4, dtype=torch.float64)})
+
+
+def test_targets_out_of_range():
+    bad(r"class indices in \[0, 2\]", y=torch.tensor([0, 1, 2, 3]))
+    bad(r"class indices in \[0, 2\]", y=torch.tensor([0, -1, 2, 1]))
+
+
+def test_targets_of_the_wrong_shape_or_dtype():
+    bad(r"y.shape.*\(4,\)", y=torch.tensor([0, 1, 2]))
+    bad(r"integer torch.Tensor", y=torch.tensor([0.0, 1.0, 2.0, 1.0]))
+
+
+def test_wrong_dtypes():
+    bad(r"x.dtype.*float32 or torch.float64", x=torch.zeros(4, 5, dtype=torch.int64))
+    x, y, params = random_problem(None, 4, 5, 3, 2, 3, seed=0)
+    bad(r"W_Q.dtype.*torch.float32 \(the dtype of x\)", x=x.float())
+
+
+def test_wrong_rank_and_missing_parameters():
+    bad(r"shape \(T, d_x\) or \(B, T, d_x\)", x=torch.zeros(5, dtype=torch.float64))
+    x, y, params = random_problem(None, 4, 5, 3, 2, 3, seed=0)
+    bad(r"missing \['W_O'\]", params={k: W for k, W in params.items() if k != "W_O"})
+    bad(r"torch.Tensor", x=[[0.0] * 5] * 4)
