@@ -1,0 +1,230 @@
+"""The training loop of bayesattn_lite.train: devices, seeds, parameter groups, history,
+the divergence guard and resumable checkpoints."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from bayesattn_lite import attention
+from bayesattn_lite.attention import AttentionHead
+from bayesattn_lite.train import (ROUTING_PATTERNS, History, TrainingDiverged, param_groups, pick_device,
+                                  seed_everything, train)
+
+
+def make_head(dtype=torch.float32):
+    return AttentionHead(d_x=6, d_k=4, d_v=5, n_classes=3, std=0.3, seed=0, dtype=dtype)
+
+
+def fixed_task(dtype=torch.float32):
+    """A learnable task: the class of each position is the argmax of its first 3 features."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 5, 6, generator=gen, dtype=dtype)
+    return x, x[..., :3].argmax(-1)
+
+
+def fixed_loss(task):
+    x, y = task
+
+    def loss_fn(model, step):
+        return attention.loss(x, y, model.params(), model.causal)
+    return loss_fn
+
+
+def random_batch_loss(model, step):
+    """Fresh data from the global torch RNG each step, so resuming must restore the RNG."""
+    x = torch.randn(4, 5, 6)
+    y = torch.randint(0, 3, (4, 5))
+    loss = attention.loss(x, y, model.params(), model.causal)
+    return loss, {"x_mean": x.mean(), "noise": float(np.random.rand()) + random.random()}
+
+
+# ----------------------------------------------------------------------------- devices, seeds
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the default is cuda on a machine with one")
+def test_pick_device_defaults_to_cpu_and_refuses_missing_cuda():
+    assert pick_device() == torch.device("cpu")
+    assert pick_device("cpu") == torch.device("cpu")
+    assert pick_device(torch.device("cpu")) == torch.device("cpu")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        pick_device("cuda")
+
+
+def test_seed_everything_reproduces_and_differs():
+    def draws(seed):
+        seed_everything(seed)
+        return torch.randn(5), np.random.rand(5), random.random()
+
+    a, b, c = draws(3), draws(3), draws(4)
+    assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
+    assert not torch.equal(a[0], c[0]) and not np.array_equal(a[1], c[1]) and a[2] != c[2]
+    for bad in (-1, 1.5, "3", True):
+        with pytest.raises(ValueError, match="seed"):
+            seed_everything(bad)
+
+
+# ----------------------------------------------------------------------------- parameter groups
+
+def test_param_groups_em_like_schedule():
+    groups = param_groups(make_head(), 0.01, {"W_V": 10.0})
+    lrs = {name: g["lr"] for g in groups for name in g["name"].split("+")}
+    assert lrs == {"W_Q": 0.01, "W_K": 0.01, "W_O": 0.01, "W_V": pytest.approx(0.1)}
+    assert [g["name"] for g in groups] == ["W_Q+W_K+W_O", "W_V"]
+    routing = param_groups(make_head(), 0.1, dict.fromkeys(ROUTING_PATTERNS, 0.1))
+    assert [(g["name"], g["lr"]) for g in routing] == [("W_Q+W_K", pytest.approx(0.01)), ("W_V+W_O", 0.1)]
+
+
+def test_param_groups_first_matching_pattern_wins():
+    groups = param_groups(make_head(), 1.0, {"W_V": 2.0, "W_*": 3.0})
+    assert [(g["name"], g["lr"]) for g in groups] == [("W_Q+W_K+W_O", 3.0), ("W_V", 2.0)]
+
+
+def test_one_sgd_step_with_em_schedule_moves_values_ten_times_faster():
+    head, (x, y) = make_head(torch.float64), fixed_task(torch.float64)
+    before = {name: W.detach().clone() for name, W in head.params().items()}
+    grads = attention.gradients(x, y, before)  # closed form: independent of the loop's autograd
+    history = train(head, fixed_loss((x, y)), 1, lr=0.01, lr_multipliers={"W_V": 10.0}, progress=False)
+    for name, W in head.params().items():
+        rate = 0.1 if name == "W_V" else 0.01
+        torch.testing.assert_close(W.detach() - before[name], -rate * grads[name], rtol=1e-9, atol=1e-15)
+    total = torch.sqrt(sum((grads[n] ** 2).sum() for n in attention.PARAM_NAMES)).item()
+    assert history["grad_norm"][0] == pytest.approx(total, rel=1e-9)
+
+
+def test_param_groups_rejects_bad_patterns_and_rates():
+    with pytest.raises(ValueError, match=r"'W_X'.*W_Q"):
+        param_groups(make_head(), 0.1, {"W_X": 2.0})
+    for lr, mult in ((0.0, None), (float("nan"), None), (0.1, {"W_V": -1.0}), (0.1, {"W_V": float("inf")})):
+        with pytest.raises(ValueError):
+            param_groups(make_head(), lr, mult)
+
+
+# ----------------------------------------------------------------------------- training and history
+
+@pytest.mark.parametrize("optimizer, lr", [("sgd", 1.0), ("adam", 0.05)])
+def test_training_lowers_the_loss(optimizer, lr):
+    history = train(make_head(), fixed_loss(fixed_task()), 150, optimizer=optimizer, lr=lr, progress=False)
+    assert history["loss"][-1] < 0.7 * history["loss"][0]
+
+
+def test_history_records_every_step_with_metrics():
+    history = train(make_head(), random_batch_loss, 6, progress=False, seed=0)
+    assert len(history) == 6 and history.steps.tolist() == list(range(6))
+    assert history.keys() == ["loss", "x_mean", "noise", "grad_norm"]
+    assert history["x_mean"].dtype == np.float64 and np.all(history["grad_norm"] > 0)
+    assert history.last("loss") == history["loss"][-1]
+    assert History.from_dict(history.to_dict()).to_dict() == history.to_dict()
+    with pytest.raises(KeyError, match="accuracy"):
+        history["accuracy"]
+
+
+def test_log_every():
+    history = train(make_head(), random_batch_loss, 23, log_every=5, progress=False)
+    assert history.steps.tolist() == [0, 5, 10, 15, 20]
+
+
+def test_history_fills_late_metrics_with_nan():
+    h = History()
+    h.append(0, loss=1.0)
+    h.append(1, loss=0.5, acc=torch.tensor(0.25))
+    assert h["acc"][1] == 0.25 and np.isnan(h["acc"][0])
+
+
+def test_progress_bar_on_and_off(capsys, monkeypatch):
+    monkeypatch.delenv("BAYESATTN_PROGRESS", raising=False)
+    train(make_head(), random_batch_loss, 3, progress=False, desc="quietrun")
+    assert capsys.readouterr().err == ""
+    train(make_head(), random_batch_loss, 3, progress=True, desc="loudrun")
+    assert "loudrun" in capsys.readouterr().err
+    monkeypatch.setenv("BAYESATTN_PROGRESS", "0")  # what CI sets
+    train(make_head(), random_batch_loss, 3, progress=True, desc="cirun")
+    assert capsys.readouterr().err == ""
+
+
+# ----------------------------------------------------------------------------- divergence guard
+
+def test_huge_learning_rate_diverges_with_the_step_named():
+    with pytest.raises(TrainingDiverged, match=r"^step [1-9]\d*: .*lr=1e\+06"):
+        train(make_head(), fixed_loss(fixed_task()), 50, lr=1e6, progress=False)
+
+
+def test_nan_loss_names_the_step(tmp_path):
+    def loss_fn(model, step):
+        loss = random_batch_loss(model, step)[0]
+        return loss * float("nan") if step == 4 else loss
+
+    path = tmp_path / "run.pt"
+    with pytest.raises(TrainingDiverged, match=r"^step 4: loss is nan"):
+        train(make_head(), loss_fn, 10, checkpoint_path=path, checkpoint_every=2, progress=False)
+    assert torch.load(path, weights_only=True)["step"] == 4  # the last good checkpoint stays
+
+
+def test_inf_gradient_names_the_parameter():
+    head = make_head()
+    head.W_K.register_hook(lambda g: g * float("inf"))
+    with pytest.raises(TrainingDiverged, match=r"^step 0: the gradient of W_K contains nan/inf"):
+        train(head, fixed_loss(fixed_task()), 5, progress=False)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_resume_equals_uninterrupted_run(tmp_path, optimizer):
+    straight_head = make_head()
+    straight = train(straight_head, random_batch_loss, 30, optimizer=optimizer, seed=7, progress=False)
+
+    path = tmp_path / "ckpt" / "run.pt"
+    train(make_head(), random_batch_loss, 12, optimizer=optimizer, seed=7, progress=False,
+          checkpoint_path=path, checkpoint_every=5)
+    random.random(), np.random.rand(), torch.randn(3)  # disturb every RNG between the two runs
+    resumed_head = AttentionHead(d_x=6, d_k=4, d_v=5, n_classes=3, seed=99)  # other weights: all must load
+    resumed = train(resumed_head, random_batch_loss, 30, optimizer=optimizer, seed=7, progress=False,
+                    checkpoint_path=path, checkpoint_every=5)
+
+    assert resumed.to_dict() == straight.to_dict()
+    for name, W in straight_head.state_dict().items():
+        assert torch.equal(resumed_head.state_dict()[name], W), name
+    assert torch.load(path, weights_only=True)["step"] == 30
+
+
+def test_keyboard_interrupt_saves_the_last_completed_step(tmp_path):
+    def loss_fn(model, step):
+        out = random_batch_loss(model, step)  # draw first: the checkpoint must not keep these draws
+        if step == 7:
+            raise KeyboardInterrupt
+        return out
+
+    path = tmp_path / "run.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train(make_head(), loss_fn, 20, seed=1, checkpoint_path=path, progress=False)
+    ckpt = torch.load(path, weights_only=True)
+    assert ckpt["step"] == 7 and ckpt["history"]["steps"] == list(range(7))
+
+    straight = train(make_head(), random_batch_loss, 20, seed=1, progress=False)
+    resumed = train(make_head(), random_batch_loss, 20, checkpoint_path=path, progress=False)
+    assert resumed.to_dict() == straight.to_dict()
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path):
+    path = tmp_path / "run.pt"
+    train(make_head(), random_batch_loss, 2, checkpoint_path=path, progress=False)
+    other = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="another model"):
+        train(other, lambda m, s: m(torch.ones(2)).sum(), 4, checkpoint_path=path, progress=False)
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"steps": -1}, "steps"),
+    ({"steps": 2.5}, "steps"),
+    ({"lr": 0}, "lr"),
+    ({"lr": float("inf")}, "lr"),
+    ({"optimizer": "rmsprop"}, "sgd"),
+    ({"log_every": 0}, "log_every"),
+])
+def test_bad_inputs_raise(kwargs, match):
+    args = {"steps": 3, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        train(make_head(), random_batch_loss, progress=False, **args)
