@@ -1,0 +1,74 @@
+"""The book's notebooks as files: listed in the table of contents, committed executed, and
+installing the same release of the package from the same repository as _config.yml names.
+
+nbval (configured in pyproject.toml) executes them; these tests check what execution cannot.
+"""
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+import bayesattn_lite
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+INSTALL_SPEC = f"bayesattn-lite @ git+{bayesattn_lite.REPOSITORY_URL}@v{bayesattn_lite.__version__}"
+
+
+def toc_files(entries):
+    for entry in entries:
+        if "file" in entry:
+            yield entry["file"]
+        yield from toc_files(entry.get("chapters", []) + entry.get("sections", []) + entry.get("parts", []))
+
+
+def test_config_names_the_package_release_and_repository():
+    assert str(CONFIG["release"]) == bayesattn_lite.__version__
+    assert CONFIG["repository"]["url"] == bayesattn_lite.REPOSITORY_URL
+    assert bayesattn_lite.REPOSITORY_URL in (ROOT / "pyproject.toml").read_text()
+
+
+def test_every_notebook_is_in_the_table_of_contents_and_back():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    listed = set(toc_files([toc, *toc.get("parts", [])])) | {toc["root"]}
+    for name in listed:
+        assert any((ROOT / name).with_suffix(s).exists() for s in (".md", ".ipynb")), f"{name} is missing"
+    for nb in NOTEBOOKS:
+        assert str(nb.relative_to(ROOT).with_suffix("")) in listed, f"{nb.name} is not in _toc.yml"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_install_cell_pins_this_release(path):
+    nb = nbformat.read(path, as_version=4)
+    first = next(cell.source for cell in nb.cells if cell.cell_type == "code")
+    assert INSTALL_SPEC in first, f"first code cell should install {INSTALL_SPEC!r}"
+    assert 'find_spec("bayesattn_lite") is None' in first, "install only when the package is missing"
+    assert "BAYESATTN_LITE_SPEC" in first, "a test environment must be able to point at a local wheel"
+    assert not re.search(r"pip install[^\n]*\btorch\b", first), "never reinstall torch"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_committed_executed_in_order(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    counts = [cell.execution_count for cell in code]
+    assert counts == list(range(1, len(code) + 1)), f"execute {path.name} top to bottom before committing"
+    for cell in code:
+        for out in cell.outputs:
+            assert out.output_type != "error", f"{path.name} has an error output:\n{cell.source[:200]}"
+            assert "Traceback" not in str(out.get("text", "")), f"{path.name} shows a traceback"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_markdown_uses_no_book_only_macros(path):
+    """The MathJax macros of _config.yml exist only in the built book, not in Jupyter or Colab."""
+    macros = CONFIG["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for name in macros:
+                assert not re.search(rf"\\{name}(?![A-Za-z])", cell.source), f"\\{name} in {path.name}"
