@@ -7,7 +7,9 @@ import torch
 # One colour per role, used in every chapter.
 COLORS = {
     "query": "tab:blue", "key": "tab:orange", "value": "tab:green", "error": "tab:red",
-    "sgd": "tab:gray", "em": "tab:purple",
+    "sgd": "tab:gray", "em": "tab:purple", "bayes": "black",
+    # One colour per architecture (chapters 7-9).
+    "transformer": "tab:blue", "mamba": "tab:green", "lstm": "tab:orange", "mlp": "tab:red",
 }
 
 
@@ -33,17 +35,23 @@ def heatmap(ax, matrix, title="", signed=False, mask=None, fmt=None, xlabel="key
     ``fmt`` (e.g. "{:.2f}") writes each value in its cell, for small matrices.
     """
     m = to_numpy(matrix)
-    shown = np.ma.masked_where(to_numpy(mask) > 0, m) if mask is not None else m
+    hidden = to_numpy(mask) > 0 if mask is not None else np.zeros(m.shape, dtype=bool)
+    shown = np.ma.masked_where(hidden, m)
+    # A copy of the colour map with masked cells light grey (never edit the registered map).
+    cmap = plt.get_cmap("RdBu_r" if signed else "viridis").with_extremes(bad="0.9")
     if signed:
-        bound = max(float(np.abs(m if mask is None else np.where(to_numpy(mask) > 0, 0, m)).max()), 1e-12)
-        im = ax.imshow(shown, cmap="RdBu_r", vmin=-bound, vmax=bound)
+        bound = max(float(np.abs(np.where(hidden, 0, m)).max()), 1e-12)
+        im = ax.imshow(shown, cmap=cmap, vmin=-bound, vmax=bound)
     else:
-        im = ax.imshow(shown, cmap="viridis")
-    im.cmap.set_bad("0.9")
+        im = ax.imshow(shown, cmap=cmap)
     if fmt is not None:
         for (i, j), value in np.ndenumerate(m):
-            if mask is None or not to_numpy(mask)[i, j]:
-                ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=7)
+            if not hidden[i, j]:
+                # White text on dark cells, black on light ones, so every number stays readable.
+                r, g, b, _ = im.cmap(im.norm(value))
+                dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
+                ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.set_xticks(range(m.shape[1]))
     ax.set_yticks(range(m.shape[0]))
@@ -72,6 +80,15 @@ def _as_plane_points(name, a):
     return p
 
 
+def _label_points(ax, points, deltas, fmt, color):
+    """Name each point on the side away from its arrow, so labels and arrows do not overlap."""
+    for n, (p, d) in enumerate(zip(points, deltas)):
+        length = float(np.hypot(*d))
+        away = -d / length if length > 1e-12 else np.array([0.7071, 0.7071])
+        ax.annotate(fmt.format(n), p, textcoords="offset points", xytext=tuple(11 * away),
+                    ha="center", va="center", fontsize=9, color=color)
+
+
 def _finish_plane(ax, points, title, legend_loc):
     """Equal aspect, thin axes through 0, limits that include every point and arrow tip, a legend."""
     everything = np.vstack([*points, np.zeros((1, 2))])
@@ -98,10 +115,10 @@ def qk_step(ax, q, k, dq, dk, lr, title="queries and keys: one gradient step", l
     if dq.shape != q.shape or dk.shape != k.shape:
         raise ValueError(f"gradients must match their points: q {q.shape} vs dq {dq.shape}, "
                          f"k {k.shape} vs dk {dk.shape}")
-    arrows(ax, q, dq, COLORS["query"], label=r"query $q_i$, arrow $-\eta\,\partial L/\partial q_i$",
-           scale=-lr, annotate="$q_{{{}}}$")
-    arrows(ax, k, dk, COLORS["key"], label=r"key $k_j$, arrow $-\eta\,\partial L/\partial k_j$",
-           scale=-lr, annotate="$k_{{{}}}$")
+    arrows(ax, q, dq, COLORS["query"], label=r"query $q_i$, arrow $-\eta\,\partial L/\partial q_i$", scale=-lr)
+    arrows(ax, k, dk, COLORS["key"], label=r"key $k_j$, arrow $-\eta\,\partial L/\partial k_j$", scale=-lr)
+    _label_points(ax, q, -lr * dq, "$q_{{{}}}$", COLORS["query"])
+    _label_points(ax, k, -lr * dk, "$k_{{{}}}$", COLORS["key"])
     return _finish_plane(ax, [q, k, q - lr * dq, k - lr * dk], title, legend_loc)
 
 
@@ -129,9 +146,119 @@ def value_step(ax, v, dv, u, lr, readout=None, u_scale=1.0,
     ax.quiver(np.zeros(len(u)), np.zeros(len(u)), u[:, 0] * u_scale, u[:, 1] * u_scale,
               color=COLORS["error"], angles="xy", scale_units="xy", scale=1.0, width=0.005,
               alpha=0.7, zorder=2, label=f"error signal $u_i${factor}")
-    for n, (ux, uy) in enumerate(u * u_scale):
-        ax.annotate(f"$u_{{{n}}}$", (ux, uy), textcoords="offset points", xytext=(3, -9),
-                    fontsize=8, color=COLORS["error"])
-    arrows(ax, v, dv, COLORS["value"], label=r"value $v_j$, arrow $-\eta\,\partial L/\partial v_j$",
-           scale=-lr, annotate="$v_{{{}}}$")
+    for n, tip in enumerate(u * u_scale):  # name each error signal just beyond its tip
+        length = float(np.hypot(*tip))
+        out = tip / length if length > 1e-12 else np.array([0.7071, 0.7071])
+        ax.annotate(f"$u_{{{n}}}$", tip, textcoords="offset points", xytext=tuple(9 * out),
+                    ha="center", va="center", fontsize=9, color=COLORS["error"])
+    arrows(ax, v, dv, COLORS["value"], label=r"value $v_j$, arrow $-\eta\,\partial L/\partial v_j$", scale=-lr)
+    _label_points(ax, v, -lr * dv, "$v_{{{}}}$", COLORS["value"])
     return _finish_plane(ax, shown, title, legend_loc)
+
+
+# ----------------------------------------------------------------------------- training runs over seeds
+
+def seed_bands(ax, curves, color, label, steps=None, lw=1.6):
+    """Median over seeds as a line and the min-max range over seeds as a band.
+
+    ``curves`` is (seeds, steps); ``steps`` the x values (default 0, 1, ...). The label says how
+    many seeds the band spans.
+    """
+    c = to_numpy(curves)
+    if c.ndim != 2:
+        raise ValueError(f"curves: expected shape (seeds, steps), got {c.shape}")
+    x = np.arange(c.shape[1]) if steps is None else to_numpy(steps)
+    ax.fill_between(x, c.min(axis=0), c.max(axis=0), color=color, alpha=0.2, lw=0)
+    ax.plot(x, np.median(c, axis=0), color=color, lw=lw, label=f"{label} (median, range of {c.shape[0]} seeds)")
+    return ax
+
+
+def strip(ax, labels, values, colors=None, reference=None, reference_label=None, ylabel="", log=False):
+    """One column of points per label (one point per seed) with its median as a bar.
+
+    ``values`` is a list of 1-D arrays (nan entries are left out and counted in the tick label);
+    ``reference`` draws a dashed horizontal line (e.g. the paper's number).
+    """
+    if len(labels) != len(values):
+        raise ValueError(f"labels and values: expected the same length, got {len(labels)} and {len(values)}")
+    colors = colors or ["0.3"] * len(labels)
+    ticks = []
+    for i, (label, v, color) in enumerate(zip(labels, values, colors)):
+        v = to_numpy(v).reshape(-1)
+        finite = v[np.isfinite(v)]
+        jitter = np.linspace(-0.12, 0.12, len(finite)) if len(finite) > 1 else np.zeros(len(finite))
+        ax.scatter(i + jitter, finite, color=color, s=22, zorder=3, alpha=0.85)
+        if len(finite):
+            ax.plot([i - 0.25, i + 0.25], [np.median(finite)] * 2, color=color, lw=2.5, zorder=4)
+        missing = len(v) - len(finite)
+        ticks.append(label + (f"\n({missing} never)" if missing else ""))
+    if reference is not None:
+        ax.axhline(reference, ls="--", color="black", lw=1, label=reference_label)
+        if reference_label:
+            ax.legend(loc="best", fontsize=8)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(ticks, fontsize=8)
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+    if log:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    return ax
+
+
+def value_trajectories(axes, pca, colors, titles=None):
+    """Draw value trajectories in a shared PCA plane, one panel per schedule.
+
+    ``pca`` is what ``experiments.value_pca`` returns; ``colors`` maps each schedule to a colour.
+    Each symbol's value W_V mu_s is a line from a hollow circle (start) to a filled one (end),
+    labelled with the symbol. All panels use the same axes and limits.
+    """
+    names = list(pca["projections"])
+    axes = list(np.atleast_1d(axes))
+    if len(axes) != len(names):
+        raise ValueError(f"axes: expected {len(names)} axes (one per schedule), got {len(axes)}")
+    every = np.concatenate([p.reshape(-1, p.shape[-1]) for p in pca["projections"].values()])
+    low, high = every.min(axis=0), every.max(axis=0)
+    pad = 0.08 * (high - low).max()
+    explained = pca["explained"]
+    for ax, name in zip(axes, names):
+        p = pca["projections"][name]
+        for s in range(p.shape[1]):
+            ax.plot(p[:, s, 0], p[:, s, 1], color=colors[name], lw=1.2, alpha=0.8)
+            ax.scatter(*p[0, s, :2], facecolors="none", edgecolors=colors[name], s=18, zorder=3)
+            ax.scatter(*p[-1, s, :2], color=colors[name], s=18, zorder=3)
+            ax.annotate(str(s), p[-1, s, :2], textcoords="offset points", xytext=(3, 3), fontsize=7)
+        ax.set_xlim(low[0] - pad, high[0] + pad)
+        ax.set_ylim(low[1] - pad, high[1] + pad)
+        ax.set_aspect("equal", adjustable="box")
+        ax.set(xlabel=f"PC1 ({explained[0]:.0%} of variance)", ylabel=f"PC2 ({explained[1]:.0%})",
+               title=(titles or {}).get(name, name))
+    return axes
+
+
+# ----------------------------------------------------------------------------- chapters 4-5: curves and clouds
+
+def binned(ax, x, y, n_bins=8, **kwargs):
+    """Mean of ``y`` in ``n_bins`` quantile bins of ``x``, drawn as a line with markers at the bins'
+    mean x. For relations too noisy to read from a scatter of thousands of points."""
+    x, y = to_numpy(x).ravel(), to_numpy(y).ravel()
+    if x.shape != y.shape or x.size < n_bins:
+        raise ValueError(f"x, y: expected two samples of the same size >= n_bins={n_bins}, got {x.size} and {y.size}")
+    edges = np.quantile(x, np.linspace(0, 1, n_bins + 1))
+    idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, n_bins - 1)
+    keep = [b for b in range(n_bins) if (idx == b).any()]
+    centres = np.array([x[idx == b].mean() for b in keep])
+    means = np.array([y[idx == b].mean() for b in keep])
+    ax.plot(centres, means, marker="o", ms=4, **kwargs)
+    return centres, means
+
+
+def trajectories(ax, paths, color, label=None, ls="-", marker="o"):
+    """Paths of K points over iterations, ``paths`` of shape (n_iter + 1, K, 2): a line per point,
+    a hollow marker where it starts and a filled one where it ends."""
+    p = to_numpy(paths)
+    if p.ndim != 3 or p.shape[2] != 2:
+        raise ValueError(f"paths: expected shape (n_iter + 1, K, 2), got {p.shape}")
+    for k in range(p.shape[1]):
+        ax.plot(p[:, k, 0], p[:, k, 1], color=color, ls=ls, lw=1.4, label=label if k == 0 else None)
+        ax.plot(p[0, k, 0], p[0, k, 1], marker=marker, mfc="white", mec=color, ms=6)
+        ax.plot(p[-1, k, 0], p[-1, k, 1], marker=marker, color=color, ms=6)

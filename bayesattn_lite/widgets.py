@@ -1,0 +1,216 @@
+"""Interactive panels of the chapters (ipywidgets), each backed by a plain compute function and a
+plain drawing function.
+
+The drawing functions take a matplotlib figure and a state dict and draw with plain matplotlib,
+so a chapter first draws the *static* figure of a widget's default state (visible in the online
+book without a kernel) and then the widget, which redraws the same figure whenever a control moves.
+
+Advantage explorer (chapter 2): one query i, a few visible positions j with 2-D values v_j, the
+error signal u_i and the scores s_ij. The panel shows
+
+- the value space: the values v_j, u_i, the attended output g_i = sum_j alpha_ij v_j and the line
+  through g_i perpendicular to u_i; values on the far side of it (against u_i) have positive
+  advantage;
+- bar charts of alpha_i, b_i (with its attended mean E_{alpha_i}[b]), the advantage
+  A_ij = E_{alpha_i}[b] - b_ij and the change of alpha_i after one gradient-descent step on the
+  scores, s_i <- s_i - eta dL/ds_i.
+"""
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .plots import COLORS, to_numpy
+
+# Signed quantities use the two ends of the red-blue scale of plots.heatmap(signed=True):
+# red for positive, blue for negative.
+POSITIVE, NEGATIVE = "#b2182b", "#2166ac"
+
+# The explorer's default state: five visible positions, 2-D values, one query.
+DEFAULT_VALUES = ((1.0, 0.3), (0.2, 1.0), (-0.5, -0.2), (-0.6, 0.9), (0.7, -0.8))
+DEFAULT_U = (float(np.cos(np.radians(35.0))), float(np.sin(np.radians(35.0))))  # length 1, at 35 degrees
+DEFAULT_SCORES = (0.5, 1.0, -0.3, 0.2, 0.0)
+DEFAULT_ETA = 2.0
+DEFAULT_MOVED = 2
+
+
+# ----------------------------------------------------------------------------- compute
+
+def _softmax(s):
+    e = np.exp(s - s.max())
+    return e / e.sum()
+
+
+def advantage_state(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES, eta=DEFAULT_ETA):
+    """Everything the advantage panel shows for one query, computed with numpy (float64).
+
+    ``values`` is (n, 2) (one row per visible position j), ``u`` the error signal u_i (2,),
+    ``scores`` the scores s_ij (n,), ``eta`` the learning rate of one gradient step on the scores.
+    Returns a dict: values, u, scores, eta, alpha, b, expected_b, advantage, ds (= dL/ds_ij),
+    g (= sum_j alpha_ij v_j), scores_next, alpha_next and delta_alpha (= alpha_next - alpha).
+    """
+    values = to_numpy(values).reshape(-1, 2)
+    u = to_numpy(u).reshape(2)
+    scores = to_numpy(scores).reshape(-1)
+    if scores.shape[0] != values.shape[0]:
+        raise ValueError(f"scores: expected {values.shape[0]} entries (one per value), got {scores.shape[0]}")
+    alpha = _softmax(scores)
+    b = values @ u                      # b_ij = u_i . v_j = dL/dalpha_ij
+    expected_b = float(alpha @ b)       # E_{alpha_i}[b] = u_i . g_i
+    advantage = expected_b - b          # A_ij
+    ds = alpha * (b - expected_b)       # dL/ds_ij = -alpha_ij A_ij
+    scores_next = scores - eta * ds     # one gradient-descent step on the scores
+    alpha_next = _softmax(scores_next)
+    return {
+        "values": values, "u": u, "scores": scores, "eta": float(eta),
+        "alpha": alpha, "b": b, "expected_b": expected_b, "advantage": advantage, "ds": ds,
+        "g": alpha @ values, "scores_next": scores_next, "alpha_next": alpha_next,
+        "delta_alpha": alpha_next - alpha,
+    }
+
+
+def default_advantage_state():
+    """The state the explorer starts in (and its static figure shows)."""
+    return advantage_state()
+
+
+# ----------------------------------------------------------------------------- draw
+
+def _signed_bars(ax, heights, title, ylabel=None):
+    heights = np.asarray(heights, dtype=float)
+    colors = [POSITIVE if h > 0 else NEGATIVE for h in heights]
+    ax.bar(np.arange(len(heights)), heights, color=colors, width=0.65)
+    ax.axhline(0.0, color="0.3", lw=0.8)
+    bound = max(float(np.abs(heights).max()), 1e-12) * 1.15
+    ax.set_ylim(-bound, bound)
+    ax.set_xticks(range(len(heights)))
+    ax.set(title=title, xlabel="position j")
+    if ylabel:
+        ax.set_ylabel(ylabel)
+
+
+def _beyond(point, points=10.0):
+    """An offset (in points) that puts a label just past the tip of an arrow from the origin."""
+    norm = float(np.linalg.norm(point))
+    return (0.0, points) if norm < 1e-12 else tuple(points * np.asarray(point) / norm)
+
+
+def _value_space(ax, state, moved):
+    values, u, g = state["values"], state["u"], state["g"]
+    reach = max(float(np.abs(values).max()), float(np.abs(u).max()), 1.0) * 1.3
+    ax.set_xlim(-reach, reach)
+    ax.set_ylim(-reach, reach)
+    ax.set_aspect("equal")
+    # The line through g_i perpendicular to u_i: b_ij = E[b] on it. Shade the side against u_i,
+    # where b_ij < E[b], i.e. the values with positive advantage.
+    u_hat = u / max(np.linalg.norm(u), 1e-12)
+    normal = np.array([-u_hat[1], u_hat[0]])
+    far = 4 * reach
+    line = np.array([g + far * normal, g - far * normal])
+    behind = np.array([line[0], line[1], line[1] - far * u_hat, line[0] - far * u_hat])
+    ax.fill(behind[:, 0], behind[:, 1], color=POSITIVE, alpha=0.12, lw=0)
+    ax.plot(line[:, 0], line[:, 1], ls="--", color="0.5", lw=0.9)
+    for j, v in enumerate(values):
+        highlight = j == moved
+        ax.annotate("", xy=v, xytext=(0, 0), arrowprops=dict(
+            arrowstyle="-|>", color=COLORS["value"], lw=2.2 if highlight else 1.3,
+            alpha=1.0 if highlight else 0.75))
+        ax.annotate(f"$v_{j}$", v, textcoords="offset points", xytext=_beyond(v), fontsize=9,
+                    ha="center", va="center", color=COLORS["value"],
+                    fontweight="bold" if highlight else "normal")
+    ax.annotate("", xy=u, xytext=(0, 0), arrowprops=dict(arrowstyle="-|>", color=COLORS["error"], lw=2))
+    ax.annotate("$u_i$", u, textcoords="offset points", xytext=_beyond(u), fontsize=9, ha="center",
+                va="center", color=COLORS["error"])
+    ax.scatter([g[0]], [g[1]], color="black", s=25, zorder=4)
+    ax.annotate("$g_i$", g, textcoords="offset points", xytext=(-16, -4), fontsize=9)
+    ax.set(title=r"value space (shaded: $A_{ij} > 0$)", xlabel="coordinate 1", ylabel="coordinate 2")
+
+
+def draw_advantage_panel(fig_or_axes, state, moved=DEFAULT_MOVED):
+    """Draw the advantage panel of ``state`` (from ``advantage_state``).
+
+    ``fig_or_axes`` is a matplotlib Figure (the panel lays out its own five axes) or a sequence
+    of five Axes: value space, alpha, b, advantage, change of alpha. ``moved`` is the position
+    whose value is drawn bold (the one the explorer's sliders move; None for none).
+    Returns the five axes.
+    """
+    if isinstance(fig_or_axes, plt.Figure):
+        fig = fig_or_axes
+        grid = fig.add_gridspec(2, 3, width_ratios=(1.25, 1, 1))
+        axes = [fig.add_subplot(grid[:, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[0, 2]),
+                fig.add_subplot(grid[1, 1]), fig.add_subplot(grid[1, 2])]
+    else:
+        axes = list(fig_or_axes)
+        if len(axes) != 5:
+            raise ValueError(f"fig_or_axes: expected a Figure or 5 Axes, got {len(axes)} Axes")
+        fig = axes[0].figure
+    ax_space, ax_alpha, ax_b, ax_adv, ax_delta = axes
+    n = len(state["alpha"])
+
+    _value_space(ax_space, state, moved)
+
+    ax_alpha.bar(range(n), state["alpha"], color=COLORS["query"], width=0.65, label="before")
+    ax_alpha.scatter(range(n), state["alpha_next"], marker="_", s=300, color="black", lw=1.5,
+                     label="after one step", zorder=3)
+    top = max(float(state["alpha"].max()), float(state["alpha_next"].max()))
+    ax_alpha.set_ylim(0, max(0.5, 1.3 * top))
+    ax_alpha.set_xticks(range(n))
+    ax_alpha.set(title=r"attention $\alpha_{ij}$", xlabel="position j")
+    ax_alpha.legend(loc="upper right", fontsize=8)
+
+    _signed_bars(ax_b, state["b"], r"compatibility $b_{ij} = u_i \cdot v_j$")
+    ax_b.axhline(state["expected_b"], color="black", ls="--", lw=1)
+    ax_b.annotate(r"$E_{\alpha_i}[b]$", (n - 0.5, state["expected_b"]), textcoords="offset points",
+                  xytext=(-2, 3), ha="right", fontsize=8)
+
+    _signed_bars(ax_adv, state["advantage"], r"advantage $A_{ij} = E_{\alpha_i}[b] - b_{ij}$")
+    _signed_bars(ax_delta, state["delta_alpha"],
+                 rf"change of $\alpha_{{ij}}$ after one step, $\eta = {state['eta']:g}$")
+    fig.tight_layout()
+    return axes
+
+
+# ----------------------------------------------------------------------------- widget
+
+def advantage_explorer(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES, eta=DEFAULT_ETA,
+                       moved=DEFAULT_MOVED, figsize=(10.0, 5.4)):
+    """An ipywidgets panel: move one value v_j (its two coordinates) and the error signal u_i
+    (its angle), change the learning rate, and watch alpha, b, the advantage and one step's change
+    of alpha.
+
+    Returns the ``ipywidgets.interactive`` object. Its ``result`` is the current state (the dict
+    of ``advantage_state``), and its ``children`` are the sliders (v_j coordinate 1, coordinate 2,
+    angle of u_i in degrees, eta) followed by the output area.
+    """
+    import ipywidgets
+    from IPython.display import display
+
+    values = to_numpy(values).reshape(-1, 2).copy()
+    u = to_numpy(u).reshape(2)
+    u_length = float(np.linalg.norm(u))
+    u_angle = round(float(np.degrees(np.arctan2(u[1], u[0]))), 6)
+
+    def slider(value, low, high, step, description):
+        return ipywidgets.FloatSlider(value=value, min=low, max=high, step=step, description=description,
+                                      continuous_update=False, readout_format=".2f",
+                                      style={"description_width": "initial"},
+                                      layout=ipywidgets.Layout(width="420px"))
+
+    def update(v_x, v_y, u_angle_deg, eta):
+        moved_values = values.copy()
+        moved_values[moved] = (v_x, v_y)
+        theta = np.radians(u_angle_deg)
+        state = advantage_state(moved_values, u_length * np.array([np.cos(theta), np.sin(theta)]),
+                                scores, eta)
+        fig = plt.figure(figsize=figsize)
+        draw_advantage_panel(fig, state, moved)
+        display(fig)
+        plt.close(fig)
+        return state
+
+    return ipywidgets.interactive(
+        update,
+        v_x=slider(values[moved, 0], -1.5, 1.5, 0.05, f"v_{moved}, coordinate 1"),
+        v_y=slider(values[moved, 1], -1.5, 1.5, 0.05, f"v_{moved}, coordinate 2"),
+        u_angle_deg=slider(u_angle, -180.0, 180.0, 5.0, "angle of u_i (degrees)"),
+        eta=slider(float(eta), 0.0, 10.0, 0.1, "learning rate η"),
+    )

@@ -1,0 +1,107 @@
+"""The figure helpers of bayesattn_lite.plots: they draw what they are given, where they say they do."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from bayesattn_lite import plots  # noqa: E402
+
+
+@pytest.fixture
+def ax():
+    fig, ax = plt.subplots()
+    yield ax
+    plt.close(fig)
+
+
+def quiver_of(ax, color):
+    """The arrows (offsets, vectors) that ``ax`` holds in ``color``."""
+    rgba = matplotlib.colors.to_rgba(color)
+    for q in ax.collections:
+        if isinstance(q, matplotlib.quiver.Quiver) and np.allclose(q.get_facecolor()[0][:3], rgba[:3]):
+            return q.get_offsets(), np.column_stack([q.U, q.V])
+    raise AssertionError(f"no quiver in {color}")
+
+
+def test_heatmap_shows_the_matrix_and_writes_its_values(ax):
+    m = torch.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=torch.float64)
+    im = plots.heatmap(ax, m, title="t", signed=True, fmt="{:.1f}")
+    assert np.allclose(im.get_array(), m.numpy())
+    assert im.get_clim() == (-3.0, 3.0)  # signed: symmetric around 0
+    assert sorted(t.get_text() for t in ax.texts) == ["-2.0", "0.5", "1.0", "3.0"]
+
+
+def test_heatmap_mask_greys_out_entries_and_skips_their_text(ax):
+    m = np.arange(4.0).reshape(2, 2)
+    mask = np.array([[0, 1], [0, 0]])
+    im = plots.heatmap(ax, m, mask=mask, fmt="{:.0f}")
+    assert im.get_array().mask[0, 1] and not im.get_array().mask[1, 1]
+    assert sorted(t.get_text() for t in ax.texts) == ["0", "2", "3"]
+
+
+def test_arrows_draw_one_scaled_step_per_point(ax):
+    p = np.array([[0.0, 0.0], [1.0, 2.0]])
+    d = np.array([[1.0, 0.0], [0.0, -1.0]])
+    plots.arrows(ax, p, d, "tab:red", label="pts", scale=-0.5, annotate="p{}")
+    offsets, vectors = quiver_of(ax, "tab:red")
+    assert np.allclose(offsets, p) and np.allclose(vectors, -0.5 * d)
+    assert [t.get_text() for t in ax.texts] == ["p0", "p1"]
+
+
+def example(T=3, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(T, 2, generator=gen, dtype=torch.float64) for _ in range(5)]
+
+
+def inside(ax, points):
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    return np.all((points[:, 0] >= x0) & (points[:, 0] <= x1) & (points[:, 1] >= y0) & (points[:, 1] <= y1))
+
+
+def test_qk_step_draws_minus_lr_times_the_gradients_on_equal_axes(ax):
+    q, k, dq, dk, _ = example()
+    plots.qk_step(ax, q, k, dq, dk, lr=2.0)
+    for color, points, grad in ((plots.COLORS["query"], q, dq), (plots.COLORS["key"], k, dk)):
+        offsets, vectors = quiver_of(ax, color)
+        assert np.allclose(offsets, points.numpy()) and np.allclose(vectors, -2.0 * grad.numpy())
+        assert inside(ax, (points - 2.0 * grad).numpy()), "every arrow tip is within the axes"
+    assert ax.get_aspect() == 1.0
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("query" in s for s in labels) and any("key" in s for s in labels)
+    assert sorted(t.get_text() for t in ax.texts) == sorted([f"$q_{{{n}}}$" for n in range(3)]
+                                                          + [f"$k_{{{n}}}$" for n in range(3)])
+
+
+def test_value_step_draws_values_error_signals_and_class_directions(ax):
+    v, dv, u, _, _ = example()
+    readout = torch.tensor([[0.0, 2.0], [-1.7, -1.0], [1.7, -1.0]], dtype=torch.float64)
+    plots.value_step(ax, v, dv, u, lr=0.5, readout=readout, u_scale=3)
+    offsets, vectors = quiver_of(ax, plots.COLORS["value"])
+    assert np.allclose(offsets, v.numpy()) and np.allclose(vectors, -0.5 * dv.numpy())
+    offsets, vectors = quiver_of(ax, plots.COLORS["error"])
+    assert np.allclose(offsets, 0) and np.allclose(vectors, 3 * u.numpy())
+    assert inside(ax, readout.numpy()) and inside(ax, 3 * u.numpy())
+    assert ax.get_aspect() == 1.0
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(r"\times3" in s for s in labels), "the legend states the scale of u"
+    assert sum(t.get_text().startswith("class") for t in ax.texts) == 3
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(3, 3), torch.zeros(3)])
+def test_plane_helpers_refuse_points_that_are_not_2d(ax, bad):
+    q, k, dq, dk, _ = example()
+    with pytest.raises(ValueError, match=r"\(n, 2\)"):
+        plots.qk_step(ax, bad, k, dq, dk, lr=1.0)
+    with pytest.raises(ValueError, match=r"\(n, 2\)"):
+        plots.value_step(ax, bad, dq, q, lr=1.0)
+
+
+def test_qk_step_refuses_gradients_of_another_shape(ax):
+    q, k, dq, dk, _ = example()
+    with pytest.raises(ValueError, match="must match"):
+        plots.qk_step(ax, q, k, dq[:2], dk, lr=1.0)

@@ -1,0 +1,107 @@
+"""The chapters' widget panels: their compute functions agree with the package, their figures
+build without a display, and moving a control changes what they show."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from bayesattn_lite import attention, widgets  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def test_default_state_agrees_with_attention_score_gradient():
+    state = widgets.default_advantage_state()
+    alpha = torch.tensor(state["alpha"], dtype=torch.float64)
+    b = torch.tensor(state["b"], dtype=torch.float64)
+    ds, advantage = attention.score_gradient(alpha, b)
+    np.testing.assert_allclose(state["ds"], ds.numpy(), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(state["advantage"], advantage.numpy(), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(state["alpha"], torch.softmax(torch.tensor(state["scores"]), -1).numpy(),
+                               rtol=0, atol=1e-15)
+    np.testing.assert_allclose(state["b"], state["values"] @ state["u"], rtol=0, atol=1e-15)
+
+
+def test_state_gradient_is_autograd_of_the_linearised_loss():
+    """For one query, dL = u_i . dg_i, so L(s) = u_i . sum_j softmax(s)_j v_j has the same dL/ds."""
+    state = widgets.default_advantage_state()
+    s = torch.tensor(state["scores"], dtype=torch.float64, requires_grad=True)
+    values = torch.tensor(state["values"], dtype=torch.float64)
+    u = torch.tensor(state["u"], dtype=torch.float64)
+    (torch.softmax(s, -1) @ values @ u).backward()
+    np.testing.assert_allclose(state["ds"], s.grad.numpy(), rtol=0, atol=1e-15)
+
+
+def test_state_is_consistent():
+    state = widgets.advantage_state(eta=0.5)
+    assert abs(state["ds"].sum()) < 1e-15                     # zero-sum
+    assert abs(state["delta_alpha"].sum()) < 1e-15            # weights still sum to 1
+    np.testing.assert_allclose(state["ds"], -state["alpha"] * state["advantage"], atol=1e-15)
+    np.testing.assert_allclose(state["expected_b"], state["u"] @ state["g"], atol=1e-15)
+    np.testing.assert_allclose(state["scores_next"], state["scores"] - 0.5 * state["ds"], atol=1e-15)
+    assert state["advantage"].max() > 0 > state["advantage"].min()  # the default shows both signs
+    # descent lowers the attended mean compatibility (the loss, to first order)
+    assert state["alpha_next"] @ state["b"] < state["alpha"] @ state["b"]
+
+
+def test_eta_zero_changes_nothing():
+    state = widgets.advantage_state(eta=0.0)
+    assert np.array_equal(state["alpha_next"], state["alpha"])
+
+
+def test_moving_a_value_changes_the_state():
+    before = widgets.advantage_state()
+    values = np.array(widgets.DEFAULT_VALUES)
+    values[widgets.DEFAULT_MOVED] = (1.0, 1.0)  # now along u_i: a large b, a negative advantage
+    after = widgets.advantage_state(values=values)
+    j = widgets.DEFAULT_MOVED
+    assert before["advantage"][j] > 0 > after["advantage"][j]
+    assert before["delta_alpha"][j] > 0 > after["delta_alpha"][j]
+
+
+def test_mismatched_inputs_are_explained():
+    with pytest.raises(ValueError, match="scores"):
+        widgets.advantage_state(scores=(0.0, 1.0))
+
+
+def test_panel_builds_on_a_figure_and_on_axes():
+    state = widgets.default_advantage_state()
+    axes = widgets.draw_advantage_panel(plt.figure(figsize=(10, 5.4)), state)
+    assert len(axes) == 5
+    assert len(axes[1].patches) == len(state["alpha"])   # one bar per position
+    fig, given = plt.subplots(1, 5, figsize=(15, 3))
+    assert widgets.draw_advantage_panel(given, state, moved=None) == list(given)
+    with pytest.raises(ValueError, match="5 Axes"):
+        widgets.draw_advantage_panel(given[:2], state)
+
+
+def test_explorer_constructs_without_a_display_and_reacts_to_its_sliders():
+    explorer = widgets.advantage_explorer()
+    *sliders, output = explorer.children
+    assert len(sliders) == 4
+    default = widgets.default_advantage_state()
+    assert explorer.result is not None, "the panel's callback failed"
+    np.testing.assert_allclose(explorer.result["ds"], default["ds"], atol=1e-12)
+    np.testing.assert_allclose(explorer.result["u"], default["u"], atol=1e-12)
+
+    v_x, v_y, u_angle, eta = sliders
+    v_x.value, v_y.value = 1.0, 1.0  # move v_j along u_i
+    j = widgets.DEFAULT_MOVED
+    np.testing.assert_allclose(explorer.result["values"][j], (1.0, 1.0))
+    assert explorer.result["advantage"][j] < 0 < default["advantage"][j]
+
+    u_angle.value = u_angle.value + 180.0 if u_angle.value < 0 else u_angle.value - 180.0  # flip u_i
+    np.testing.assert_allclose(explorer.result["u"], -default["u"], atol=1e-12)
+
+    eta.value = 0.0
+    assert np.array_equal(explorer.result["alpha_next"], explorer.result["alpha"])
+    assert plt.get_fignums() == []  # the widget closes the figures it draws
