@@ -1,0 +1,441 @@
+"""Measurements of a head during training: how sharp its attention is, how specialised its values
+are, how fast each changes, and the geometry of its value vectors.
+
+Everything takes tensors (or arrays) and returns tensors or plain floats, so the chapters, the
+widgets and the training monitors of chapter 9 all compute the same numbers the same way.
+
+- ``attention_entropy``        H(alpha_i) in nats for every query (0 for a one-hot row)
+- ``attention_mass``           the attention a query puts on a set of keys (e.g. the signal positions)
+- ``attention_received``       the attention each key gets from the queries that see it (1 = uniform)
+- ``advantage_flow``           sum_{j in set} alpha_ij A_ij: how hard gradient descent pushes up the
+                               scores of a set of keys together (the advantage law, summed)
+- ``predicted_attention_change``  the next step's change of alpha that the advantage law predicts
+- ``compatibility_and_advantage``  b_ij, A_ij and dL/ds_ij of a head on a batch (closed form)
+- ``attended_compatibility``   E_{alpha_i}[cos(u_i, v_j)]: negative when the values a query uses point
+                               against its error signal, i.e. when values have specialised
+- ``value_pull``, ``movement_toward``  -dL/dv_j = -sum_i alpha_ij u_i, and how far each value moved
+                               against each query's error signal (the value law, measured)
+- ``relative_change``          ||after - before|| / ||before||: the speed of a quantity between snapshots
+- ``settling_step``            the step after which a rate stays below a threshold (the frame "freezes")
+- ``progress_step``            the step by which a curve has covered a fraction of its total change
+- ``pca``                      principal components of a point cloud, with explained-variance shares
+- ``pearson``, ``spearman``    correlations of two flat samples
+"""
+
+import math
+
+import numpy as np
+import torch
+
+from . import attention
+
+
+def _tensor(name, a, min_dim=1):
+    if not isinstance(a, torch.Tensor):
+        if isinstance(a, np.ndarray):
+            a = torch.from_numpy(a)
+        else:
+            raise ValueError(f"{name}: expected a torch.Tensor or numpy array, got {type(a).__name__}")
+    if a.dim() < min_dim:
+        raise ValueError(f"{name}: expected at least {min_dim} dimension(s), got shape {tuple(a.shape)}")
+    return a
+
+
+def _check_alpha(alpha):
+    alpha = _tensor("alpha", alpha, 2)
+    if alpha.shape[-1] != alpha.shape[-2]:
+        raise ValueError(f"alpha: expected (..., T, T) attention maps, got shape {tuple(alpha.shape)}")
+    if not torch.is_floating_point(alpha) or (alpha < 0).any() or (alpha > 1).any():
+        raise ValueError("alpha: expected attention weights in [0, 1]")
+    if not torch.allclose(alpha.sum(-1), torch.ones((), dtype=alpha.dtype), atol=1e-4):
+        raise ValueError("alpha: expected every row to sum to 1 (a softmax over keys)")
+    return alpha
+
+
+# ----------------------------------------------------------------------------- attention
+
+def attention_entropy(alpha):
+    """Entropy in nats of every attention row, shape (..., T). Masked keys (alpha = 0) add nothing."""
+    alpha = _check_alpha(alpha)
+    return -(alpha * torch.log(alpha.clamp_min(1e-30))).sum(-1)
+
+
+def attention_mass(alpha, key_mask):
+    """sum_{j: key_mask_j} alpha_ij for every query, shape (..., T). ``key_mask`` is (..., T) over keys."""
+    alpha = _check_alpha(alpha)
+    return (alpha * _key_weights(alpha, key_mask)).sum(-1)
+
+
+def _key_weights(alpha, key_mask):
+    """key_mask (..., T) over keys, as (..., 1, T) in alpha's dtype, after checking its shape."""
+    key_mask = _tensor("key_mask", key_mask)
+    if key_mask.shape != alpha.shape[:-2] + alpha.shape[-1:]:
+        raise ValueError(f"key_mask: expected shape {tuple(alpha.shape[:-2] + alpha.shape[-1:])} "
+                         f"(one flag per key), got {tuple(key_mask.shape)}")
+    return key_mask[..., None, :].to(alpha.dtype)
+
+
+def attention_received(alpha):
+    """How much attention each key receives, relative to uniform attention: the mean over the queries
+    that can see key j of alpha_ij * n_i, where n_i is the number of keys query i sees. Shape (..., T);
+    1 means "as much as uniform attention would give". Maps with an all-zero upper triangle are read
+    as causal (query i sees keys 0..i), others as full."""
+    alpha = _check_alpha(alpha)
+    T = alpha.shape[-1]
+    visible = torch.ones(T, T, dtype=torch.bool, device=alpha.device)
+    if bool((alpha.triu(1) == 0).all()):
+        visible = visible.tril()
+    n_keys = visible.sum(-1, keepdim=True).to(alpha.dtype)   # (T, 1): keys per query
+    n_queries = visible.sum(-2).to(alpha.dtype)              # (T,): queries per key
+    return (alpha * n_keys).sum(-2) / n_queries
+
+
+def advantage_flow(alpha, advantage, key_mask):
+    """sum_{j in key_mask} alpha_ij A_ij per query, shape (..., T): -dL/dc, where c raises the scores
+    of every key in the set by the same amount.
+
+    Positive: gradient descent raises the set's scores together, so the attention mass on the set
+    grows. It is the advantage law summed over a set, which is what shared key weights see: the
+    keys of all signal positions share W_K, so they gain or lose attention together.
+    """
+    alpha = _check_alpha(alpha)
+    advantage = _tensor("advantage", advantage, 2)
+    if advantage.shape != alpha.shape:
+        raise ValueError(f"advantage: expected the shape of alpha {tuple(alpha.shape)}, got {tuple(advantage.shape)}")
+    return (alpha * advantage * _key_weights(alpha, key_mask)).sum(-1)
+
+
+def predicted_attention_change(alpha, advantage, eta=1.0):
+    """The first-order change of alpha after one gradient step of size eta taken on the scores
+    themselves, ds_ij = eta alpha_ij A_ij:  d alpha_ij = alpha_ij (ds_ij - sum_k alpha_ik ds_ik).
+
+    This is what the advantage law predicts for the next step's attention if scores were free
+    parameters; in a head they are tied through W_Q and W_K, and a chapter measures how well the
+    prediction survives that.
+    """
+    alpha = _check_alpha(alpha)
+    advantage = _tensor("advantage", advantage, 2)
+    if advantage.shape != alpha.shape:
+        raise ValueError(f"advantage: expected the shape of alpha {tuple(alpha.shape)}, got {tuple(advantage.shape)}")
+    ds = eta * alpha * advantage
+    return alpha * (ds - (alpha * ds).sum(-1, keepdim=True))
+
+
+def compatibility_and_advantage(x, y, params, causal=True):
+    """The monitors of the paper for one batch: b_ij = u_i . v_j, A_ij = E_{alpha_i}[b] - b_ij and
+    dL/ds_ij = -alpha_ij A_ij, each (..., T, T), from the closed-form gradients (no autograd)."""
+    params = {name: p.detach() for name, p in params.items()}
+    g = attention.gradients(x, y, params, causal)
+    return {"b": g["b"], "advantage": g["advantage"], "score_grad": g["s"], "u": g["u"]}
+
+
+def attended_compatibility(alpha, u, v):
+    """E_{alpha_i}[cos(u_i, v_j)] for every query, shape (..., T).
+
+    The paper's compatibility b_ij = u_i . v_j, with the lengths divided out, so that it can be
+    followed through training while u shrinks and v grows. It falls below 0 as the values a query
+    attends to come to point against its error signal u_i: the values have specialised to serve it.
+    """
+    alpha = _check_alpha(alpha)
+    u, v = _tensor("u", u, 2), _tensor("v", v, 2)
+    if u.shape[:-1] != alpha.shape[:-1] or v.shape[:-1] != alpha.shape[:-1] or u.shape[-1] != v.shape[-1]:
+        raise ValueError(f"u, v: expected (..., T, d) with T and batch of alpha {tuple(alpha.shape)} and one d, "
+                         f"got u {tuple(u.shape)}, v {tuple(v.shape)}")
+    u_hat = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    v_hat = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    cos = u_hat @ v_hat.transpose(-1, -2)  # (..., i, j)
+    return (alpha * cos).sum(-1)
+
+
+def value_pull(alpha, u):
+    """-dL/dv_j = -sum_i alpha_ij u_i for every value, shape (..., T, d): where gradient descent
+    would move each value if it were a free vector (the responsibility-weighted error signal)."""
+    alpha = _check_alpha(alpha)
+    u = _tensor("u", u, 2)
+    if u.shape[:-1] != alpha.shape[:-1]:
+        raise ValueError(f"u: expected (..., T, d) matching alpha {tuple(alpha.shape)}, got {tuple(u.shape)}")
+    return -(alpha.transpose(-1, -2) @ u)
+
+
+def movement_toward(delta_v, u):
+    """How far each value moved against each query's error signal: delta_v_j . (-u_i / |u_i|),
+    shape (..., T_i, T_j). The paper's value law says it grows with the responsibility alpha_ij."""
+    delta_v, u = _tensor("delta_v", delta_v, 2), _tensor("u", u, 2)
+    if delta_v.shape[:-2] != u.shape[:-2] or delta_v.shape[-1] != u.shape[-1]:
+        raise ValueError(f"delta_v, u: expected (..., T, d) with the same batch shape and d, "
+                         f"got {tuple(delta_v.shape)} and {tuple(u.shape)}")
+    u_hat = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    return -(u_hat @ delta_v.transpose(-1, -2))
+
+
+# ----------------------------------------------------------------------------- speeds
+
+def relative_change(before, after):
+    """||after - before|| / ||before|| (Frobenius over everything): how much a quantity moved."""
+    before, after = _tensor("before", before), _tensor("after", after)
+    if before.shape != after.shape:
+        raise ValueError(f"before, after: expected the same shape, got {tuple(before.shape)} and {tuple(after.shape)}")
+    norm = before.double().norm().item()
+    if norm == 0:
+        raise ValueError("before: expected a nonzero tensor (a relative change of 0 is undefined)")
+    return (after.double() - before.double()).norm().item() / norm
+
+
+def _curve(steps, values, name):
+    steps, values = np.asarray(steps), np.asarray(values, dtype=float)
+    if steps.ndim != 1 or values.shape != steps.shape or len(steps) == 0:
+        raise ValueError(f"steps, {name}: expected two 1-D arrays of the same nonzero length, "
+                         f"got {steps.shape} and {values.shape}")
+    return steps, values
+
+
+def settling_step(steps, rates, threshold):
+    """The first step from which ``rates`` stays below ``threshold`` to the end (steps[0] if always,
+    None if it is still above at the last step)."""
+    steps, rates = _curve(steps, rates, "rates")
+    if not threshold > 0:
+        raise ValueError(f"threshold: expected a positive number, got {threshold!r}")
+    above = np.nonzero(~(rates < threshold))[0]  # nan counts as "not settled"
+    if len(above) == 0:
+        return int(steps[0])
+    if above[-1] == len(steps) - 1:
+        return None
+    return int(steps[above[-1] + 1])
+
+
+def progress_step(steps, curve, fraction):
+    """The first step at which ``curve`` has covered ``fraction`` of its change from first to last value."""
+    steps, curve = _curve(steps, curve, "curve")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction: expected a number in (0, 1], got {fraction!r}")
+    total = curve[-1] - curve[0]
+    if total == 0:
+        return int(steps[0])
+    progress = (curve - curve[0]) / total
+    return int(steps[np.argmax(progress >= fraction - 1e-12)])
+
+
+# ----------------------------------------------------------------------------- geometry, statistics
+
+def pca(points, n_components=2):
+    """Principal components of (n, d) points.
+
+    Returns a dict: mean (d,), components (n_components, d) (unit rows), explained (the share of the
+    total variance of each of *all* min(n, d) components, summing to 1) and projected (n, n_components).
+    """
+    p = points.detach().to("cpu", torch.float64).numpy() if isinstance(points, torch.Tensor) else np.asarray(points, float)
+    if p.ndim != 2 or p.shape[0] < 2:
+        raise ValueError(f"points: expected shape (n >= 2, d), got {p.shape}")
+    if not 1 <= n_components <= min(p.shape):
+        raise ValueError(f"n_components: expected an int in [1, {min(p.shape)}], got {n_components!r}")
+    mean = p.mean(0)
+    centred = p - mean
+    # eigenvectors of the (d, d) scatter matrix, not an SVD of the (n, d) cloud: the same components,
+    # far cheaper when n >> d (thousands of values, a few dimensions), as every chapter has it
+    var, vecs = np.linalg.eigh(centred.T @ centred)
+    order = np.argsort(var)[::-1][:min(p.shape)]
+    var, vecs = np.clip(var[order], 0, None), vecs[:, order]
+    explained = var / var.sum() if var.sum() > 0 else np.full_like(var, np.nan)
+    components = vecs.T[:n_components]
+    return {"mean": mean, "components": components, "explained": explained,
+            "projected": (p - mean) @ components.T}
+
+
+def _flat_pair(a, b):
+    a = (a.detach().to("cpu", torch.float64).numpy() if isinstance(a, torch.Tensor) else np.asarray(a, float)).ravel()
+    b = (b.detach().to("cpu", torch.float64).numpy() if isinstance(b, torch.Tensor) else np.asarray(b, float)).ravel()
+    if a.shape != b.shape or a.size < 2:
+        raise ValueError(f"expected two samples of the same size >= 2, got {a.size} and {b.size}")
+    return a, b
+
+
+def pearson(a, b):
+    """Pearson correlation of two samples of the same size (flattened). nan if one is constant."""
+    a, b = _flat_pair(a, b)
+    a, b = a - a.mean(), b - b.mean()
+    denom = math.sqrt(float((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum() / denom) if denom > 0 else math.nan
+
+
+def _ranks(a):
+    """Ranks 0..n-1 with ties given their mean rank."""
+    order = np.argsort(a, kind="mergesort")
+    ranks = np.empty(len(a))
+    ranks[order] = np.arange(len(a), dtype=float)
+    _, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return (sums / counts)[inverse]
+
+
+def spearman(a, b):
+    """Spearman rank correlation (Pearson on ranks, ties averaged)."""
+    a, b = _flat_pair(a, b)
+    return pearson(_ranks(a), _ranks(b))
+
+
+# ----------------------------------------------------------------------------- wind-tunnel metrics
+# Scores of a model's logits against a wind tunnel's exact posterior (``tasks.WindTunnelBatch``), in
+# bits, over the scored positions only. Computed in float64 so that errors of 1e-4 bits are real.
+
+LOG2 = math.log(2.0)
+
+
+def entropy_bits(probs):
+    """Entropy in bits of distributions over the last axis (0 log 0 = 0), shape probs.shape[:-1]."""
+    probs = _tensor("probs", probs).double()
+    return -torch.xlogy(probs, probs).sum(-1) / LOG2
+
+
+def _logits_and_batch(logits, batch):
+    for field in ("tokens", "posterior", "mask"):
+        if not hasattr(batch, field):
+            raise ValueError(f"batch: expected a tasks.WindTunnelBatch, got {type(batch).__name__}")
+    logits = _tensor("logits", logits, 3)
+    if tuple(logits.shape) != tuple(batch.posterior.shape):
+        raise ValueError(f"logits: expected shape (B, T, n_classes) = {tuple(batch.posterior.shape)} "
+                         f"(the batch's posterior), got {tuple(logits.shape)}")
+    if not batch.mask.any():
+        raise ValueError("batch: expected at least one scored position, got none")
+    log_q = torch.log_softmax(logits.detach().double(), dim=-1)
+    return log_q, batch.posterior.to(logits.device).double(), batch.mask.to(logits.device)
+
+
+def _entropy_gap(logits, batch):
+    log_q, p, mask = _logits_and_batch(logits, batch)
+    h_model = -(log_q.exp() * log_q).sum(-1) / LOG2
+    return (h_model - entropy_bits(p)).abs(), mask
+
+
+def entropy_error_bits(logits, batch):
+    """Paper I's metric: the mean over scored positions of |H(softmax(logits)) - H(posterior)|, in bits.
+
+    It compares only how *uncertain* the model is with how uncertain Bayes is; ``kl_bits`` also checks
+    that the model is uncertain about the right values. Returns a 0-d float64 tensor."""
+    gap, mask = _entropy_gap(logits, batch)
+    return gap[mask].mean()
+
+
+def kl_bits(logits, batch):
+    """The mean over scored positions of KL(posterior || softmax(logits)) in bits (0-d float64 tensor).
+    The excess cross-entropy of the model over Bayes: 0 only if the model's prediction is the posterior."""
+    log_q, p, mask = _logits_and_batch(logits, batch)
+    kl = (torch.xlogy(p, p) - p * log_q).sum(-1) / LOG2
+    return kl[mask].mean()
+
+
+def per_position_error_bits(logits, batch):
+    """|H(model) - H(posterior)| in bits averaged over the batch at each position, shape (T,);
+    nan where no sequence is scored."""
+    gap, mask = _entropy_gap(logits, batch)
+    counts = mask.sum(0)
+    total = (gap * mask).sum(0)
+    return torch.where(counts > 0, total / counts.clamp_min(1), torch.full_like(total, math.nan))
+
+
+# ----------------------------------------------------------------------------- Paper I's geometry
+# The three signatures Paper I reads off a trained transformer (chapter 7): orthogonal keys, queries
+# that focus layer by layer, and values on a low-dimensional manifold ordered by posterior entropy.
+
+PROBE_NAMES = ("probe_q", "probe_k", "probe_v", "probe_alpha", "probe_g")
+
+
+def probe_tensors(model, tokens, probes=PROBE_NAMES):
+    """Run ``model(tokens)`` without gradients and return, for every attention layer (a module with
+    the probe points of ``models.CausalSelfAttention``, in model order), a dict probe name (without
+    "probe_") -> the tensor that passed through it, e.g. "k": (B, H, T, d_head), "alpha": (B, H, T, T)."""
+    unknown = set(probes) - set(PROBE_NAMES)
+    if unknown:
+        raise ValueError(f"probes: expected names from {PROBE_NAMES}, got {sorted(unknown)}")
+    layers = [m for m in model.modules() if all(hasattr(m, p) for p in PROBE_NAMES)]
+    if not layers:
+        raise ValueError(f"model: expected attention layers with the probe points {PROBE_NAMES}, found none")
+    records = [{} for _ in layers]
+    handles = []
+    for record, layer in zip(records, layers):
+        for p in probes:
+            hook = lambda module, args, out, record=record, key=p[len("probe_"):]: record.__setitem__(key, out.detach())
+            handles.append(getattr(layer, p).register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        for h in handles:
+            h.remove()
+    return records
+
+
+def group_means(vectors, labels):
+    """The mean of the rows of ``vectors`` (n, d) sharing each label (n,): returns (labels present,
+    sorted) and their means (n_labels, d). E.g. one key vector per token, averaged over positions."""
+    vectors, labels = _tensor("vectors", vectors, 2), _tensor("labels", labels)
+    if vectors.dim() != 2 or labels.shape != vectors.shape[:1]:
+        raise ValueError(f"vectors, labels: expected (n, d) and (n,), got {tuple(vectors.shape)} and {tuple(labels.shape)}")
+    present, inverse = torch.unique(labels, return_inverse=True)
+    sums = torch.zeros(len(present), vectors.shape[1], dtype=torch.float64).index_add_(0, inverse, vectors.double())
+    counts = torch.bincount(inverse, minlength=len(present)).double()
+    return present, sums / counts[:, None]
+
+
+def key_orthogonality(keys):
+    """Mean |cosine| between distinct rows of ``keys`` (n >= 2, d): 0 for orthogonal keys, 1 for
+    parallel ones. Paper I's check: below 0.1 for the layer-0 keys of a trained transformer. Random
+    directions in d dimensions give about sqrt(2 / (pi d))."""
+    keys = _tensor("keys", keys, 2).double()
+    if keys.dim() != 2 or keys.shape[0] < 2:
+        raise ValueError(f"keys: expected shape (n >= 2, d), got {tuple(keys.shape)}")
+    unit = keys / keys.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    cos = unit @ unit.T
+    off = ~torch.eye(len(keys), dtype=torch.bool)
+    return cos.abs()[off].mean().item()
+
+
+def value_manifold(points, entropy):
+    """PCA of value-side vectors (n, d) against the posterior entropy (n,) of the same positions.
+
+    Returns a dict: pc1_share (share of the variance on the first principal component), spearman
+    (rank correlation of the PC1 coordinate with the entropy, sign fixed to be >= 0 by orienting PC1)
+    and pc1 (n,) the oriented coordinates. Paper I's check: PC1 > 80% and a strong correlation."""
+    points = _tensor("points", points, 2)
+    entropy = _tensor("entropy", entropy)
+    if entropy.shape != points.shape[:1]:
+        raise ValueError(f"entropy: expected one value per point, shape ({points.shape[0]},), got {tuple(entropy.shape)}")
+    result = pca(points, n_components=1)
+    pc1 = result["projected"][:, 0]
+    rho = spearman(pc1, entropy)
+    if rho < 0:  # a principal axis has no sign: orient it so that it grows with the entropy
+        pc1, rho = -pc1, -rho
+    return {"pc1_share": float(result["explained"][0]), "spearman": rho, "pc1": pc1}
+
+
+def bayesian_geometry(model, batch):
+    """Paper I's three signatures of a transformer on a wind-tunnel batch (``tasks.WindTunnelBatch``),
+    read through the probe points of its attention layers:
+
+    - keys: ``key_orthogonality`` of the layer-0 keys, one vector per token (the mean over every
+      position and sequence where the token occurs), per head, then averaged over heads; "keys" uses
+      the vectors as they are (Paper I's definition), "keys_centred" after removing their mean over
+      tokens, the one component attention cannot see (adding a vector c to every key adds q_i . c to
+      every score of query i, which the softmax ignores)
+    - attention_entropy_bits: for every layer, the mean entropy in bits of the attention rows of the
+      scored queries (mean over heads): query focusing is this falling from layer to layer
+    - the value manifold of the last layer: its per-head outputs g_i = sum_j alpha_ij v_j at the scored
+      positions (heads concatenated) against the posterior entropy there (``value_manifold``):
+      pc1_share, spearman, and the points pc1 and entropy (bits) for plotting
+    """
+    records = probe_tensors(model, batch.tokens, ("probe_k", "probe_alpha", "probe_g"))
+    k = records[0]["k"]
+    B, H, T, d = k.shape
+    tokens = batch.tokens.reshape(-1).to(k.device)
+    raw, centred = [], []
+    for h in range(H):
+        _, means = group_means(k[:, h].reshape(-1, d), tokens)
+        raw.append(key_orthogonality(means))
+        centred.append(key_orthogonality(means - means.mean(0)))
+    mask = batch.mask.to(k.device)
+    focus = [attention_entropy(r["alpha"]).transpose(1, 2)[mask].mean().item() / LOG2 for r in records]
+    g = records[-1]["g"].transpose(1, 2).reshape(B, T, -1)[mask]
+    entropy = entropy_bits(batch.posterior.to(k.device)[mask])
+    manifold = value_manifold(g, entropy)
+    return {"keys": float(np.mean(raw)), "keys_centred": float(np.mean(centred)),
+            "attention_entropy_bits": focus, "pc1_share": manifold["pc1_share"],
+            "spearman": manifold["spearman"], "pc1": manifold["pc1"], "entropy": entropy.cpu().numpy()}

@@ -1,0 +1,169 @@
+"""EM for a Gaussian mixture with one shared spherical variance, the reference point of chapter 5.
+
+    E-step:  r_ik = pi_k N(x_i; mu_k, s2 I) / sum_k' pi_k' N(x_i; mu_k', s2 I)   (responsibilities)
+    M-step:  mu_k = sum_i r_ik x_i / N_k,  N_k = sum_i r_ik,  pi_k = N_k / n,
+             s2 = sum_ik r_ik ||x_i - mu_k||^2 / (n d)
+
+The M-step for a mean is one gradient-ascent step on the log-likelihood with a step size chosen per
+component: grad_k = sum_i r_ik (x_i - mu_k) / s2, and mu_k + (s2 / N_k) grad_k is exactly the M-step
+(``mean_gradient`` and ``gradient_fit`` make that comparison runnable). This is the sense in which a
+larger learning rate on the "prototypes" (the values of a head) moves plain gradient descent towards EM.
+
+Everything is float64 torch; x is (n, d).
+"""
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+def _check_x(x):
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] < 1:
+        raise ValueError(f"x: expected a tensor of shape (n, d), got {getattr(x, 'shape', type(x).__name__)}")
+    return x.to(torch.float64)
+
+
+def _check_means(means, d):
+    if not isinstance(means, torch.Tensor) or means.dim() != 2 or means.shape[1] != d:
+        raise ValueError(f"means: expected a tensor of shape (K, d={d}), got {getattr(means, 'shape', type(means).__name__)}")
+    return means.to(torch.float64)
+
+
+def _check_variance(variance):
+    if isinstance(variance, torch.Tensor):
+        variance = variance.item()
+    if not (isinstance(variance, (int, float)) and math.isfinite(variance) and variance > 0):
+        raise ValueError(f"variance: expected a positive number, got {variance!r}")
+    return float(variance)
+
+
+def _log_joint(x, means, variance, weights):
+    """log pi_k + log N(x_i; mu_k, variance I), (n, K)."""
+    d = x.shape[1]
+    sq = torch.cdist(x, means).pow(2)
+    return torch.log(weights) - sq / (2 * variance) - 0.5 * d * math.log(2 * math.pi * variance)
+
+
+def e_step(x, means, variance, weights=None):
+    """Responsibilities (n, K) and the mean log-likelihood per point (nats)."""
+    x = _check_x(x)
+    means = _check_means(means, x.shape[1])
+    variance = _check_variance(variance)
+    K = means.shape[0]
+    weights = torch.full((K,), 1.0 / K, dtype=torch.float64) if weights is None else weights.to(torch.float64)
+    if weights.shape != (K,) or (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
+        raise ValueError(f"weights: expected K={K} non-negative numbers summing to 1, got {weights}")
+    log_joint = _log_joint(x, means, variance, weights)
+    log_norm = torch.logsumexp(log_joint, dim=1, keepdim=True)
+    return torch.exp(log_joint - log_norm), log_norm.mean().item()
+
+
+def m_step(x, resp, fit_variance=True, variance=None):
+    """Means, variance (or the given one when ``fit_variance`` is False) and weights from responsibilities."""
+    x = _check_x(x)
+    if not isinstance(resp, torch.Tensor) or resp.dim() != 2 or resp.shape[0] != x.shape[0]:
+        raise ValueError(f"resp: expected shape (n={x.shape[0]}, K), got {getattr(resp, 'shape', None)}")
+    resp = resp.to(torch.float64)
+    if (resp < -1e-12).any() or not torch.allclose(resp.sum(1), torch.ones(x.shape[0], dtype=torch.float64), atol=1e-6):
+        raise ValueError("resp: expected rows of probabilities (non-negative, summing to 1)")
+    counts = resp.sum(0).clamp_min(1e-12)
+    means = resp.T @ x / counts[:, None]
+    if fit_variance:
+        variance = (resp * torch.cdist(x, means).pow(2)).sum().item() / (x.shape[0] * x.shape[1])
+    return means, _check_variance(variance), counts / x.shape[0]
+
+
+def mean_gradient(x, resp, means, variance):
+    """d(sum_i log p(x_i)) / d mu_k = sum_i r_ik (x_i - mu_k) / variance, (K, d): each mean is pulled
+    towards the points it is responsible for, weighted by how responsible it is."""
+    x = _check_x(x)
+    means = _check_means(means, x.shape[1])
+    variance = _check_variance(variance)
+    resp = resp.to(torch.float64)
+    return (resp.T @ x - resp.sum(0)[:, None] * means) / variance
+
+
+@dataclass
+class GMMFit:
+    means: torch.Tensor          # (K, d)
+    variance: float
+    weights: torch.Tensor        # (K,)
+    resp: torch.Tensor           # (n, K), at the final means
+    log_likelihood: list         # mean log-likelihood per point, one per iteration (before its update) and the final
+    means_path: torch.Tensor     # (n_iter + 1, K, d)
+
+
+def initial_means(x, n_components, seed=0):
+    """K distinct data points chosen at random (reproducible by seed)."""
+    x = _check_x(x)
+    if isinstance(n_components, bool) or not isinstance(n_components, int) or not 1 <= n_components <= x.shape[0]:
+        raise ValueError(f"n_components: expected an int in [1, n={x.shape[0]}], got {n_components!r}")
+    gen = torch.Generator().manual_seed(seed)
+    return x[torch.randperm(x.shape[0], generator=gen)[:n_components]].clone()
+
+
+def fit(x, n_components, n_iter=30, init=None, variance=1.0, fit_variance=True, seed=0):
+    """EM from ``init`` means (default: random data points). The variance starts at ``variance`` and is
+    re-estimated each M-step unless ``fit_variance`` is False."""
+    x = _check_x(x)
+    means = initial_means(x, n_components, seed) if init is None else _check_means(init, x.shape[1]).clone()
+    if means.shape[0] != n_components:
+        raise ValueError(f"init: expected {n_components} means, got {means.shape[0]}")
+    variance = _check_variance(variance)
+    weights = torch.full((n_components,), 1.0 / n_components, dtype=torch.float64)
+    path, log_lik = [means.clone()], []
+    for _ in range(n_iter):
+        resp, ll = e_step(x, means, variance, weights)
+        log_lik.append(ll)
+        means, variance, weights = m_step(x, resp, fit_variance, variance)
+        path.append(means.clone())
+    resp, ll = e_step(x, means, variance, weights)
+    log_lik.append(ll)
+    return GMMFit(means, variance, weights, resp, log_lik, torch.stack(path))
+
+
+def gradient_fit(x, init, variance, lr, n_iter=30):
+    """Gradient ascent on the means only (responsibilities recomputed every step, variance and
+    weights fixed): the "plain gradient descent" counterpart of ``fit``. ``lr`` is per point: the
+    step is lr * mean_gradient / n."""
+    x = _check_x(x)
+    means = _check_means(init, x.shape[1]).clone()
+    variance = _check_variance(variance)
+    if not (isinstance(lr, (int, float)) and lr > 0):
+        raise ValueError(f"lr: expected a positive number, got {lr!r}")
+    path, log_lik = [means.clone()], []
+    for _ in range(n_iter):
+        resp, ll = e_step(x, means, variance)
+        log_lik.append(ll)
+        means = means + lr * mean_gradient(x, resp, means, variance) / x.shape[0]
+        path.append(means.clone())
+    resp, ll = e_step(x, means, variance)
+    log_lik.append(ll)
+    K = means.shape[0]
+    return GMMFit(means, variance, torch.full((K,), 1.0 / K, dtype=torch.float64), resp, log_lik, torch.stack(path))
+
+
+def match(found, reference):
+    """The permutation p (a list) that minimises sum_k ||found[p[k]] - reference[k]||: which fitted
+    component is which true one. Exhaustive, so for K <= 8."""
+    found, reference = found.to(torch.float64), reference.to(torch.float64)
+    if found.dim() != 2 or found.shape != reference.shape:
+        raise ValueError(f"found, reference: expected two (K, d) tensors of one shape, got "
+                         f"{tuple(found.shape)} and {tuple(reference.shape)}")
+    K = found.shape[0]
+    if K > 8:
+        raise ValueError(f"match: expected K <= 8 components (exhaustive search), got {K}")
+    dist = torch.cdist(reference, found)
+    best = min(itertools.permutations(range(K)), key=lambda p: sum(dist[k, p[k]].item() for k in range(K)))
+    return list(best)
+
+
+def fit_best(x, n_components, restarts=5, seed=0, **kwargs):
+    """``fit`` from ``restarts`` random initialisations (seeds seed, seed+1, ...); the one with the
+    highest final log-likelihood. EM only climbs to a local maximum, so restarts are the usual cure."""
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 1:
+        raise ValueError(f"restarts: expected an int >= 1, got {restarts!r}")
+    fits = [fit(x, n_components, seed=seed + k, **kwargs) for k in range(restarts)]
+    return max(fits, key=lambda f: f.log_likelihood[-1])

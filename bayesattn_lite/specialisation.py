@@ -1,0 +1,486 @@
+"""The specialisation experiment of chapters 4 and 5: one head trained on the hidden-sources toy
+task (``toy``), with everything the chapters measure recorded along the way.
+
+- ``Config``        every size and rate of the experiment, in one place (the chapters print it)
+- ``run``           one seed: data, head, the foundation's training loop, and a history of
+                    probe measurements every ``log_every`` steps (loss, distance to the Bayes
+                    posterior, attention entropy and mass on signal positions, attended
+                    compatibility, value-PCA share, and the relative change of attention maps and
+                    values between snapshots); optionally the one-step "loop" measurements
+- ``run_seeds``     the same for several seeds
+- ``curves``        one metric of several runs as a (seeds, steps) array
+- ``draw_curves``   the four-panel figure of chapter 4 and its widget
+- ``explorer``      the ipywidgets panel: learning rate, value/routing rate ratio, steps
+
+The loop measurements (``loop_every`` > 0) compare, at step t, what the paper's laws predict with
+what one optimizer step actually did (state at t+1), on the training batch itself:
+
+- ``attn_pair_corr``   Pearson, over visible pairs (i >= 1), of the advantage law's predicted change
+                       of alpha (``diagnostics.predicted_attention_change``) with the realised one
+- ``flow``, ``dmass``  the advantage flow into the signal positions, and the realised change of the
+                       attention mass on them (mean over queries): correlated over t
+- ``value_pair_corr``  Pearson, over visible pairs, of alpha_ij with how far v_j moved against u_i
+- ``prototype_cos``    cosine between the realised move of each source's value prototype W_V mu_z
+                       and the pull -sum alpha_ij u_i summed over that source's signal positions
+"""
+
+import contextlib
+import math
+from dataclasses import asdict, dataclass, replace
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from . import attention, diagnostics, toy
+from .attention import AttentionHead
+from .plots import COLORS
+from .train import History, TrainingDiverged, train
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes and rates of the experiment. ``value_ratio`` multiplies the learning rate of W_V
+    (1: plain gradient descent; 10: the paper's EM-like schedule)."""
+
+    n_sources: int = 3
+    d_x: int = 12
+    seq_len: int = 16
+    signal_prob: float = 0.25
+    separation: float = 2.0
+    noise: float = 1.0
+    task_seed: int = 0
+    d_k: int = 8
+    d_v: int = 8
+    init_std: float = 0.1
+    n_train: int = 1024
+    n_probe: int = 256
+    steps: int = 600
+    lr: float = 0.3
+    value_ratio: float = 1.0
+    log_every: int = 10
+
+    def describe(self):
+        return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
+
+
+def make_task(cfg):
+    return toy.make_task(cfg.n_sources, cfg.d_x, cfg.seq_len, cfg.signal_prob, cfg.noise,
+                         cfg.separation, cfg.task_seed)
+
+
+def make_data(cfg, seed):
+    """(task, train, probe): the task is the same for every seed; the samples and the head are not."""
+    task = make_task(cfg)
+    return task, toy.sample(task, cfg.n_train, seed=10_000 + seed), toy.sample(task, cfg.n_probe, seed=20_000 + seed)
+
+
+def make_model(cfg, seed):
+    return AttentionHead(cfg.d_x, cfg.d_k, cfg.d_v, cfg.n_sources, std=cfg.init_std, seed=seed)
+
+
+def lr_multipliers(cfg):
+    return None if cfg.value_ratio == 1 else {"W_V": float(cfg.value_ratio)}
+
+
+@dataclass
+class Run:
+    cfg: Config
+    seed: int
+    model: AttentionHead
+    task: toy.SourcesTask
+    train: tuple
+    probe: tuple
+    history: History
+    loop: dict
+
+
+def _params(model):
+    return {name: p.detach().clone() for name, p in model.params().items()}
+
+
+def probe_metrics(model, task, probe):
+    """The chapter's measurements of a head on the probe sequences, plus the snapshot (alpha, v)
+    that the change rates compare."""
+    xp, yp, sp = probe
+    params = _params(model)
+    fw = attention.forward(xp, params)
+    g = attention.gradients(xp, yp, params)
+    alpha, v = fw["alpha"], fw["v"]
+    logits = fw["logits"]
+    metrics = {
+        "probe_loss": torch.nn.functional.cross_entropy(logits.reshape(-1, task.n_sources), yp.reshape(-1)).item(),
+        "kl_bits": toy.kl_to_posterior_bits(task, xp, logits),
+        "attn_entropy": diagnostics.attention_entropy(alpha).mean().item(),
+        "signal_mass": diagnostics.attention_mass(alpha, sp)[:, 1:].mean().item(),
+        "compat_cos": diagnostics.attended_compatibility(alpha, g["u"], v).mean().item(),
+        "compat_raw": (alpha * g["b"]).sum(-1).sum().item(),  # sum_i u_i . g_i  (see chapter 4)
+        "value_pc_share": float(diagnostics.pca(v.reshape(-1, v.shape[-1]), 1)["explained"][:task.n_sources - 1].sum()),
+        # the size of the content pathway (|W_V mu_z|, mean over sources) and of the routing one
+        "proto_norm": (params["W_V"].double() @ task.means.T).norm(dim=0).mean().item(),
+        "routing_norm": (params["W_Q"].T @ params["W_K"]).norm().item(),
+    }
+    return metrics, (alpha, v)
+
+
+def _loop_record(task, batch, p0, p1):
+    """What the laws predict at the state p0 against what the step to p1 did, on the batch."""
+    x, y, sig = batch
+    fw0, fw1 = attention.forward(x, p0), attention.forward(x, p1)
+    g0 = attention.gradients(x, y, p0)
+    a0, a1 = fw0["alpha"], fw1["alpha"]
+    T = x.shape[-2]
+    pairs = attention.causal_mask(T).clone()
+    pairs[0, 0] = False  # query 0 has a single key: its attention cannot change
+    pairs = pairs.expand_as(a0)
+    predicted = diagnostics.predicted_attention_change(a0, g0["advantage"])
+    moved = diagnostics.movement_toward(fw1["v"] - fw0["v"], g0["u"])
+    visible = attention.causal_mask(T).expand_as(a0)
+    pull = diagnostics.value_pull(a0, g0["u"])
+    cos = []
+    for z in range(task.n_sources):
+        mu = task.means[z].to(p0["W_V"].dtype)
+        step = (p1["W_V"] - p0["W_V"]) @ mu
+        target = pull[sig & (y == z)].sum(0)
+        cos.append(torch.nn.functional.cosine_similarity(step, target, dim=0).item())
+    return {
+        "attn_pair_corr": diagnostics.pearson(predicted[pairs], (a1 - a0)[pairs]),
+        # times the number of positions N: the loss is a mean, so u (hence A) carries a 1/N
+        "flow": diagnostics.advantage_flow(a0, g0["advantage"], sig)[:, 1:].mean().item() * y.numel(),
+        "dmass": (diagnostics.attention_mass(a1, sig) - diagnostics.attention_mass(a0, sig))[:, 1:].mean().item(),
+        "value_pair_corr": diagnostics.pearson(a0[visible], moved[visible]),
+        "prototype_cos": float(np.mean(cos)),
+    }
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Run tiny-tensor code on one CPU thread: with a few thousand 8-wide vectors, thread start-up
+    costs more than it saves, and on a shared 2-core machine two threads can be several times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run(cfg=Config(), seed=0, loop_every=0, loop_until=300, progress=False):
+    """Train one head on the toy task and measure it (see the module docstring)."""
+    with _one_thread():
+        return _run(cfg, seed, loop_every, loop_until, progress)
+
+
+def _run(cfg, seed, loop_every, loop_until, progress):
+    if not isinstance(cfg, Config):
+        raise ValueError(f"cfg: expected a specialisation.Config, got {type(cfg).__name__}")
+    if cfg.steps % cfg.log_every:
+        raise ValueError(f"cfg.steps ({cfg.steps}) must be a multiple of cfg.log_every ({cfg.log_every})")
+    task, train_data, probe = make_data(cfg, seed)
+    model = make_model(cfg, seed)
+    x, y, _ = train_data
+    prev = {}  # the last snapshot, for the change rates
+    loop_at = set(range(0, min(loop_until, cfg.steps - 1), loop_every)) if loop_every else set()
+    states, loop = {}, {}
+
+    def measure(step):
+        metrics, snap = probe_metrics(model, task, probe)
+        if prev:
+            metrics["attn_change"] = diagnostics.relative_change(prev["alpha"], snap[0])
+            metrics["value_change"] = diagnostics.relative_change(prev["v"], snap[1])
+        prev.update(alpha=snap[0], v=snap[1])
+        return metrics
+
+    def loss_fn(m, step):
+        if step in loop_at or step - 1 in loop_at:
+            states[step] = _params(m)
+        if step - 1 in loop_at:  # the state after step - 1 is known now
+            for key, value in _loop_record(task, train_data, states.pop(step - 1), states[step]).items():
+                loop.setdefault(key, []).append(value)
+            loop.setdefault("step", []).append(step - 1)
+            if step not in loop_at:
+                states.pop(step)
+        loss = attention.loss(x, y, m.params())
+        return (loss, measure(step)) if step % cfg.log_every == 0 else loss
+
+    # device="cpu": at these sizes (a few thousand positions, 8-wide head) a GPU only adds overhead
+    history = train(model, loss_fn, cfg.steps, lr=cfg.lr, lr_multipliers=lr_multipliers(cfg), seed=seed,
+                    log_every=cfg.log_every, progress=progress, desc=f"seed {seed}", device="cpu")
+    with torch.no_grad():  # the state after the last step
+        history.append(cfg.steps, loss=attention.loss(x, y, model.params()).item(), **measure(cfg.steps))
+    return Run(cfg, seed, model, task, train_data, probe, history, {k: np.array(v) for k, v in loop.items()})
+
+
+def run_seeds(cfg=Config(), seeds=(0, 1, 2, 3, 4), **kwargs):
+    return [run(cfg, seed, **kwargs) for seed in seeds]
+
+
+def curves(runs, key):
+    """(steps, values): values is (n_runs, n_logged) for one metric of several runs."""
+    if not runs:
+        raise ValueError("runs: expected at least one Run")
+    steps = runs[0].history.steps
+    return steps, np.stack([r.history[key] for r in runs])
+
+
+def band(ax, steps, values, color, label=None, log=False):
+    """Mean line and min-max band over seeds (rows of ``values``)."""
+    values = np.asarray(values, float)
+    mean = np.exp(np.nanmean(np.log(values), 0)) if log else np.nanmean(values, 0)
+    ax.fill_between(steps, np.nanmin(values, 0), np.nanmax(values, 0), color=color, alpha=0.2, lw=0)
+    ax.plot(steps, mean, color=color, label=label, lw=1.6)
+
+
+def reference_entropies(run_):
+    """Mean attention entropy (nats) of uniform causal attention, and of ideal routing (uniform over
+    the visible signal positions, or over all visible ones where none is a signal yet), on the probe."""
+    _, _, sp = run_.probe
+    T = sp.shape[1]
+    visible = attention.causal_mask(T).expand(sp.shape[0], T, T)
+    uniform = visible.double() / visible.sum(-1, keepdim=True)
+    ideal = (visible & sp[:, None, :]).double()
+    ideal = torch.where(ideal.sum(-1, keepdim=True) > 0, ideal, visible.double())
+    ideal = ideal / ideal.sum(-1, keepdim=True)
+    return (diagnostics.attention_entropy(uniform).mean().item(), diagnostics.attention_entropy(ideal).mean().item())
+
+
+def draw_curves(fig, runs, color=None, label=None, axes=None):
+    """Four panels over training: probe loss and its KL to the Bayes posterior; attention entropy;
+    attended compatibility; share of value variance in the first K-1 principal components."""
+    color = color or COLORS["em" if runs[0].cfg.value_ratio != 1 else "sgd"]
+    if axes is None:
+        axes = fig.subplots(1, 4)
+    steps, _ = curves(runs, "loss")
+    band(axes[0], steps, curves(runs, "kl_bits")[1], color, label)
+    axes[0].set(title="distance to the Bayes posterior", ylabel="KL (bits)", xlabel="step")
+    band(axes[1], steps, curves(runs, "attn_entropy")[1], color, label)
+    uniform, ideal = reference_entropies(runs[0])
+    axes[1].axhline(uniform, color="0.6", ls=":", lw=1)
+    axes[1].axhline(ideal, color="0.6", ls="--", lw=1)
+    axes[1].text(steps[-1], uniform, "uniform", ha="right", va="bottom", fontsize=8, color="0.4")
+    axes[1].text(steps[-1], ideal, "ideal routing", ha="right", va="bottom", fontsize=8, color="0.4")
+    axes[1].set(title="attention entropy", ylabel="nats", xlabel="step")
+    band(axes[2], steps, curves(runs, "compat_cos")[1], color, label)
+    axes[2].axhline(0, color="0.6", lw=0.8)
+    axes[2].set(title=r"attended compatibility $E_\alpha[\cos(u_i, v_j)]$", xlabel="step")
+    band(axes[3], steps, curves(runs, "value_pc_share")[1], color, label)
+    axes[3].set(title=f"value variance in first {runs[0].task.n_sources - 1} PCs", xlabel="step", ylim=(0, 1.02))
+    if label:
+        axes[0].legend(fontsize=8)
+    return axes
+
+
+def explorer_figure(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
+    """Train ``cfg`` (default ``small_config()``) for ``seeds`` and draw ``draw_curves``: the widget's
+    figure, and the static figure of its default state."""
+    runs = run_seeds(cfg or small_config(), seeds)
+    fig = plt.figure(figsize=figsize)
+    draw_curves(fig, runs)
+    fig.tight_layout()
+    return fig, runs
+
+
+def explorer(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
+    """An ipywidgets panel: choose the learning rate, the value/routing rate ratio and the number of
+    steps; it retrains a small version (``small_config``) for ``seeds`` and redraws ``explorer_figure``."""
+    import ipywidgets
+    from IPython.display import display
+
+    cfg = cfg or small_config()
+
+    def update(lr, value_ratio, steps):
+        try:
+            fig, runs = explorer_figure(replace(cfg, lr=lr, value_ratio=value_ratio, steps=int(steps)), seeds, figsize)
+        except TrainingDiverged as e:  # too large a rate: say so instead of drawing nan curves
+            print(f"This run diverged: {e}")
+            return None
+        display(fig)
+        plt.close(fig)
+        return runs
+
+    style, layout = {"description_width": "initial"}, ipywidgets.Layout(width="420px")
+    return ipywidgets.interactive(
+        update,
+        lr=ipywidgets.FloatLogSlider(value=cfg.lr, base=10, min=-2, max=0.3, step=0.1, description="learning rate η",
+                                     continuous_update=False, style=style, layout=layout),
+        value_ratio=ipywidgets.FloatLogSlider(value=cfg.value_ratio, base=10, min=-1, max=1.5, step=0.25,
+                                              description="value / routing rate", continuous_update=False,
+                                              style=style, layout=layout),
+        steps=ipywidgets.IntSlider(value=cfg.steps, min=50, max=1000, step=50, description="steps",
+                                   continuous_update=False, style=style, layout=layout),
+    )
+
+
+def small_config(**changes):
+    """The widget's version: fewer training sequences, so that a redraw takes a few seconds."""
+    return replace(Config(n_train=256, n_probe=128, steps=400), **changes)
+
+
+# ----------------------------------------------------------------------------- summaries, figures
+
+def mean_sd(values):
+    """(mean, standard deviation over seeds) of a 1-D sample, as floats."""
+    values = np.asarray(values, float)
+    return float(np.mean(values)), float(np.std(values))
+
+
+def loop_window(runs, key, start, stop):
+    """One number per run: the mean of a loop measurement over the recorded steps in [start, stop)."""
+    out = []
+    for r in runs:
+        if key not in r.loop:
+            raise ValueError(f"run with seed {r.seed} has no loop measurement {key!r}: pass loop_every > 0 to run")
+        steps = r.loop["step"]
+        out.append(float(np.mean(r.loop[key][(steps >= start) & (steps < stop)])))
+    return np.array(out)
+
+
+def manifold(run_, model=None):
+    """The value cloud of the probe sequences: PCA (top K-1 components), the single-observation
+    posterior entropy of every position, and their link (Spearman of the distance from the cloud's
+    centre in the PC plane with that entropy). ``model`` defaults to the trained head."""
+    model = model or run_.model
+    xp = run_.probe[0]
+    v = model.internals(xp)["v"].reshape(-1, run_.cfg.d_v)
+    k = run_.task.n_sources - 1
+    p = diagnostics.pca(v, k)
+    entropy = toy.entropy(toy.observation_posterior(run_.task, xp)).reshape(-1).numpy()
+    radius = np.linalg.norm(p["projected"], axis=1)
+    return {"projected": p["projected"], "share": float(p["explained"][:k].sum()), "entropy": entropy,
+            "radius": radius, "spearman": diagnostics.spearman(radius, entropy)}
+
+
+def draw_manifold(axes, before, after, n_bins=8):
+    """Value clouds before and after training (PC plane, coloured by posterior entropy), and the mean
+    entropy as a function of the distance from the centre."""
+    vmax = float(np.log(before["projected"].shape[1] + 1))  # log K: K - 1 components were kept
+    for ax, m, title in ((axes[0], before, "values at initialisation"), (axes[1], after, "values after training")):
+        order = np.argsort(-m["entropy"])  # low-entropy points on top
+        sc = ax.scatter(m["projected"][order, 0], m["projected"][order, 1], c=m["entropy"][order], s=4,
+                        cmap="viridis", vmin=0, vmax=vmax, rasterized=True)
+        ax.set(title=f"{title}\n{m['share']:.0%} of variance in the first 2 PCs", xlabel="PC 1", ylabel="PC 2")
+        ax.set_aspect("equal", adjustable="datalim")
+    plt.colorbar(sc, ax=axes[1], fraction=0.046, pad=0.04, label="posterior entropy of $x_j$ alone (nats)")
+    for m, color, label in ((before, "0.6", "initialisation"), (after, COLORS["value"], "trained")):
+        r = m["radius"] / m["radius"].mean()
+        edges = np.quantile(r, np.linspace(0, 1, n_bins + 1))
+        idx = np.clip(np.searchsorted(edges, r, side="right") - 1, 0, n_bins - 1)
+        centres = [r[idx == b].mean() for b in range(n_bins)]
+        means = [m["entropy"][idx == b].mean() for b in range(n_bins)]
+        axes[2].plot(centres, means, "o-", color=color, label=f"{label} (Spearman {m['spearman']:.2f})")
+    axes[2].set(title="entropy against distance from the centre", xlabel="distance in the PC plane / its mean",
+                ylabel="mean posterior entropy (nats)")
+    axes[2].legend(fontsize=8)
+
+
+def draw_attention_maps(axes, alphas, is_signal, titles):
+    """Attention maps of one sequence, with the signal positions marked on the key axis."""
+    for ax, alpha, title in zip(axes, alphas, titles):
+        a = alpha.detach().cpu().numpy() if isinstance(alpha, torch.Tensor) else np.asarray(alpha)
+        im = ax.imshow(np.ma.masked_where(np.triu(np.ones_like(a), 1) > 0, a), cmap="viridis", vmin=0)
+        im.cmap.set_bad("0.92")
+        T = a.shape[0]
+        ax.set_xticks(range(T))
+        ax.set_xticklabels(["S" if s else "·" for s in is_signal.tolist()], fontsize=7)
+        for tick, s in zip(ax.get_xticklabels(), is_signal.tolist()):
+            tick.set_color(COLORS["value"] if s else "0.5")
+        ax.set(title=title, xlabel="key j (S: signal position)", ylabel="query i")
+        plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+
+
+def draw_loop(axes, runs, example=0):
+    """Left: for one run, the advantage flow into the signal positions at step t and the realised
+    change of attention mass on them from t to t+1. Right: per-pair and per-prototype agreement of
+    prediction and realised step over training, mean and min-max band over seeds."""
+    r = runs[example]
+    steps = r.loop["step"]
+    ax = axes[0]
+    ax.plot(steps, r.loop["flow"] / np.abs(r.loop["flow"]).max(), color=COLORS["key"],
+            label="advantage flow into signal keys at t")
+    ax.plot(steps, r.loop["dmass"] / np.abs(r.loop["dmass"]).max(), color=COLORS["query"], ls="--",
+            label="change of attention mass on them, t to t+1")
+    ax.axhline(0, color="0.7", lw=0.8)
+    ax.set(title=f"routing, seed {r.seed} (each curve / its max)", xlabel="step t")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    for key, color, label in (("prototype_cos", COLORS["value"], r"cos(move of $W_V\mu_z$, its pull)"),
+                              ("attn_pair_corr", COLORS["key"], r"corr(predicted, realised $\Delta\alpha_{ij}$)"),
+                              ("value_pair_corr", COLORS["error"], r"corr($\alpha_{ij}$, move of $v_j$ along $-u_i$)")):
+        band(ax, steps, np.stack([x.loop[key] for x in runs]), color, label)
+    ax.axhline(0, color="0.7", lw=0.8)
+    ax.set(title="one step: prediction against what happened", xlabel="step t", ylim=(-1.05, 1.05))
+    ax.legend(fontsize=8, loc="lower left")
+
+
+def timescales(run_, threshold=0.01, fraction=0.9):
+    """The two-timescale summary of one run (chapter 5). Change rates are relative changes between
+    probe snapshots ``cfg.log_every`` steps apart.
+
+    peak_attn, peak_value   the step at which the attention maps / the values changed fastest
+    t_frame, t_values       the step from which their change stays below ``threshold`` (None: never)
+    t90_loss, t90_kl, t90_entropy   the step by which the training loss, the KL to the posterior and
+                            the attention entropy have covered ``fraction`` of their total change
+    loss_after, kl_after    the share of the total decrease of the training loss still to come after
+                            t_frame, and the decrease of the KL (bits) after it (negative: it rose)
+    """
+    h, steps = run_.history, run_.history.steps
+    attn, value = h["attn_change"], h["value_change"]
+    out = {"peak_attn": int(steps[np.nanargmax(attn)]), "peak_value": int(steps[np.nanargmax(value)]),
+           "t_frame": diagnostics.settling_step(steps, attn, threshold),
+           "t_values": diagnostics.settling_step(steps, value, threshold),
+           "t90_loss": diagnostics.progress_step(steps, h["loss"], fraction),
+           "t90_kl": diagnostics.progress_step(steps, h["kl_bits"], fraction),
+           "t90_entropy": diagnostics.progress_step(steps, h["attn_entropy"], fraction)}
+    if out["t_frame"] is None:
+        out["loss_after"] = out["kl_after"] = math.nan
+    else:
+        k = int(np.searchsorted(steps, out["t_frame"]))
+        loss, kl = h["loss"], h["kl_bits"]
+        out["loss_after"] = float((loss[k] - loss[-1]) / (loss[0] - loss[-1]))
+        out["kl_after"] = float(kl[k] - kl[-1])
+    return out
+
+
+def compare_with_gmm(run_, n_iter=100, restarts=5, confident=0.9):
+    """Chapter 5's side-by-side: EM for a (K+1)-component Gaussian mixture on the run's pooled
+    training observations (no labels, no sequences), against the head trained on those sequences.
+
+    Returns a dict with the fit (``em.GMMFit``), ``order`` (fitted component of each source and, last,
+    of the distractor), and on the probe observations: ``p_signal`` (the mixture's probability that an
+    observation is not from the distractor), ``received`` / ``received_init`` (attention each
+    observation receives relative to uniform, trained / initial head), ``gmm_sources`` (the mixture's
+    responsibilities over the K sources, renormalised), ``head_sources`` (softmax(W_O v_j), what a
+    single value says on its own), ``exact_sources`` (toy.observation_posterior), and the summary
+    numbers ``spearman_received`` / ``spearman_received_init`` (attention received vs p_signal) and
+    ``agree_head_gmm``, ``agree_head_exact``, ``agree_gmm_exact`` (share of equal argmax over the
+    observations with p_signal > ``confident``).
+    """
+    from . import em
+
+    with _one_thread():
+        task, K = run_.task, run_.task.n_sources
+        x_train = run_.train[0].reshape(-1, task.d_x).double()
+        fit = em.fit_best(x_train, K + 1, restarts=restarts, n_iter=n_iter, seed=0)
+        order = em.match(fit.means, torch.cat([task.means, task.distractor[None]]))
+        xp = run_.probe[0]
+        resp, _ = em.e_step(xp.reshape(-1, task.d_x).double(), fit.means, fit.variance, fit.weights)
+        resp = resp[:, order]
+        p_signal = 1 - resp[:, K]
+        gmm_sources = resp[:, :K] / resp[:, :K].sum(1, keepdim=True)
+        fw = run_.model.internals(xp)
+        head_sources = torch.softmax(fw["v"] @ run_.model.W_O.detach().T, -1).reshape(-1, K).double()
+        exact = toy.observation_posterior(task, xp).reshape(-1, K)
+        received = diagnostics.attention_received(fw["alpha"]).reshape(-1)
+        received_init = diagnostics.attention_received(make_model(run_.cfg, run_.seed).internals(xp)["alpha"]).reshape(-1)
+        sure = p_signal > confident
+
+        def agree(a, b):
+            return float((a[sure].argmax(1) == b[sure].argmax(1)).double().mean())
+
+        return {"fit": fit, "order": order, "p_signal": p_signal.numpy(), "received": received.numpy(),
+                "received_init": received_init.numpy(), "gmm_sources": gmm_sources.numpy(),
+                "head_sources": head_sources.numpy(), "exact_sources": exact.numpy(), "confident": sure.numpy(),
+                "spearman_received": diagnostics.spearman(received, p_signal),
+                "spearman_received_init": diagnostics.spearman(received_init, p_signal),
+                "agree_head_gmm": agree(head_sources, gmm_sources), "agree_head_exact": agree(head_sources, exact),
+                "agree_gmm_exact": agree(gmm_sources, exact)}

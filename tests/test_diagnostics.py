@@ -1,0 +1,155 @@
+"""bayesattn_lite.diagnostics: each measurement against a hand computation or autograd."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bayesattn_lite import attention, diagnostics
+
+
+def small_head(seed=0, T=5):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, T, 4, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, 3, (3, T), generator=gen)
+    params = attention.init_params(4, 3, 3, 3, std=0.8, seed=seed, dtype=torch.float64)
+    return x, y, params
+
+
+def scores_to_loss(s, x, y, params):
+    """The head's loss as a function of its (causally masked) scores, for autograd."""
+    s = s.masked_fill(~attention.causal_mask(x.shape[-2]), float("-inf"))
+    alpha = torch.softmax(s, -1)
+    v = x @ params["W_V"].T
+    logits = alpha @ v @ params["W_O"].T
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, 3), y.reshape(-1))
+
+
+def test_attention_entropy_of_uniform_and_one_hot_rows():
+    alpha = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])
+    assert torch.allclose(diagnostics.attention_entropy(alpha), torch.tensor([0.0, math.log(2), math.log(3)]))
+
+
+def test_attention_mass_of_complementary_sets_sums_to_one():
+    x, _, params = small_head()
+    alpha = attention.forward(x, params)["alpha"]
+    mask = torch.rand(3, 5, generator=torch.Generator().manual_seed(1)) < 0.5
+    total = diagnostics.attention_mass(alpha, mask) + diagnostics.attention_mass(alpha, ~mask)
+    assert torch.allclose(total, torch.ones_like(total))
+
+
+def test_advantage_flow_is_minus_the_gradient_of_a_common_score_shift():
+    x, y, params = small_head()
+    mask = torch.tensor([[True, False, True, False, False]] * 3)
+    s = attention.forward(x, params)["s"].masked_fill(~attention.causal_mask(5), 0.0)
+    c = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    scores_to_loss(s + c * mask[:, None, :], x, y, params).backward()
+    g = diagnostics.compatibility_and_advantage(x, y, params)
+    alpha = attention.forward(x, params)["alpha"]
+    flow = diagnostics.advantage_flow(alpha, g["advantage"], mask).sum()
+    assert torch.allclose(flow, -c.grad)
+
+
+def test_predicted_attention_change_is_the_first_order_change_of_a_score_step():
+    x, y, params = small_head()
+    fw = attention.forward(x, params)
+    g = diagnostics.compatibility_and_advantage(x, y, params)
+    eps = 1e-6
+    moved = torch.softmax(fw["s"] + eps * fw["alpha"] * g["advantage"], -1)
+    predicted = diagnostics.predicted_attention_change(fw["alpha"], g["advantage"], eta=eps)
+    assert torch.allclose(moved - fw["alpha"], predicted, atol=1e-15)
+    assert torch.allclose(predicted.sum(-1), torch.zeros(3, 5, dtype=torch.float64), atol=1e-18)
+
+
+def test_value_pull_is_minus_the_value_gradient():
+    x, y, params = small_head()
+    fw = attention.forward(x, params)
+    v = fw["v"].clone().requires_grad_(True)
+    logits = fw["alpha"] @ v @ params["W_O"].T
+    torch.nn.functional.cross_entropy(logits.reshape(-1, 3), y.reshape(-1)).backward()
+    u = diagnostics.compatibility_and_advantage(x, y, params)["u"]
+    assert torch.allclose(diagnostics.value_pull(fw["alpha"], u), -v.grad)
+
+
+def test_movement_toward_and_attended_compatibility_by_hand():
+    u = torch.tensor([[[1.0, 0.0], [0.0, 2.0]]])          # two queries
+    dv = torch.tensor([[[-3.0, 0.0], [0.0, -1.0]]])        # two values
+    moved = diagnostics.movement_toward(dv, u)
+    assert torch.allclose(moved, torch.tensor([[[3.0, 0.0], [0.0, 1.0]]]))
+    alpha = torch.tensor([[[1.0, 0.0], [0.25, 0.75]]])
+    v = torch.tensor([[[-2.0, 0.0], [1.0, 1.0]]])
+    # query 0 uses v_0 = -u_0 direction: cos -1; query 1: 0.25 * cos(u_1, v_0) + 0.75 * cos(u_1, v_1)
+    expected = torch.tensor([[-1.0, 0.25 * 0.0 + 0.75 / math.sqrt(2)]])
+    assert torch.allclose(diagnostics.attended_compatibility(alpha, u, v), expected)
+
+
+def test_relative_change():
+    assert math.isclose(diagnostics.relative_change(torch.tensor([3.0, 4.0]), torch.tensor([3.0, 5.0])), 0.2)
+    with pytest.raises(ValueError, match="nonzero"):
+        diagnostics.relative_change(torch.zeros(2), torch.ones(2))
+    with pytest.raises(ValueError, match="same shape"):
+        diagnostics.relative_change(torch.ones(2), torch.ones(3))
+
+
+def test_settling_step_and_progress_step():
+    steps = np.array([0, 10, 20, 30, 40])
+    assert diagnostics.settling_step(steps, [0.5, 0.005, 0.02, 0.004, 0.001], 0.01) == 30
+    assert diagnostics.settling_step(steps, [0.001] * 5, 0.01) == 0
+    assert diagnostics.settling_step(steps, [0.5, 0.005, 0.02, 0.004, 0.1], 0.01) is None
+    assert diagnostics.settling_step(steps, [np.nan, 0.005, 0.002, 0.004, 0.001], 0.01) == 10
+    assert diagnostics.progress_step(steps, [1.0, 0.5, 0.2, 0.1, 0.0], 0.9) == 30
+    assert diagnostics.progress_step(steps, [0.0, 2.0, 4.0, 4.0, 4.0], 0.5) == 10
+    with pytest.raises(ValueError, match="fraction"):
+        diagnostics.progress_step(steps, [1, 2, 3, 4, 5], 1.5)
+
+
+def test_pca_of_points_on_a_line_and_a_plane():
+    gen = torch.Generator().manual_seed(0)
+    t = torch.randn(200, 1, generator=gen, dtype=torch.float64)
+    line = t @ torch.tensor([[1.0, 2.0, -1.0]], dtype=torch.float64) + 5.0
+    out = diagnostics.pca(line, 1)
+    assert out["explained"][0] > 1 - 1e-12 and math.isclose(out["explained"].sum(), 1.0)
+    assert np.allclose(np.abs(out["components"][0]), np.array([1, 2, 1]) / math.sqrt(6))
+    plane = torch.randn(300, 2, generator=gen, dtype=torch.float64) @ torch.randn(2, 5, generator=gen, dtype=torch.float64)
+    out = diagnostics.pca(plane + 0.01 * torch.randn(300, 5, generator=gen, dtype=torch.float64), 2)
+    assert out["explained"][:2].sum() > 0.999 and out["projected"].shape == (300, 2)
+    with pytest.raises(ValueError, match="n_components"):
+        diagnostics.pca(plane, 6)
+
+
+def test_pearson_and_spearman():
+    a = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert math.isclose(diagnostics.pearson(a, 2 * a + 1), 1.0)
+    assert math.isclose(diagnostics.pearson(a, a[::-1]), -1.0)
+    assert math.isclose(diagnostics.spearman(a, np.exp(a)), 1.0)
+    b = np.array([3.0, 1.0, 2.0, 2.0, 9.0])
+    assert math.isclose(diagnostics.pearson(a, b), np.corrcoef(a, b)[0, 1])
+    ranks_b = np.array([4.0, 1.0, 2.5, 2.5, 5.0])  # ties share their mean rank
+    assert math.isclose(diagnostics.spearman(a, b), np.corrcoef(a, ranks_b)[0, 1])
+    assert math.isnan(diagnostics.pearson(a, np.ones(5)))
+    with pytest.raises(ValueError, match="same size"):
+        diagnostics.pearson(a, a[:3])
+
+
+def test_bad_attention_maps_raise_value_errors():
+    with pytest.raises(ValueError, match="sum to 1"):
+        diagnostics.attention_entropy(torch.full((3, 3), 0.5))
+    with pytest.raises(ValueError, match=r"\(\.\.\., T, T\)"):
+        diagnostics.attention_entropy(torch.full((3, 2), 0.5))
+    with pytest.raises(ValueError, match="key_mask"):
+        diagnostics.attention_mass(torch.eye(3), torch.ones(4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="torch.Tensor"):
+        diagnostics.attention_entropy([[1.0]])
+
+
+def test_attention_received_is_one_for_uniform_attention_and_tracks_favoured_keys():
+    T = 4
+    uniform = attention.causal_mask(T).double()
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    assert torch.allclose(diagnostics.attention_received(uniform), torch.ones(T, dtype=torch.float64))
+    assert torch.allclose(diagnostics.attention_received(torch.full((T, T), 1 / T)), torch.ones(T))
+    # every query attends only to key 0: key 0 gets n_i from each query i (1, 2, 3, 4 -> mean 2.5)
+    first = torch.zeros(T, T)
+    first[:, 0] = 1.0
+    assert torch.allclose(diagnostics.attention_received(first), torch.tensor([2.5, 0.0, 0.0, 0.0]))

@@ -1,0 +1,111 @@
+"""The specialisation experiment of chapters 4-5: a short run records what the chapters plot,
+reproducibly, and its loop measurements line up with the steps they describe."""
+
+import math
+from dataclasses import replace
+
+import matplotlib
+import numpy as np
+import pytest
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from bayesattn_lite import plots  # noqa: E402
+from bayesattn_lite import specialisation as sp  # noqa: E402
+
+TINY = sp.Config(n_train=32, n_probe=16, steps=40, log_every=10, lr=0.5)
+
+
+def test_run_records_every_metric_and_the_final_state():
+    r = sp.run(TINY, seed=0, loop_every=5, loop_until=20)
+    assert list(r.history.steps) == [0, 10, 20, 30, 40]
+    for key in ("loss", "probe_loss", "kl_bits", "attn_entropy", "signal_mass", "compat_cos",
+                "value_pc_share", "attn_change", "value_change"):
+        values = r.history[key]
+        assert np.isfinite(values[1:]).all(), key
+    assert math.isnan(r.history["attn_change"][0])  # no earlier snapshot to compare with
+    assert list(r.loop["step"]) == [0, 5, 10, 15]
+    assert set(r.loop) >= {"attn_pair_corr", "flow", "dmass", "value_pair_corr", "prototype_cos"}
+    assert r.history["loss"][-1] < r.history["loss"][0]
+
+
+def test_untrained_attention_is_nearly_uniform():
+    r = sp.run(replace(TINY, steps=10), seed=1)
+    uniform, ideal = sp.reference_entropies(r)
+    assert abs(r.history["attn_entropy"][0] - uniform) < 0.02
+    assert ideal < uniform
+
+
+def test_runs_are_reproducible_and_seeds_differ():
+    a, b, c = sp.run(TINY, 2), sp.run(TINY, 2), sp.run(TINY, 3)
+    assert np.array_equal(a.history["loss"], b.history["loss"])
+    assert not np.array_equal(a.history["loss"], c.history["loss"])
+
+
+def test_value_ratio_sets_the_value_learning_rate():
+    assert sp.lr_multipliers(TINY) is None
+    assert sp.lr_multipliers(replace(TINY, value_ratio=10.0)) == {"W_V": 10.0}
+    slow, fast = sp.run(replace(TINY, steps=10), 0), sp.run(replace(TINY, steps=10, value_ratio=10.0), 0)
+    assert fast.history["value_change"][1] > 3 * slow.history["value_change"][1]
+
+
+def test_draw_curves_draws_four_panels():
+    fig = plt.figure()
+    axes = sp.draw_curves(fig, [sp.run(TINY, 0)])
+    assert len(axes) == 4 and all(ax.lines for ax in axes)
+    plt.close(fig)
+
+
+def test_bad_configs_raise_value_errors():
+    with pytest.raises(ValueError, match="multiple"):
+        sp.run(replace(TINY, steps=45))
+    with pytest.raises(ValueError, match="Config"):
+        sp.run({"steps": 10})
+    with pytest.raises(ValueError, match="at least one"):
+        sp.curves([], "loss")
+
+
+def test_timescales_summarise_a_run_consistently():
+    r = sp.run(replace(TINY, steps=100), 0)
+    t = sp.timescales(r, threshold=0.05)
+    steps = list(r.history.steps)
+    for key in ("peak_attn", "peak_value", "t90_loss", "t90_kl", "t90_entropy"):
+        assert t[key] in steps, key
+    if t["t_frame"] is not None:
+        assert 0 <= t["loss_after"] <= 1
+    loose, strict = sp.timescales(r, threshold=0.5), sp.timescales(r, threshold=1e-6)
+    assert loose["t_frame"] is not None and strict["t_frame"] is None and math.isnan(strict["loss_after"])
+
+
+# plots.binned and plots.trajectories were added to plots.py for chapters 4-5; they are tested here.
+
+def test_binned_draws_bin_means_and_rejects_mismatched_samples():
+    x = np.arange(100.0)
+    fig, ax = plt.subplots()
+    centres, means = plots.binned(ax, x, 2 * x, n_bins=4)
+    assert len(centres) == 4 and np.allclose(means, 2 * centres)
+    with pytest.raises(ValueError, match="same size"):
+        plots.binned(ax, x, x[:50])
+    plt.close(fig)
+
+
+def test_trajectories_draws_one_line_per_point():
+    fig, ax = plt.subplots()
+    plots.trajectories(ax, np.zeros((5, 3, 2)), "k", label="EM")
+    assert len(ax.lines) == 9  # a path, a start and an end marker for each of 3 points
+    with pytest.raises(ValueError, match="paths"):
+        plots.trajectories(ax, np.zeros((5, 3)), "k")
+    plt.close(fig)
+
+
+def test_compare_with_gmm_returns_aligned_measurements():
+    r = sp.run(replace(TINY, n_train=64, steps=60), 0)
+    c = sp.compare_with_gmm(r, n_iter=20, restarts=2)
+    n = TINY.n_probe * TINY.seq_len
+    assert c["p_signal"].shape == c["received"].shape == (n,)
+    assert c["head_sources"].shape == c["gmm_sources"].shape == (n, TINY.n_sources)
+    assert np.allclose(c["gmm_sources"].sum(1), 1) and sorted(c["order"]) == list(range(TINY.n_sources + 1))
+    for key in ("agree_head_gmm", "agree_head_exact", "agree_gmm_exact"):
+        assert 0 <= c[key] <= 1
+    assert -1 <= c["spearman_received"] <= 1
