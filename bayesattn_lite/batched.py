@@ -1,0 +1,398 @@
+"""Many independent attention heads trained at once, with the closed-form gradients.
+
+The sticky-Markov experiment trains 10 copies of one small head (5 seeds x 2 schedules), each by
+full-batch gradient descent on its own sequence of ~2000 positions. The (T x T) causal attention
+is nearly all of the cost, so this module stacks the models along a leading *model axis* M and
+computes every model's gradient in one batched pass::
+
+    params = stack([attention.init_params(20, 10, 15, 8, seed=s) for s in seeds])   # W_Q: (M, 10, 20)
+    metrics, grads = forward_backward(x, y, params)       # x (M, N, 20), y (M, N); grads (M, ...)
+    run = train(x, y, params, lrs, steps=1000)             # lrs: {"W_V": (M,) rates, ...}
+
+``attention.gradients`` sums its weight gradients over a batch (one model, many sequences);
+here each model gets its own. The formulas are the paper's, as in ``attention``::
+
+    u_i = W_O^T (softmax(z_i) - onehot(y_i)) / N,    b_ij = u_i . v_j
+    dL/ds_ij = alpha_ij (b_ij - E_{alpha_i}[b]),      E_{alpha_i}[b] = u_i . g_i
+    dL/dq_i = sum_j dL/ds_ij k_j / sqrt(d_k),  dL/dk_j = sum_i dL/ds_ij q_i / sqrt(d_k),
+    dL/dv_j = sum_i alpha_ij u_i,                     dL/dW = sum_t (dL/d out_t) x_t^T
+
+What makes it fast (measured on a 2-core CPU; see benchmarks/sticky_markov.py):
+
+1. *Query blocks.* Rows of the score matrix are processed ``block_size`` queries at a time.
+   A query block [a, b) only sees keys [0, b), so the masked upper triangle is never computed
+   (half the work), and because each position's loss depends only on its own row, the forward
+   and the backward pass of a block run back to back while the block is still in cache: no
+   (T x T) tensor is ever stored, and two reused work buffers hold the block's tiles.
+2. *Few passes over the (block x T) tiles.* Softmax is replaced by exp2 of scores shifted by a
+   cheap upper bound of the row maximum (subtracted inside the score GEMM through an extra
+   column), the row sums come out of the value GEMM through a column of ones, and
+   E_{alpha_i}[b] = sum_j alpha_ij u_i . v_j = u_i . g_i comes from (T, d_v) tensors; so a tile
+   is written twice (e, then dL/ds) and read five times, with no normalisation pass.
+3. *GEMM shapes the CPU likes.* Thin (T, d) operands are zero-padded to 16 columns, and the
+   key-side reductions are computed transposed (q^T dL/ds instead of dL/ds^T q): each is 2-3x
+   faster than the plain form for these shapes.
+"""
+
+import hashlib
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from . import attention
+from .attention import PARAM_NAMES
+from .train import TrainingDiverged, pick_device
+
+PAD = 16  # thin (N, d) operands are padded to a multiple of this many columns (see 3. above)
+
+
+# ----------------------------------------------------------------------------- stacking, checks
+
+def stack(param_dicts):
+    """A list of M parameter dicts (as ``attention.init_params`` returns) -> one dict of (M, out, in)."""
+    if not param_dicts:
+        raise ValueError("param_dicts: expected at least one parameter dict, got none")
+    return {name: torch.stack([p[name] for p in param_dicts]) for name in PARAM_NAMES}
+
+
+def unstack(params, m):
+    """Model ``m`` of a stacked dict, as a plain parameter dict for ``attention``."""
+    return {name: params[name][m] for name in PARAM_NAMES}
+
+
+def _fail(what, expected, given):
+    raise ValueError(f"{what}: expected {expected}, got {given}")
+
+
+def check_inputs(x, y, params):
+    """Raise ValueError, naming what was expected, unless x, y and params fit M stacked models."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or not x.is_floating_point():
+        _fail("x", "a float tensor of shape (M models, N positions, d_x)", getattr(x, "shape", type(x).__name__))
+    M, N, d_x = x.shape
+    if N < 1:
+        _fail("x", "at least one position", tuple(x.shape))
+    missing = [name for name in PARAM_NAMES if name not in params]
+    if missing:
+        _fail("params", f"a mapping with keys {PARAM_NAMES}", f"missing {missing}")
+    W_Q, W_K, W_V, W_O = (params[name] for name in PARAM_NAMES)
+    d_k, d_v = W_Q.shape[1], W_V.shape[1]
+    expected = {"W_Q": (M, d_k, d_x), "W_K": (M, d_k, d_x), "W_V": (M, d_v, d_x), "W_O": (M, W_O.shape[1], d_v)}
+    for name, shape in expected.items():
+        W = params[name]
+        if tuple(W.shape) != shape:
+            _fail(f"{name}.shape", f"{shape} (one matrix per model, matching x {tuple(x.shape)})", tuple(W.shape))
+        if W.dtype != x.dtype or W.device != x.device:
+            _fail(name, f"dtype {x.dtype} on {x.device} (those of x)", f"{W.dtype} on {W.device}")
+    if not isinstance(y, torch.Tensor) or tuple(y.shape) != (M, N) or y.is_floating_point():
+        _fail("y", f"an integer tensor of shape {(M, N)}", getattr(y, "shape", type(y).__name__))
+    n_classes = W_O.shape[1]
+    if int(y.min()) < 0 or int(y.max()) >= n_classes:
+        _fail("y", f"class indices in [0, {n_classes - 1}]", f"values from {int(y.min())} to {int(y.max())}")
+
+
+LOG2E = 1.4426950408889634  # exp(s) = 2^(s log2 e): exp2 is several times faster than exp on CPUs
+
+
+def _augment(t, fill):
+    """[t, fill, 0, ...]: one extra column ``fill``, zero-padded to a multiple of PAD columns.
+
+    The extra column lets a GEMM do a subtraction for free: [q_i, -m_i] . [k_j, 1] = q_i . k_j - m_i.
+    """
+    M, N, d = t.shape
+    out = t.new_zeros(M, N, -(-(d + 1) // PAD) * PAD)
+    out[..., :d] = t
+    out[..., d] = fill
+    return out
+
+
+def _score_bound(qs, k):
+    """An upper bound of max_{j <= i} q_i . k_j for every query i, from (M, N, d) tensors only.
+
+    Per coordinate, q_id k_jd <= max(q_id max_j k_jd, q_id min_j k_jd) (running max/min over
+    the keys a causal query sees). Subtracting it before exp keeps every exp(.) <= 1, which is
+    what softmax's row maximum is for, without a pass over the (T x T) scores.
+    """
+    high, low = k.cummax(dim=1).values, k.cummin(dim=1).values
+    return torch.maximum(qs * high, qs * low).sum(-1)
+
+
+def default_block_size(device):
+    # CPU: blocks whose (M, block, T) tiles stay in cache. GPU: few, large launches.
+    return 64 if torch.device(device).type == "cpu" else 512
+
+
+# ----------------------------------------------------------------------------- one pass
+
+def forward_backward(x, y, params, block_size=None, grads=True, check=True):
+    """Per-model metrics and (optionally) per-model gradients of the mean cross-entropy.
+
+    ``x`` (M, N, d_x), ``y`` (M, N) and ``params`` stacked (M, out, in); causal attention.
+    Returns ``(metrics, grads)``: metrics maps "loss", "entropy" (mean predictive entropy,
+    nats) and "accuracy" to (M,) tensors; grads maps W_Q, W_K, W_V, W_O to dL_m/dW_m with the
+    shapes of params (None when ``grads`` is False).
+    """
+    if check:
+        check_inputs(x, y, params)
+    B = min(block_size or default_block_size(x.device), x.shape[1])
+    with torch.no_grad():
+        out = _forward_backward(x, y, params, B, grads, exact_max=False)
+        if out is None:  # a score bound was so loose that exp underflowed: redo with exact row maxima
+            out = _forward_backward(x, y, params, B, grads, exact_max=True)
+    return out
+
+
+def _forward_backward(x, y, params, B, grads, exact_max):
+    """The computation of ``forward_backward``; returns None if the fast score bound underflowed.
+
+    Per query block the attention is kept unnormalised, e_ij = exp(s_ij - m_i) with m_i a bound
+    (or the exact row max), and its row sums Z_i come out of the value GEMM as an extra column
+    of ones. alpha = e / Z is never formed: 1/Z_i is folded into the (block, d) tensors.
+    """
+    M, N, _ = x.shape
+    W_Q, W_K, W_V, W_O = (params[name] for name in PARAM_NAMES)
+    d_k, d_v, n_classes = W_Q.shape[1], W_V.shape[1], W_O.shape[1]
+    scale = 1.0 / math.sqrt(d_k)
+    qs = torch.bmm(x, W_Q.transpose(1, 2)).mul_(scale)      # scaled queries: s_ij = qs_i . k_j
+    k0 = torch.bmm(x, W_K.transpose(1, 2))
+    bound = 0.0 if exact_max else _score_bound(qs, k0)
+    q = _augment(qs * LOG2E, -bound * LOG2E)                  # [q_i, -m_i]: scores in log2 units, minus m_i
+    k = _augment(k0, 1.0)                                     # [k_j, 1]
+    v = _augment(torch.bmm(x, W_V.transpose(1, 2)), 1.0)     # [v_j, 1]: the GEMM with e also gives Z
+    future = ~attention.causal_mask(B, x.device)             # True above the diagonal of a square block
+    onehot = x.new_zeros(M, N, n_classes).scatter_(-1, y.unsqueeze(-1), 1.0)
+    g_all, logits_all = x.new_empty(M, N, d_v), x.new_empty(M, N, n_classes)
+    work_e, work_d = x.new_empty(M * B * N), x.new_empty(M * B * N)  # reused by every block
+    if grads:
+        W_O_over_N = W_O / N                                   # the loss is a mean over N positions
+        dlogits_all = x.new_empty(M, N, n_classes)
+        dq = x.new_empty(M, N, k.shape[-1])
+        dkT, dvT = x.new_zeros(M, d_k, N), x.new_zeros(M, d_v, N)   # transposed: see the module notes
+        w = x.new_zeros(M, B, v.shape[-1])
+    smallest_Z = []
+
+    for a in range(0, N, B):
+        b = min(a + B, N)
+        r = b - a
+        # scores of queries a..b-1 against keys 0..b-1 (later keys are all masked for them)
+        e = torch.bmm(q[:, a:b], k[:, :b].transpose(1, 2), out=work_e[: M * r * b].view(M, r, b))
+        e[:, :, a:b].masked_fill_(future[:r, :r], float("-inf"))
+        if exact_max:
+            e.sub_(e.amax(dim=-1, keepdim=True))
+        e.exp2_()                                              # e_ij = exp(s_ij - m_i) <= 1
+        gz = torch.bmm(e, v[:, :b])                            # [Z_i g_i, Z_i]
+        Z = gz[..., d_v : d_v + 1]
+        smallest_Z.append(Z.amin())
+        g = torch.div(gz[..., :d_v], Z, out=g_all[:, a:b])    # g_i = sum_j alpha_ij v_j
+        logits = torch.bmm(g, W_O.transpose(1, 2))
+        logits_all[:, a:b] = logits
+        if not grads:
+            continue
+        # N * dL/dz_i = softmax(z_i) - onehot(y_i); u_i = dL/dg_i (as attention.error_signal)
+        dlogits = torch.sub(torch.softmax(logits, -1), onehot[:, a:b], out=dlogits_all[:, a:b])
+        u = torch.bmm(dlogits, W_O_over_N)
+        wr = w[:, :r]
+        u_over_Z = torch.div(u, Z, out=wr[..., :d_v])
+        torch.neg(torch.linalg.vecdot(u_over_Z, g), out=wr[..., d_v])   # -E_alpha[b]/Z = -u_i . g_i / Z_i
+        # (b_ij - E_alpha_i[b]) / Z_i = [u_i/Z_i, -E/Z_i] . [v_j, 1], then dL/ds_ij = e_ij * that
+        ds = torch.bmm(wr, v[:, :b].transpose(1, 2), out=work_d[: M * r * b].view(M, r, b))
+        ds.mul_(e)
+        dq[:, a:b] = torch.bmm(ds, k[:, :b])                   # sum_j dL/ds_ij k_j (scaled at the end)
+        dkT[:, :, :b] += torch.bmm(qs[:, a:b].transpose(1, 2), ds)     # (sum_i dL/ds_ij qs_i)^T
+        dvT[:, :, :b] += torch.bmm(u_over_Z.transpose(1, 2), e)        # (sum_i alpha_ij u_i)^T
+
+    if not exact_max and torch.stack(smallest_Z).min().item() < 1e-30:
+        return None
+    logp = torch.log_softmax(logits_all, dim=-1)
+    metrics = {"loss": -(logp * onehot).sum((1, 2)) / N,
+               "entropy": -(logp.exp() * logp).sum((1, 2)) / N,
+               "accuracy": (logits_all.argmax(-1) == y).sum(-1).to(x.dtype) / N}
+    if not grads:
+        return metrics, None
+    return metrics, {
+        "W_Q": torch.bmm(dq[..., :d_k].transpose(1, 2), x).mul_(scale), "W_K": torch.bmm(dkT, x),
+        "W_V": torch.bmm(dvT, x), "W_O": torch.bmm(dlogits_all.transpose(1, 2), g_all).div_(N),
+    }
+
+
+def evaluate(x, y, params, block_size=None):
+    """Per-model loss, entropy and accuracy ((M,) CPU float64 numpy arrays), no gradients."""
+    with torch.no_grad():
+        metrics, _ = forward_backward(x, y, params, block_size, grads=False)
+    return {key: value.detach().to("cpu", torch.float64).numpy() for key, value in metrics.items()}
+
+
+# ----------------------------------------------------------------------------- training
+
+@dataclass
+class BatchedRun:
+    """What ``train`` returns: one column per model.
+
+    ``loss``, ``entropy``, ``accuracy``: (steps, M) numpy, row t measured after t updates (before
+    update t + 1). ``final``: the same three after the last update, (M,). ``W_V``: snapshots
+    (len(snapshot_steps), M, d_v, d_x) taken after the number of updates in ``snapshot_steps``
+    (0, record_every, ..., steps). ``params``: the final weights, stacked, on the CPU.
+    """
+    names: list
+    loss: np.ndarray
+    entropy: np.ndarray
+    accuracy: np.ndarray
+    final: dict
+    snapshot_steps: np.ndarray
+    W_V: np.ndarray
+    params: dict
+    seconds: float = 0.0
+    device: str = "cpu"
+    resumed_from: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def _check_lrs(lrs, M):
+    """{"W_Q": rate or (M,) rates, ...} -> {name: (M,) float64 tensor}; every matrix must be named."""
+    if set(lrs) != set(PARAM_NAMES):
+        _fail("lrs", f"one entry per matrix {PARAM_NAMES} (a rate or one rate per model)", sorted(lrs))
+    out = {}
+    for name in PARAM_NAMES:
+        rate = torch.as_tensor(lrs[name], dtype=torch.float64).reshape(-1)
+        if rate.numel() == 1:
+            rate = rate.expand(M)
+        if rate.numel() != M or not bool(torch.isfinite(rate).all()) or bool((rate < 0).any()):
+            _fail(f"lrs[{name!r}]", f"a finite rate >= 0, or {M} of them (one per model)", lrs[name])
+        out[name] = rate.clone()
+    return out
+
+
+def _fingerprint(x, y, params, lrs):
+    """A short hash of the run's inputs, so a checkpoint is never resumed into another run."""
+    h = hashlib.sha256()
+    for t in (x, y, *(params[n] for n in PARAM_NAMES), *(lrs[n] for n in PARAM_NAMES)):
+        h.update(t.detach().to("cpu").contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _save(path, state):
+    """Atomic: write beside ``path``, then rename, so a crash mid-save keeps the old checkpoint."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        os.remove(tmp)
+        raise
+
+
+def _diverged(step, metrics, names, lrs):
+    bad = [m for m in range(len(names)) if not math.isfinite(float(metrics["loss"][m]))]
+    which = ", ".join(f"{names[m]} (lr " + ", ".join(f"{n}={float(lrs[n][m]):g}" for n in PARAM_NAMES) + ")"
+                      for m in bad[:4])
+    return TrainingDiverged(f"step {step}: the loss or gradient of {len(bad)} model(s) is nan/inf: {which}"
+                            f"{' ...' if len(bad) > 4 else ''}. Their learning rates are too high: "
+                            "lower the base rate or the value/routing ratio.")
+
+
+def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None, device=None,
+          dtype=torch.float32, progress=True, desc="training", checkpoint_path=None,
+          checkpoint_every=100, resume=True):
+    """Plain full-batch gradient descent on M models at once, each with its own learning rates.
+
+    ``x`` (M, N, d_x), ``y`` (M, N), ``params`` stacked (M, out, in); ``lrs`` maps each matrix
+    name to a rate or to M rates (the EM-like schedule: a larger rate for W_V). The update is
+    W <- W - lr * dL/dW, model by model, exactly as ``torch.optim.SGD`` without momentum.
+    A nan/inf loss raises ``TrainingDiverged`` naming the models and their rates. With
+    ``checkpoint_path``, the run saves every ``checkpoint_every`` steps and on Ctrl-C, and (if
+    ``resume``) continues from a checkpoint of the same inputs.
+    """
+    device = pick_device(device)
+    x, y = x.to(device, dtype), y.to(device)
+    params = {name: params[name].to(device, dtype).clone() for name in PARAM_NAMES}
+    check_inputs(x, y, params)
+    M = x.shape[0]
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        _fail("steps", "an int >= 1", steps)
+    if isinstance(record_every, bool) or not isinstance(record_every, (int, np.integer)) or record_every < 1:
+        _fail("record_every", "an int >= 1", record_every)
+    names = list(names) if names is not None else [f"model {m}" for m in range(M)]
+    if len(names) != M:
+        _fail("names", f"{M} names (one per model)", len(names))
+    lrs = _check_lrs(lrs, M)
+    rate = {name: lrs[name].to(device, dtype).view(M, 1, 1) for name in PARAM_NAMES}
+    fingerprint = _fingerprint(x, y, params, lrs)
+
+    curves = torch.empty(3, steps, M, dtype=torch.float64)   # loss, entropy, accuracy
+    snapshot_steps = sorted(set(range(0, steps, record_every)) | {steps})
+    snapshot_set = set(snapshot_steps)
+    snapshots = {}
+    start = 0
+    if checkpoint_path and resume and os.path.exists(checkpoint_path):
+        ckpt = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        if ckpt["fingerprint"] != fingerprint or ckpt["record_every"] != record_every:
+            raise ValueError(f"checkpoint {checkpoint_path} was written for another run (other data, "
+                             "weights, rates or record_every): delete it or pass resume=False")
+        start = int(ckpt["step"])
+        if start > steps:
+            raise ValueError(f"checkpoint {checkpoint_path} is at step {start}, past steps={steps}: "
+                             "ask for at least that many steps, or delete it / pass resume=False")
+        params = {name: ckpt["params"][name].to(device, dtype) for name in PARAM_NAMES}
+        curves[:, :start] = ckpt["curves"][:, :start]
+        snapshots = {int(s): w for s, w in zip(ckpt["snapshot_steps"].tolist(), ckpt["W_V"]) if s <= start}
+
+    def save(done):
+        _save(checkpoint_path, {
+            "fingerprint": fingerprint, "record_every": record_every, "step": done,
+            "params": {n: params[n].cpu() for n in PARAM_NAMES}, "curves": curves[:, :done].clone(),
+            "snapshot_steps": torch.tensor(sorted(snapshots)),
+            "W_V": torch.stack([snapshots[s] for s in sorted(snapshots)]),
+        })
+
+    show = progress and os.environ.get("BAYESATTN_PROGRESS", "1") != "0"
+    bar = tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not show, dynamic_ncols=True)
+    began, done = time.perf_counter(), start
+    try:
+        for step in bar:
+            if step in snapshot_set:
+                snapshots[step] = params["W_V"].detach().to("cpu", torch.float64).clone()
+            metrics, grads = forward_backward(x, y, params, block_size, check=False)
+            # one small tensor, one device sync: the metrics, plus a sum that is nan/inf when any
+            # gradient is, so the check happens before the update and nan weights are never kept
+            health = sum(grads[name].sum((1, 2)) for name in PARAM_NAMES)
+            row = torch.stack([metrics["loss"], metrics["entropy"], metrics["accuracy"], health])
+            row = row.to("cpu", torch.float64)
+            if not bool(torch.isfinite(row).all()):
+                raise _diverged(step, {"loss": row[0] + row[3]}, names, lrs)
+            row = row[:3]
+            curves[:, step] = row
+            for name in PARAM_NAMES:
+                params[name].sub_(rate[name] * grads[name])
+            done = step + 1
+            if step % 20 == 0:
+                bar.set_postfix(loss=f"{row[0].mean().item():.4f}", refresh=False)
+            if checkpoint_path and done % checkpoint_every == 0 and done < steps:
+                save(done)
+    except KeyboardInterrupt:
+        if checkpoint_path:
+            save(done)
+            print(f"\ninterrupted: saved step {done} to {checkpoint_path}; run again to resume")
+        raise
+    finally:
+        bar.close()
+    snapshots[steps] = params["W_V"].detach().to("cpu", torch.float64).clone()
+    if checkpoint_path and done > start:
+        save(done)
+    final = evaluate(x, y, params, block_size)
+    if not np.isfinite(final["loss"]).all():
+        raise _diverged(steps, {"loss": final["loss"]}, names, lrs)
+    return BatchedRun(
+        names=names, loss=curves[0].numpy(), entropy=curves[1].numpy(), accuracy=curves[2].numpy(),
+        final=final, snapshot_steps=np.array(snapshot_steps),
+        W_V=torch.stack([snapshots[s] for s in snapshot_steps]).numpy(),
+        params={n: params[n].detach().cpu() for n in PARAM_NAMES},
+        seconds=time.perf_counter() - began, device=str(device), resumed_from=start,
+    )

@@ -1,0 +1,299 @@
+"""The paper's experiments, run the way the paper ran them, with the controls a careful reader asks for.
+
+The sticky-Markov experiment (paper section 5.2; settings from the authors' public code)::
+
+    result = em_vs_sgd()                    # 5 seeds x {SGD, EM-like}, 1000 steps, T = 2000
+    result.speedup                          # per seed: 1000 / (first step at which EM <= SGD's final loss)
+    result.table()                          # final loss / entropy / accuracy vs the exact Bayes predictor
+
+Each seed fixes everything: its sequence is ``chain.sample(T, seed)`` (numpy's default_rng(seed))
+and its initial weights are ``attention.init_params(20, 10, 15, 8, std=0.1, seed=seed)`` (a torch
+Generator seeded with it). Both schedules of a seed start from the same weights on the same sequence,
+so the comparison is paired. ``run_schedules`` trains any set of learning-rate schedules this way,
+all seeds and schedules in one batched computation (``batched.train``).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import attention, batched
+from .attention import PARAM_NAMES
+from .tasks import StickyMarkovChain
+
+PAPER_SEEDS = (42, 2024, 1337, 7777, 9999)
+D_K, D_V, INIT_STD = 10, 15, 0.1   # the authors' head: W_Q, W_K 20 -> 10, W_V 20 -> 15, W_O 15 -> 8
+HELD_OUT_OFFSET = 1_000_000        # the held-out sequence of seed s is chain.sample(T, s + this)
+
+
+def schedule(lr, W_Q=1.0, W_K=1.0, W_V=1.0, W_O=1.0):
+    """Learning rates per matrix: ``lr`` times a factor. ``schedule(0.01, W_V=10)`` is EM-like."""
+    return {"W_Q": lr * W_Q, "W_K": lr * W_K, "W_V": lr * W_V, "W_O": lr * W_O}
+
+
+def init_model(seed, chain, dtype=torch.float32):
+    """The seed's initial weights, N(0, 0.1^2), as ``attention.init_params`` draws them."""
+    return attention.init_params(chain.d_embed, D_K, D_V, chain.n_symbols, std=INIT_STD, seed=seed, dtype=dtype)
+
+
+RTOL = 1e-6  # "at or below" allows float32 rounding: two identical schedules give a speed-up of 1
+
+
+def first_step_at_or_below(curve, final, threshold):
+    """Per seed, the first number of updates t after which the loss is <= threshold, else nan.
+
+    ``curve`` (S, steps) holds the loss after t = 0..steps-1 updates and ``final`` (S,) the loss
+    after all ``steps``; so a run that reaches the threshold only at its very end gives ``steps``.
+    A loss within a relative RTOL of the threshold counts as reaching it.
+    """
+    losses = np.concatenate([curve, np.asarray(final)[:, None]], axis=1)
+    hit = losses <= np.asarray(threshold)[:, None] * (1 + RTOL)
+    return np.where(hit.any(axis=1), hit.argmax(axis=1), np.nan).astype(float)
+
+
+def _summary(values):
+    values = np.asarray(values, dtype=float)
+    return f"{values.mean():.4f} ± {values.std(ddof=1) if len(values) > 1 else 0.0:.4f}"
+
+
+@dataclass
+class ScheduleRun:
+    """Every schedule x seed of one batched run. Per schedule name, arrays have a leading seed axis.
+
+    ``loss``, ``entropy``, ``accuracy``: (S, steps), after t = 0..steps-1 updates, on the training
+    sequence. ``final``: {"loss", "entropy", "accuracy"} -> (S,) after all updates. ``bayes``: the
+    same three for the exact predictor on each seed's sequence. ``values``: (S, snapshots,
+    n_symbols, d_v), the value W_V mu_s of each symbol's clean embedding, after ``snapshot_steps``
+    updates. ``params``: final weights stacked over seeds.
+    """
+    schedules: dict
+    seeds: tuple
+    steps: int
+    T: int
+    chain: StickyMarkovChain
+    loss: dict
+    entropy: dict
+    accuracy: dict
+    final: dict
+    bayes: dict
+    snapshot_steps: np.ndarray
+    values: dict
+    params: dict
+    seconds: float
+    device: str
+    extra: dict = field(default_factory=dict)
+
+    def steps_to(self, name, threshold):
+        """Per seed, the first number of updates after which schedule ``name`` is at or below ``threshold``."""
+        return first_step_at_or_below(self.loss[name], self.final[name]["loss"], threshold)
+
+    def speedup(self, name, baseline="sgd"):
+        """(steps_to, speed-up) of ``name`` against ``baseline``'s final loss: steps / steps_to."""
+        steps_to = self.steps_to(name, self.final[baseline]["loss"])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return steps_to, self.steps / steps_to
+
+    def held_out(self, T=None, offset=HELD_OUT_OFFSET):
+        """Metrics of every schedule's final weights, and of the exact predictor, on a fresh sequence
+        per seed (``chain.sample(T, seed + offset)``): {name or "bayes": {metric: (S,)}}."""
+        T = T or self.T
+        data = [self.chain.sample(T, s + offset, dtype=torch.float64) for s in self.seeds]
+        x = torch.stack([d[0] for d in data])
+        y = torch.stack([d[1] for d in data])
+        out = {}
+        for name in self.schedules:
+            params = {n: self.params[name][n].to(torch.float64) for n in PARAM_NAMES}
+            out[name] = batched.evaluate(x, y, params)
+        per_seed = [self.chain.bayes_metrics(x[i], y[i]) for i in range(len(self.seeds))]
+        out["bayes"] = {key: np.array([m[key] for m in per_seed]) for key in per_seed[0]}
+        return out
+
+    def table(self, names=None):
+        """Mean ± sd over seeds of the final loss, entropy and accuracy, and the exact Bayes predictor."""
+        names = list(names or self.schedules)
+        rows = [f"{'':>14}  {'loss (nats)':>17}  {'entropy (nats)':>17}  {'accuracy':>17}"]
+        for name in names:
+            f = self.final[name]
+            rows.append(f"{name:>14}  {_summary(f['loss']):>17}  {_summary(f['entropy']):>17}  "
+                        f"{_summary(f['accuracy']):>17}")
+        b = self.bayes
+        rows.append(f"{'exact Bayes':>14}  {_summary(b['loss']):>17}  {_summary(b['entropy']):>17}  "
+                    f"{_summary(b['accuracy']):>17}")
+        rows.append(f"{'H_min (paper)':>14}  {self.chain.h_min:>17.4f}")
+        return "\n".join(rows)
+
+
+def _check_schedules(schedules):
+    if not isinstance(schedules, dict) or not schedules:
+        raise ValueError(f"schedules: expected a non-empty dict name -> {{matrix: rate}}, got {schedules!r}")
+    for name, rates in schedules.items():
+        if not isinstance(rates, dict) or set(rates) != set(PARAM_NAMES):
+            raise ValueError(f"schedules[{name!r}]: expected a rate for each of {PARAM_NAMES} "
+                             f"(e.g. experiments.schedule(0.01, W_V=10)), got {rates!r}")
+        for matrix, rate in rates.items():
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (np.isfinite(rate) and rate >= 0):
+                raise ValueError(f"schedules[{name!r}][{matrix!r}]: expected a finite rate >= 0, got {rate!r}")
+
+
+def _check_seeds(seeds):
+    seeds = tuple(seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds: expected one or more distinct ints, got {seeds!r}")
+    return seeds
+
+
+def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, device=None,
+                  dtype=torch.float32, record_every=10, block_size=None, progress=True,
+                  checkpoint_path=None, checkpoint_every=100, desc="sticky Markov"):
+    """Train every schedule on every seed (all in one batched run) and measure them.
+
+    ``schedules`` maps a name to per-matrix rates (see ``schedule``). Models are laid out
+    schedule-major: model m is schedule m // S on seed m % S. ``checkpoint_path`` saves the run
+    every ``checkpoint_every`` steps and resumes it after an interruption.
+    """
+    _check_schedules(schedules)
+    seeds = _check_seeds(seeds)
+    chain = chain or StickyMarkovChain()
+    names = list(schedules)
+    S = len(seeds)
+    data = [chain.sample(T, seed, dtype=torch.float64) for seed in seeds]   # checks T >= 2
+    inits = [init_model(seed, chain, torch.float64) for seed in seeds]
+    x = torch.stack([data[m % S][0] for m in range(len(names) * S)])
+    y = torch.stack([data[m % S][1] for m in range(len(names) * S)])
+    params = batched.stack([inits[m % S] for m in range(len(names) * S)])
+    lrs = {matrix: [schedules[names[m // S]][matrix] for m in range(len(names) * S)] for matrix in PARAM_NAMES}
+    run = batched.train(
+        x, y, params, lrs, steps, names=[f"{names[m // S]}, seed {seeds[m % S]}" for m in range(len(names) * S)],
+        record_every=record_every, block_size=block_size, device=device, dtype=dtype, progress=progress,
+        desc=desc, checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every)
+
+    def per_schedule(array, i):  # model axis -> this schedule's seeds, first axis
+        return array[..., i * S:(i + 1) * S]
+
+    means = chain.means.numpy().T                                         # (d_x, n_symbols)
+    values = {}
+    for i, name in enumerate(names):
+        W_V = run.W_V[:, i * S:(i + 1) * S]                               # (snapshots, S, d_v, d_x)
+        values[name] = np.einsum("tsvd,dn->stnv", W_V, means)
+    per_seed_bayes = [chain.bayes_metrics(*d) for d in data]
+    return ScheduleRun(
+        schedules={n: dict(r) for n, r in schedules.items()}, seeds=seeds, steps=steps, T=T, chain=chain,
+        loss={n: per_schedule(run.loss, i).T.copy() for i, n in enumerate(names)},
+        entropy={n: per_schedule(run.entropy, i).T.copy() for i, n in enumerate(names)},
+        accuracy={n: per_schedule(run.accuracy, i).T.copy() for i, n in enumerate(names)},
+        final={n: {k: per_schedule(v, i).copy() for k, v in run.final.items()} for i, n in enumerate(names)},
+        bayes={k: np.array([m[k] for m in per_seed_bayes]) for k in per_seed_bayes[0]},
+        snapshot_steps=run.snapshot_steps, values=values,
+        params={n: {p: run.params[p][i * S:(i + 1) * S].clone() for p in PARAM_NAMES} for i, n in enumerate(names)},
+        seconds=run.seconds, device=run.device, extra={"resumed_from": run.resumed_from},
+    )
+
+
+@dataclass
+class EMvsSGDResult:
+    """The paper's comparison. Arrays have a leading seed axis (order of ``seeds``).
+
+    ``loss_sgd``, ``loss_em``: (S, steps) training-sequence loss after t = 0..steps-1 updates.
+    ``steps_to_sgd_final``: first number of updates after which EM's loss is at or below SGD's
+    final loss (nan if never); ``speedup`` = steps / that. ``final_*``: after all updates.
+    ``bayes_loss``: cross-entropy of the exact predictor on the same sequence. ``values_sgd``,
+    ``values_em``: (S, snapshots, n_symbols, d_v) value trajectories W_V mu_s, after
+    ``snapshot_steps`` updates. ``run`` holds everything else (curves of entropy and accuracy,
+    final weights, held-out evaluation).
+    """
+    seeds: tuple
+    steps: int
+    T: int
+    lr: float
+    value_lr_ratio: float
+    loss_sgd: np.ndarray
+    loss_em: np.ndarray
+    steps_to_sgd_final: np.ndarray
+    speedup: np.ndarray
+    final_loss_sgd: np.ndarray
+    final_loss_em: np.ndarray
+    final_entropy_sgd: np.ndarray
+    final_entropy_em: np.ndarray
+    final_accuracy_sgd: np.ndarray
+    final_accuracy_em: np.ndarray
+    bayes_loss: np.ndarray
+    h_min: float
+    snapshot_steps: np.ndarray
+    values_sgd: np.ndarray
+    values_em: np.ndarray
+    run: ScheduleRun
+
+    @property
+    def median_speedup(self):
+        """Median over seeds (nan if EM never reached SGD's final loss on some seed)."""
+        return float(np.median(self.speedup))
+
+    def table(self):
+        return self.run.table(["sgd", "em"])
+
+
+def em_vs_sgd(seeds=PAPER_SEEDS, steps=1000, T=2000, lr=0.01, value_lr_ratio=10.0, device=None,
+              chain=None, extra_schedules=None, **kwargs):
+    """SGD (``lr`` on every matrix) against EM-like (``lr * value_lr_ratio`` on W_V), paired by seed.
+
+    The defaults are the paper's. ``extra_schedules`` ({name: rates}, see ``schedule``) are trained
+    in the same batched run, on the same seeds, and land in ``result.run`` (controls come almost
+    for free this way). ``kwargs`` go to ``run_schedules`` (dtype, record_every, block_size,
+    progress, checkpoint_path, checkpoint_every).
+    """
+    if isinstance(value_lr_ratio, bool) or not isinstance(value_lr_ratio, (int, float)) or not value_lr_ratio > 0:
+        raise ValueError(f"value_lr_ratio: expected a positive number, got {value_lr_ratio!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (np.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr: expected a positive finite learning rate, got {lr!r}")
+    schedules = {"sgd": schedule(lr), "em": schedule(lr, W_V=value_lr_ratio)}
+    for name, rates in (extra_schedules or {}).items():
+        if name in schedules:
+            raise ValueError("extra_schedules: the names 'sgd' and 'em' are taken by the main comparison, "
+                             f"got {name!r}")
+        schedules[name] = rates
+    run = run_schedules(schedules, seeds, steps, T, chain=chain, device=device, **kwargs)
+    steps_to, speedup = run.speedup("em", "sgd")
+    return EMvsSGDResult(
+        seeds=run.seeds, steps=steps, T=T, lr=lr, value_lr_ratio=value_lr_ratio,
+        loss_sgd=run.loss["sgd"], loss_em=run.loss["em"], steps_to_sgd_final=steps_to, speedup=speedup,
+        final_loss_sgd=run.final["sgd"]["loss"], final_loss_em=run.final["em"]["loss"],
+        final_entropy_sgd=run.final["sgd"]["entropy"], final_entropy_em=run.final["em"]["entropy"],
+        final_accuracy_sgd=run.final["sgd"]["accuracy"], final_accuracy_em=run.final["em"]["accuracy"],
+        bayes_loss=run.bayes["loss"], h_min=run.chain.h_min, snapshot_steps=run.snapshot_steps,
+        values_sgd=run.values["sgd"], values_em=run.values["em"], run=run,
+    )
+
+
+# ----------------------------------------------------------------------------- value trajectories
+
+def value_pca(trajectories, n_components=2):
+    """Value trajectories of several schedules in one PCA basis, with their lengths.
+
+    ``trajectories``: {name: (snapshots, n_symbols, d_v)} (e.g. ``result.values_em[seed_index]``).
+    The principal axes are fitted on every snapshot of every schedule together, so the panels
+    share coordinates. Returns a dict: "projections" {name: (snapshots, n_symbols, n_components)},
+    "explained" (variance share of each component), "path_length" {name: mean over symbols of the
+    distance travelled in the full value space}, "displacement" {name: mean distance from the first
+    to the last snapshot} and "straightness" {name: displacement / path_length, 1 for a straight run}.
+    """
+    if not trajectories:
+        raise ValueError("trajectories: expected {name: (snapshots, n_symbols, d_v) array}, got nothing")
+    arrays = {name: np.asarray(t, dtype=float) for name, t in trajectories.items()}
+    for name, t in arrays.items():
+        if t.ndim != 3 or t.shape[0] < 2:
+            raise ValueError(f"trajectories[{name!r}]: expected shape (snapshots >= 2, n_symbols, d_v), got {t.shape}")
+    points = np.concatenate([t.reshape(-1, t.shape[-1]) for t in arrays.values()])
+    center = points.mean(axis=0)
+    _, singular, axes = np.linalg.svd(points - center, full_matrices=False)
+    variance = singular**2
+    out = {"projections": {}, "path_length": {}, "displacement": {}, "straightness": {},
+           "explained": variance[:n_components] / variance.sum()}
+    for name, t in arrays.items():
+        out["projections"][name] = (t - center) @ axes[:n_components].T
+        length = np.linalg.norm(np.diff(t, axis=0), axis=-1).sum(axis=0).mean()
+        displacement = np.linalg.norm(t[-1] - t[0], axis=-1).mean()
+        out["path_length"][name] = float(length)
+        out["displacement"][name] = float(displacement)
+        out["straightness"][name] = float(displacement / length) if length > 0 else float("nan")
+    return out

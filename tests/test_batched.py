@@ -1,0 +1,138 @@
+"""bayesattn_lite.batched: many heads at once, against the one-head closed form of
+bayesattn_lite.attention, and its training loop (per-model rates, divergence, checkpoints)."""
+
+import pytest
+import torch
+
+from bayesattn_lite import attention, batched
+from bayesattn_lite.attention import PARAM_NAMES
+from bayesattn_lite.train import TrainingDiverged
+
+
+def problem(M=3, N=37, d_x=6, d_k=4, d_v=3, n_classes=5, std=0.7, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, N, d_x, generator=gen, dtype=dtype)
+    y = torch.randint(0, n_classes, (M, N), generator=gen)
+    params = batched.stack([attention.init_params(d_x, d_k, d_v, n_classes, std=std, seed=seed + m, dtype=dtype)
+                            for m in range(M)])
+    return x, y, params
+
+
+def reference(x, y, params, m):
+    """Model m alone, by the closed form of attention.py (itself checked against autograd)."""
+    one = batched.unstack(params, m)
+    logits = attention.forward(x[m], one)["logits"]
+    p = torch.softmax(logits, -1)
+    metrics = {"loss": attention.loss(x[m], y[m], one).item(),
+               "entropy": -(p * torch.log(p)).sum(-1).mean().item(),
+               "accuracy": (logits.argmax(-1) == y[m]).double().mean().item()}
+    return metrics, attention.gradients(x[m], y[m], one)
+
+
+@pytest.mark.parametrize("block_size", [1, 5, 16, 64])
+def test_gradients_and_metrics_match_one_model_at_a_time(block_size):
+    x, y, params = problem()
+    metrics, grads = batched.forward_backward(x, y, params, block_size=block_size)
+    for m in range(x.shape[0]):
+        ref_metrics, ref = reference(x, y, params, m)
+        for key, value in ref_metrics.items():
+            assert abs(metrics[key][m].item() - value) < 1e-12, key
+        for name in PARAM_NAMES:  # per model: not summed over the model axis as attention.gradients would
+            assert torch.allclose(grads[name][m], ref[name], rtol=1e-10, atol=1e-14), name
+
+
+def test_saturated_scores_take_the_exact_max_path():
+    """Huge weights: the cheap score bound underflows exp, so the exact row maxima are used."""
+    x, y, params = problem(std=30.0)
+    assert batched._forward_backward(x, y, params, 8, True, exact_max=False) is None
+    metrics, grads = batched.forward_backward(x, y, params, block_size=8)
+    for m in range(x.shape[0]):
+        ref_metrics, ref = reference(x, y, params, m)
+        assert abs(metrics["loss"][m].item() - ref_metrics["loss"]) < 1e-9 * ref_metrics["loss"]
+        scale = max(ref[name].abs().max().item() for name in PARAM_NAMES)
+        for name in PARAM_NAMES:
+            assert (grads[name][m] - ref[name]).abs().max().item() < 1e-10 * scale, name
+
+
+def test_float32_agrees_with_float64():
+    x, y, params = problem(M=2, N=300, d_x=20, d_k=10, d_v=15, n_classes=8, std=0.1)
+    m64, g64 = batched.forward_backward(x, y, params)
+    m32, g32 = batched.forward_backward(x.float(), y, {n: p.float() for n, p in params.items()})
+    assert torch.allclose(m32["loss"].double(), m64["loss"], atol=1e-5)
+    for name in PARAM_NAMES:
+        assert (g32[name].double() - g64[name]).abs().max() < 1e-4 * g64[name].abs().max(), name
+
+
+def test_bad_inputs_raise():
+    x, y, params = problem()
+    with pytest.raises(ValueError, match=r"x: expected a float tensor of shape \(M models"):
+        batched.forward_backward(x[0], y, params)
+    with pytest.raises(ValueError, match="W_V.shape"):
+        batched.forward_backward(x, y, dict(params, W_V=params["W_V"][:2]))
+    with pytest.raises(ValueError, match="y: expected an integer tensor"):
+        batched.forward_backward(x, y[:, :-1], params)
+    with pytest.raises(ValueError, match="class indices"):
+        batched.forward_backward(x, y + 10, params)
+    with pytest.raises(ValueError, match="lrs"):
+        batched.train(x, y, params, {"W_Q": 0.1}, steps=1, progress=False)
+    with pytest.raises(ValueError, match=r"lrs\['W_V'\]"):
+        batched.train(x, y, params, {"W_Q": 0.1, "W_K": 0.1, "W_V": -1.0, "W_O": 0.1}, steps=1, progress=False)
+    with pytest.raises(ValueError, match="steps"):
+        batched.train(x, y, params, dict.fromkeys(PARAM_NAMES, 0.1), steps=0, progress=False)
+    with pytest.raises(ValueError, match="at least one"):
+        batched.stack([])
+
+
+def test_one_training_step_is_plain_gradient_descent_per_model():
+    x, y, params = problem()
+    lrs = {"W_Q": 0.1, "W_K": 0.1, "W_V": [0.1, 1.0, 0.0], "W_O": 0.2}
+    run = batched.train(x, y, params, lrs, steps=1, dtype=torch.float64, progress=False)
+    _, grads = batched.forward_backward(x, y, params)
+    for m, v_rate in enumerate([0.1, 1.0, 0.0]):
+        rates = {"W_Q": 0.1, "W_K": 0.1, "W_V": v_rate, "W_O": 0.2}
+        for name in PARAM_NAMES:
+            expected = params[name][m] - rates[name] * grads[name][m]
+            assert torch.allclose(run.params[name][m], expected, atol=1e-14), (m, name)
+    assert torch.equal(run.params["W_V"][2], params["W_V"][2])  # rate 0: untouched
+    assert run.loss.shape == (1, 3) and run.final["loss"].shape == (3,)
+    assert run.final["loss"][1] < run.loss[0, 1]  # a descent step lowers the loss
+
+
+def test_models_train_independently_and_record_snapshots():
+    x, y, params = problem(M=2, N=20)
+    lrs = dict.fromkeys(PARAM_NAMES, 0.5)
+    both = batched.train(x, y, params, lrs, steps=7, record_every=3, dtype=torch.float64, progress=False)
+    alone = batched.train(x[1:], y[1:], {n: p[1:] for n, p in params.items()}, lrs, steps=7, record_every=3,
+                          dtype=torch.float64, progress=False)
+    assert torch.allclose(both.params["W_Q"][1], alone.params["W_Q"][0], atol=1e-13)
+    assert abs(both.loss[6, 1] - alone.loss[6, 0]) < 1e-13
+    assert both.snapshot_steps.tolist() == [0, 3, 6, 7]
+    assert both.W_V.shape == (4, 2, 3, 6)
+    assert torch.allclose(torch.as_tensor(both.W_V[0]), params["W_V"])
+    assert torch.allclose(torch.as_tensor(both.W_V[-1]), both.params["W_V"])
+
+
+def test_divergence_stops_with_a_message_naming_the_model():
+    x, y, params = problem(M=2)
+    lrs = {"W_Q": 1.0, "W_K": 1.0, "W_V": [1.0, 1e30], "W_O": 1.0}
+    with pytest.raises(TrainingDiverged, match=r"em, seed 2 \(lr .*W_V=1e\+30"):
+        batched.train(x, y, params, lrs, steps=50, names=["sgd, seed 1", "em, seed 2"], progress=False)
+
+
+def test_checkpoint_resume_gives_the_uninterrupted_run(tmp_path):
+    x, y, params = problem(M=2, N=25)
+    lrs = {"W_Q": 0.3, "W_K": 0.3, "W_V": [0.3, 3.0], "W_O": 0.3}
+    kwargs = dict(record_every=2, dtype=torch.float64, progress=False)
+    whole = batched.train(x, y, params, lrs, steps=9, **kwargs)
+    path = tmp_path / "run.pt"
+    first = batched.train(x, y, params, lrs, steps=5, checkpoint_path=path, checkpoint_every=2, **kwargs)
+    assert first.loss.shape == (5, 2)
+    resumed = batched.train(x, y, params, lrs, steps=9, checkpoint_path=path, checkpoint_every=2, **kwargs)
+    assert resumed.resumed_from == 5
+    assert (resumed.loss == whole.loss).all()
+    assert (resumed.W_V == whole.W_V).all() and resumed.snapshot_steps.tolist() == whole.snapshot_steps.tolist()
+    assert torch.equal(resumed.params["W_K"], whole.params["W_K"])
+    with pytest.raises(ValueError, match="another run"):
+        batched.train(x, y, params, dict(lrs, W_O=0.1), steps=9, checkpoint_path=path, **kwargs)
+    with pytest.raises(ValueError, match="past steps=4"):
+        batched.train(x, y, params, lrs, steps=4, checkpoint_path=path, **kwargs)

@@ -1,0 +1,160 @@
+"""bayesattn_lite.experiments: the bookkeeping of the EM-vs-SGD experiment on small runs, and its
+agreement with the package's plain training loop (autograd + torch.optim.SGD) for one seed."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bayesattn_lite import attention, experiments
+from bayesattn_lite.attention import PARAM_NAMES, AttentionHead
+from bayesattn_lite.tasks import StickyMarkovChain
+from bayesattn_lite.train import train
+
+SMALL = dict(steps=25, T=48, progress=False, record_every=5)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return experiments.em_vs_sgd(seeds=(3, 11), lr=0.05, dtype=torch.float64, **SMALL)
+
+
+def test_first_step_at_or_below():
+    curve = np.array([[3.0, 2.0, 1.0, 0.5], [3.0, 2.9, 2.8, 2.7], [3.0, 2.9, 2.8, 2.7]])
+    final = np.array([0.4, 2.6, 2.65])
+    steps_to = experiments.first_step_at_or_below(curve, final, np.array([1.5, 2.6, 1.0]))
+    assert steps_to[0] == 2                 # after 2 updates
+    assert steps_to[1] == 4                 # reached only by the final weights: all 4 updates
+    assert math.isnan(steps_to[2])          # never
+
+
+def test_result_fields_and_shapes(small):
+    S, steps = 2, SMALL["steps"]
+    assert small.seeds == (3, 11)
+    for name in ("loss_sgd", "loss_em"):
+        assert getattr(small, name).shape == (S, steps)
+    for name in ("steps_to_sgd_final", "speedup", "final_loss_sgd", "final_loss_em", "final_entropy_sgd",
+                 "final_entropy_em", "final_accuracy_sgd", "final_accuracy_em", "bayes_loss"):
+        assert getattr(small, name).shape == (S,), name
+    assert small.snapshot_steps.tolist() == [0, 5, 10, 15, 20, 25]
+    assert small.values_sgd.shape == small.values_em.shape == (S, 6, 8, 15)
+    assert abs(small.h_min - 1.8292) < 1e-4
+    assert "exact Bayes" in small.table() and "H_min" in small.table()
+
+
+def test_paired_start_and_speedup_bookkeeping(small):
+    # both schedules of a seed start from the same weights on the same sequence
+    assert np.array_equal(small.loss_sgd[:, 0], small.loss_em[:, 0])
+    assert np.array_equal(small.values_sgd[:, 0], small.values_em[:, 0])
+    init = experiments.init_model(3, StickyMarkovChain(), torch.float64)
+    assert np.allclose(small.values_sgd[0, 0], (StickyMarkovChain().means @ init["W_V"].T).numpy())
+    # at initial loss ln 8, the losses of seed 3 and seed 11 differ (different sequences and weights)
+    assert abs(small.loss_sgd[0, 0] - math.log(8)) < 0.05 and small.loss_sgd[0, 0] != small.loss_sgd[1, 0]
+    # the speed-up is recomputable from the curves
+    for s in range(2):
+        em = np.append(small.loss_em[s], small.final_loss_em[s])
+        t = int(np.argmax(em <= small.final_loss_sgd[s]))
+        threshold = small.final_loss_sgd[s] * (1 + experiments.RTOL)
+        assert em[t] <= threshold and (t == 0 or em[t - 1] > threshold)
+        assert small.steps_to_sgd_final[s] == t and small.speedup[s] == pytest.approx(SMALL["steps"] / t)
+    assert small.median_speedup == pytest.approx(np.median(small.speedup))
+
+
+def test_bayes_loss_is_that_of_each_seeds_sequence(small):
+    chain = StickyMarkovChain()
+    for s, seed in enumerate(small.seeds):
+        assert small.bayes_loss[s] == pytest.approx(chain.bayes_metrics(*chain.sample(SMALL["T"], seed))["loss"])
+
+
+def test_ratio_one_is_sgd_itself():
+    same = experiments.em_vs_sgd(seeds=(5,), value_lr_ratio=1.0, lr=0.05, dtype=torch.float64, **SMALL)
+    np.testing.assert_allclose(same.loss_sgd, same.loss_em, rtol=1e-12)
+    assert same.steps_to_sgd_final[0] == SMALL["steps"] and same.speedup[0] == 1.0
+
+
+def test_matches_the_plain_autograd_training_loop():
+    """Seed 3's EM-like run equals train.train with torch.optim.SGD and a 10x W_V rate."""
+    result = experiments.em_vs_sgd(seeds=(7, 3), lr=0.05, dtype=torch.float64, **SMALL)
+    chain = StickyMarkovChain()
+    x, y = chain.sample(SMALL["T"], 3, dtype=torch.float64)
+    head = AttentionHead(20, experiments.D_K, experiments.D_V, 8, dtype=torch.float64)
+    with torch.no_grad():
+        for name, W in experiments.init_model(3, chain, torch.float64).items():
+            getattr(head, name).copy_(W)
+    history = train(head, lambda model, step: attention.loss(x, y, model.params()), steps=SMALL["steps"],
+                    lr=0.05, lr_multipliers={"W_V": 10.0}, progress=False)
+    np.testing.assert_allclose(result.loss_em[1], history["loss"], rtol=1e-10)
+    for name in PARAM_NAMES:
+        assert torch.allclose(result.run.params["em"][name][1], getattr(head, name).detach(), atol=1e-12)
+
+
+def test_run_schedules_layout_and_held_out():
+    schedules = {"slow": experiments.schedule(0.01), "fast V": experiments.schedule(0.01, W_V=30),
+                 "frozen": experiments.schedule(0.0)}
+    run = experiments.run_schedules(schedules, seeds=(1, 2), dtype=torch.float64, **SMALL)
+    assert list(run.loss) == list(schedules) and run.loss["fast V"].shape == (2, SMALL["steps"])
+    assert np.allclose(run.loss["frozen"], run.loss["frozen"][:, :1])      # rate 0: the loss never moves
+    steps_to, speedup = run.speedup("fast V", baseline="slow")
+    assert (steps_to < SMALL["steps"]).all() and (speedup > 1).all()
+    assert torch.equal(run.params["frozen"]["W_Q"][1], experiments.init_model(2, run.chain, torch.float64)["W_Q"])
+    held = run.held_out(T=40)
+    assert set(held) == {"slow", "fast V", "frozen", "bayes"}
+    assert held["frozen"]["loss"].shape == (2,)
+    assert (held["bayes"]["loss"] < held["frozen"]["loss"]).all()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: experiments.em_vs_sgd(value_lr_ratio=0, **SMALL), "value_lr_ratio"),
+    (lambda: experiments.em_vs_sgd(lr=-0.1, **SMALL), "lr"),
+    (lambda: experiments.em_vs_sgd(seeds=(1, 1), **SMALL), "seeds"),
+    (lambda: experiments.em_vs_sgd(T=1, steps=2, progress=False), "T: expected an int >= 2"),
+    (lambda: experiments.run_schedules({"x": {"W_V": 0.1}}, **SMALL), "rate for each of"),
+    (lambda: experiments.run_schedules({}, **SMALL), "non-empty"),
+])
+def test_bad_inputs_raise(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_extra_schedules_ride_along_and_cannot_shadow_the_main_pair():
+    result = experiments.em_vs_sgd(seeds=(3,), lr=0.05, dtype=torch.float64,
+                                   extra_schedules={"fast": experiments.schedule(0.5)}, **SMALL)
+    assert list(result.run.schedules) == ["sgd", "em", "fast"]
+    assert (result.run.speedup("fast")[1] > 1).all()
+    with pytest.raises(ValueError, match="taken"):
+        experiments.em_vs_sgd(seeds=(3,), extra_schedules={"em": experiments.schedule(0.5)}, **SMALL)
+
+
+def test_value_pca_shares_one_basis_and_measures_paths():
+    t = np.linspace(0, 1, 11)
+    straight = np.zeros((11, 2, 3))
+    straight[:, :, 0] = t[:, None]                                  # both symbols: a unit line along x
+    corner = np.zeros((11, 2, 3))
+    corner[:, :, 0] = np.minimum(t, 0.5)[:, None]                   # half along x, then half along y
+    corner[:, :, 1] = np.maximum(t - 0.5, 0.0)[:, None]
+    out = experiments.value_pca({"a": straight, "b": 2 * corner})
+    assert out["path_length"]["a"] == pytest.approx(1.0) and out["straightness"]["a"] == pytest.approx(1.0)
+    assert out["path_length"]["b"] == pytest.approx(2.0)
+    assert out["straightness"]["b"] == pytest.approx(np.sqrt(0.5))
+    assert out["projections"]["a"].shape == (11, 2, 2) and out["explained"].sum() <= 1 + 1e-12
+    with pytest.raises(ValueError, match="snapshots >= 2"):
+        experiments.value_pca({"a": straight[:1]})
+
+
+def test_widget_reuses_the_static_result_and_reports_divergence(monkeypatch):
+    import matplotlib
+    matplotlib.use("Agg")
+    from bayesattn_lite import sticky_widget
+    from bayesattn_lite.train import TrainingDiverged
+
+    small_result = sticky_widget.small_run(seeds=(3,), T=30, steps=20)
+    assert small_result.loss_sgd.shape == (1, 20)
+
+    def no_training(*args, **kwargs):
+        raise TrainingDiverged("step 3: the loss of 1 model(s) is nan/inf")
+    monkeypatch.setattr(sticky_widget, "small_run", no_training)
+    panel = sticky_widget.explorer(initial=small_result)   # the defaults are served from the cache
+    assert panel.result is small_result
+    panel.children[2].value = 0.1                          # a new setting: this one "diverges"
+    assert panel.result is None                            # a message, no figure of nan curves

@@ -1,0 +1,120 @@
+"""The sticky Markov chain of bayesattn_lite.tasks: the authors' matrix, the sampler's alignment,
+and the exact predictor against a brute-force sum over every hidden path."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bayesattn_lite.tasks import StickyMarkovChain, circular_distance, sticky_transition_matrix
+
+
+def test_transition_matrix_is_the_authors():
+    P = StickyMarkovChain().transition_matrix
+    row0 = [0.3498, 0.166, 0.083, 0.0553, 0.0415, 0.0553, 0.083, 0.166]  # from their code
+    np.testing.assert_allclose(P[0], row0, atol=5e-5)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
+    for i in range(8):  # every row is row 0 rotated: the chain is circulant, so uniform is stationary
+        np.testing.assert_allclose(P[i], np.roll(P[0], i), atol=1e-12)
+    np.testing.assert_allclose(np.full(8, 1 / 8) @ P, np.full(8, 1 / 8), atol=1e-12)
+    assert round(StickyMarkovChain().h_min, 4) == 1.8292
+
+
+def test_stickiness_extremes_and_distance():
+    assert circular_distance(5).tolist()[0] == [0, 1, 2, 2, 1]
+    np.testing.assert_allclose(sticky_transition_matrix(4, 1.0), np.eye(4))
+    P0 = sticky_transition_matrix(6, 0.0)
+    assert np.all(np.diag(P0) == 0) and np.allclose(P0.sum(1), 1)
+    assert sticky_transition_matrix(8, 0.6)[0, 0] > sticky_transition_matrix(8, 0.3)[0, 0]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"self_prob": 1.5}, "self_prob"), ({"self_prob": -0.1}, "self_prob"), ({"self_prob": "high"}, "self_prob"),
+    ({"n_symbols": 1}, "n_symbols"), ({"n_symbols": 2.5}, "n_symbols"), ({"d_embed": 0}, "d_embed"),
+    ({"noise": 0.0}, "noise"), ({"noise": float("nan")}, "noise"), ({"embed_seed": -1}, "embed_seed"),
+])
+def test_bad_chain_arguments_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        StickyMarkovChain(**kwargs)
+
+
+def test_bad_sample_and_predictor_inputs_raise():
+    chain = StickyMarkovChain()
+    with pytest.raises(ValueError, match="T: expected an int >= 2"):
+        chain.sample(1, seed=0)
+    with pytest.raises(ValueError, match="seed"):
+        chain.sample(10, seed=-3)
+    with pytest.raises(ValueError, match="d_embed=20"):
+        chain.bayes_predictive(torch.zeros(5, 3))
+    x, y = chain.sample(10, seed=0)
+    with pytest.raises(ValueError, match="shape"):
+        chain.bayes_metrics(x, y[:-1])
+
+
+def test_sample_alignment_and_determinism():
+    chain = StickyMarkovChain(n_symbols=5, d_embed=6, noise=0.5)
+    x, y = chain.sample(3001, seed=7)
+    assert x.shape == (3000, 6) and y.shape == (3000,) and x.dtype == torch.float32
+    x2, y2 = chain.sample(3001, seed=7)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert not torch.equal(chain.sample(3001, seed=8)[1], y)
+    s, _ = chain.sample_symbols(3001, seed=7)
+    assert torch.equal(y, torch.as_tensor(s[1:]))
+    # x[t] is a noisy view of symbol t = y[t-1]: the residual is the noise, of std 0.5
+    residual = x[1:].double() - chain.means[y[:-1]]
+    assert abs(residual.std().item() - 0.5) < 0.02
+    assert abs(residual.mean().item()) < 0.02
+    # x[t] is not a view of its own target y[t] (that would leak the answer)
+    assert (x[1:].double() - chain.means[y[1:]]).std().item() > 0.6
+
+
+def test_empirical_transitions_match_the_matrix():
+    chain = StickyMarkovChain()
+    s, _ = chain.sample_symbols(200_000, seed=3)
+    counts = np.zeros((8, 8))
+    np.add.at(counts, (s[:-1], s[1:]), 1)
+    np.testing.assert_allclose(counts / counts.sum(1, keepdims=True), chain.transition_matrix, atol=0.01)
+
+
+def brute_force_predictive(chain, x):
+    """p(s_{t+1} | x_0..x_t) by summing the joint over every path s_0..s_{t+1}."""
+    x = x.double().numpy()
+    mu, P, n, sigma = chain.means.numpy(), chain.transition_matrix, chain.n_symbols, chain.noise
+    out = np.zeros((len(x), n))
+    for t in range(len(x)):
+        for path in itertools.product(range(n), repeat=t + 2):
+            weight = 1.0 / n
+            for r in range(t + 1):
+                weight *= math.exp(-np.sum((x[r] - mu[path[r]]) ** 2) / (2 * sigma**2)) * P[path[r], path[r + 1]]
+            out[t, path[-1]] += weight
+    return out / out.sum(1, keepdims=True)
+
+
+def test_exact_predictor_matches_brute_force_enumeration():
+    chain = StickyMarkovChain(n_symbols=4, self_prob=0.5, d_embed=3, noise=0.8, embed_seed=1)
+    x, y = chain.sample(5, seed=11)  # 4 positions: paths of up to 4^5 symbols
+    np.testing.assert_allclose(chain.bayes_predictive(x).numpy(), brute_force_predictive(chain, x), atol=1e-12)
+
+
+def test_exact_predictor_limits_and_batching():
+    chain = StickyMarkovChain()
+    # almost no noise: the filter knows the current symbol, so the predictive is its transition row
+    sharp = StickyMarkovChain(noise=1e-3)
+    x, y = sharp.sample(50, seed=0)
+    s, _ = sharp.sample_symbols(50, seed=0)
+    np.testing.assert_allclose(sharp.bayes_predictive(x).numpy(), sharp.transition_matrix[s[:-1]], atol=1e-9)
+    assert abs(sharp.bayes_metrics(*sharp.sample(4000, seed=1))["loss"] - sharp.h_min) < 0.05
+    # with the paper's noise the symbol is blurred a little: on a long sequence the attainable loss
+    # and the predictive entropy sit just above H_min (in expectation, knowing s_t can only help)
+    metrics = chain.bayes_metrics(*chain.sample(20_000, seed=5))
+    assert chain.h_min < metrics["entropy"] < chain.h_min + 0.02
+    assert chain.h_min - 0.02 < metrics["loss"] < chain.h_min + 0.03
+    blurred = StickyMarkovChain(noise=3.0).bayes_metrics(*StickyMarkovChain(noise=3.0).sample(20_000, seed=5))
+    assert metrics["entropy"] + 0.05 < blurred["entropy"] < math.log(8)
+    # a leading batch axis gives the same rows as one sequence at a time
+    xs = torch.stack([chain.sample(30, seed=s)[0] for s in (1, 2)])
+    batched = chain.bayes_predictive(xs)
+    assert torch.allclose(batched[1], chain.bayes_predictive(xs[1]), atol=1e-14)
+    np.testing.assert_allclose(batched.sum(-1).numpy(), 1.0, atol=1e-12)
