@@ -1,0 +1,364 @@
+"""The four architectures of the comparison (chapter 8), behind one interface.
+
+Every model maps tokens (B, T) long to logits (B, T, n_classes) and is causal: the logits at
+position t depend on tokens 0..t only. The four differ in *how* a position reads the past:
+
+- ``Transformer``  attention: weights softmax(q_t . k_s) that depend on the content at both
+                   ends, t and s (content-based routing)
+- ``SelectiveSSM`` a Mamba-style selective state-space model: a linear recurrence whose step
+                   size Delta_t and read/write vectors B_t, C_t are functions of the input, so the
+                   weight of token s at time t depends on the content at s, at t and in between
+- ``LSTMModel``    an LSTM: gates depend on the current input and the previous state only
+- ``WindowMLP``    an MLP over the last ``window`` tokens: fixed, position-based mixing
+
+``build(name, vocab_size, n_classes, **sizes)`` makes any of them at the course's CPU size
+(``DEFAULT_SIZES``, parameter counts within a factor ``PARAM_MATCH_FACTOR`` of each other);
+``paper_sizes(name)`` gives the GPU-size configuration (millions of parameters, as in Paper I).
+
+The Transformer's attention layers are ``CausalSelfAttention`` modules with five hook points
+(``nn.Identity``) that chapters 7 and 9 read with forward/backward hooks::
+
+    probe_q, probe_k, probe_v  (B, H, T, d_head)   queries, keys, values
+    probe_alpha                (B, H, T, T)        attention weights (rows sum to 1)
+    probe_g                    (B, H, T, d_head)   per-head outputs g_i = sum_j alpha_ij v_j,
+                                                   before the output projection; a full
+                                                   backward hook on it gives u = dL/dg
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ARCHITECTURES = ("transformer", "mamba", "lstm", "mlp")
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _fail(what, expected, given):
+    raise ValueError(f"{what}: expected {expected}, got {given!r}")
+
+
+def _check_int(what, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        _fail(what, f"an int >= {minimum}", value)
+    return value
+
+
+def _check_tokens(tokens, vocab_size, max_len=None):
+    """(B, T) integer tokens in [0, vocab_size); T >= 1 and at most max_len."""
+    if not isinstance(tokens, torch.Tensor):
+        _fail("tokens", "a torch.LongTensor of shape (B, T)", type(tokens).__name__)
+    if tokens.dim() != 2 or tokens.shape[1] < 1:
+        _fail("tokens", "shape (B, T) with T >= 1", tuple(tokens.shape))
+    if tokens.dtype not in (torch.int64, torch.int32):
+        _fail("tokens", "an integer tensor (torch.long)", tokens.dtype)
+    if max_len is not None and tokens.shape[1] > max_len:
+        _fail("tokens", f"at most max_len={max_len} positions", tokens.shape[1])
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        _fail("tokens", f"values in [0, {vocab_size})",
+              f"values in [{tokens.min().item()}, {tokens.max().item()}]")
+
+
+class _Model(nn.Module):
+    """What the four share: validated sizes, an embedding, a readout to n_classes."""
+
+    def __init__(self, vocab_size, n_classes, d_model):
+        super().__init__()
+        self.vocab_size = _check_int("vocab_size", vocab_size, 2)
+        self.n_classes = _check_int("n_classes", n_classes, 2)
+        self.d_model = _check_int("d_model", d_model)
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.max_len = None  # only models with position embeddings have a limit
+
+
+# ----------------------------------------------------------------------------- transformer
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention written out (no fused kernel), so every quantity of the
+    paper passes through a probe: q, k, v, alpha and g = alpha v, before the output projection."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        if d_model % n_heads:
+            _fail("n_heads", f"a divisor of d_model={d_model}", n_heads)
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.probe_q, self.probe_k, self.probe_v = nn.Identity(), nn.Identity(), nn.Identity()
+        self.probe_alpha, self.probe_g = nn.Identity(), nn.Identity()
+
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
+        q, k, v = self.probe_q(q), self.probe_k(k), self.probe_v(v)            # (B, H, T, d_head)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)             # (B, H, T, T)
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        alpha = self.probe_alpha(scores.masked_fill(future, float("-inf")).softmax(-1))
+        g = self.probe_g(alpha @ v)                                            # (B, H, T, d_head)
+        return self.proj(g.transpose(1, 2).reshape(B, T, D))
+
+
+class _Block(nn.Module):
+    """Pre-LayerNorm residual block: x + mixer(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, d_model, mixer):
+        super().__init__()
+        self.ln1, self.mixer, self.ln2 = nn.LayerNorm(d_model), mixer, nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x):
+        x = x + self.mixer(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class Transformer(_Model):
+    """A small GPT-style causal transformer: token + learned position embeddings, ``n_layers``
+    pre-LN blocks of ``CausalSelfAttention`` (``n_heads`` heads) and a 4x MLP, a linear readout."""
+
+    def __init__(self, vocab_size, n_classes, d_model=64, n_layers=2, n_heads=4, max_len=512):
+        super().__init__(vocab_size, n_classes, d_model)
+        _check_int("n_layers", n_layers)
+        _check_int("n_heads", n_heads)
+        self.max_len = _check_int("max_len", max_len)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.blocks = nn.ModuleList(_Block(d_model, CausalSelfAttention(d_model, n_heads))
+                                    for _ in range(n_layers))
+        self.ln_f, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, n_classes)
+
+    def attention_layers(self):
+        """The ``CausalSelfAttention`` modules, first layer first."""
+        return [block.mixer for block in self.blocks]
+
+    def forward(self, tokens):
+        _check_tokens(tokens, self.vocab_size, self.max_len)
+        x = self.embed(tokens) + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+# ----------------------------------------------------------------------------- selective SSM
+
+def _shift(x, k):
+    """x delayed by k steps along dim 1, zeros in front: out[:, t] = x[:, t - k]."""
+    return F.pad(x, [0, 0] * (x.dim() - 2) + [k, 0])[:, :x.shape[1]]
+
+
+def selective_scan(a, b):
+    """h_t = a_t * h_{t-1} + b_t with h_{-1} = 0, along dim 1, for all t at once.
+
+    A parallel (Hillis-Steele) scan: the pairs (a, b) compose associatively,
+    (a1, b1) then (a2, b2) = (a1 a2, a2 b1 + b2), so ceil(log2 T) rounds of whole-tensor
+    operations replace T sequential steps. Only products of the a_t (in (0, 1] for a stable
+    SSM) are formed, never their inverses, so it is as stable as the recurrence itself.
+    Works on any device; a and b have the same shape (B, T, ...).
+    """
+    if a.shape != b.shape or a.dim() < 2:
+        _fail("selective_scan", "a and b of the same shape (B, T, ...)", (tuple(a.shape), tuple(b.shape)))
+    T, offset = a.shape[1], 1
+    while offset < T:
+        # position t absorbs the composed segment ending at t - offset (zeros before the start)
+        b = b + a * _shift(b, offset)
+        if 2 * offset < T:  # the last round needs no new products
+            a = a * _shift(a, offset)
+        offset *= 2
+    return b
+
+
+def sequential_scan(a, b):
+    """The same recurrence one step at a time: the reference the parallel scan is tested against."""
+    h, out = torch.zeros_like(b[:, 0]), []
+    for t in range(a.shape[1]):
+        h = a[:, t] * h + b[:, t]
+        out.append(h)
+    return torch.stack(out, dim=1)
+
+
+class SelectiveSSMLayer(nn.Module):
+    """One Mamba block (Gu & Dao 2023) in plain PyTorch, without the fused CUDA kernel.
+
+    x -> (u, z) by a linear map; u -> causal depthwise conv -> SiLU; then per channel d and state n
+
+        Delta_t = softplus(W_dt u_t)          (input-dependent step size, per channel)
+        B_t, C_t = W_B u_t, W_C u_t          (input-dependent write / read vectors, shared)
+        h_t = exp(Delta_t A) * h_{t-1} + Delta_t B_t u_t     (A = -exp(A_log) < 0: decays)
+        y_t = C_t . h_t + D u_t,   out_t = W_out (y_t * SiLU(z_t))
+
+    Unrolled, y_t = sum_{s<=t} C_t . [prod_{r=s+1..t} exp(Delta_r A)] Delta_s B_s u_s: the weight
+    of source s at time t depends on the input at t (C_t), at s (Delta_s, B_s) and between (gates).
+    """
+
+    def __init__(self, d_model, d_state=16, expand=2, d_conv=4):
+        super().__init__()
+        d_inner = expand * d_model
+        self.d_state, self.dt_rank = d_state, max(1, math.ceil(d_model / 16))
+        self.in_proj = nn.Linear(d_model, 2 * d_inner, bias=False)
+        self.conv = nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, padding=d_conv - 1)
+        self.x_proj = nn.Linear(d_inner, self.dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(self.dt_rank, d_inner)
+        # Mamba's initialisation: A_n = -n (a spread of decay rates), Delta between 1e-3 and 1e-1
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(d_inner, 1))
+        self.D = nn.Parameter(torch.ones(d_inner))
+        dt = torch.exp(torch.rand(d_inner) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus^{-1}(dt)
+        self.out_proj = nn.Linear(d_inner, d_model, bias=False)
+
+    def _gates(self, x):
+        """u, z (B, T, d_inner); Delta (B, T, d_inner); B, C (B, T, d_state): all from the input."""
+        T = x.shape[1]
+        u, z = self.in_proj(x).chunk(2, dim=-1)
+        u = F.silu(self.conv(u.transpose(1, 2))[..., :T].transpose(1, 2))  # left padding only: causal
+        dt, B, C = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        return u, z, F.softplus(self.dt_proj(dt)), B, C
+
+    def ssm_inputs(self, x):
+        """(a, b, C, u, z) of the recurrence h_t = a_t h_{t-1} + b_t, for tests and figures."""
+        u, z, delta, B, C = self._gates(x)
+        a = torch.exp(delta.unsqueeze(-1) * -torch.exp(self.A_log))            # (B, T, d_inner, N)
+        b = (delta * u).unsqueeze(-1) * B.unsqueeze(2)                         # (B, T, d_inner, N)
+        return a, b, C, u, z
+
+    def mixing_weights(self, x):
+        """omega (B, d_inner, T, T): the unrolled weights, C_t . h_t = sum_s omega_ts u_s, with
+        omega_ts = sum_n C_tn [prod_{r=s+1..t} exp(Delta_r A_n)] Delta_s B_sn  (0 for s > t).
+        Attention's alpha_ts, for a selective SSM (chapter 8 compares the two)."""
+        _, _, delta, B, C = self._gates(x)
+        log_decay = torch.cumsum(delta.unsqueeze(-1) * -torch.exp(self.A_log), dim=1)  # (B, T, D, N)
+        T = x.shape[1]
+        gap = log_decay.unsqueeze(2) - log_decay.unsqueeze(1)                  # [t, s] = L_t - L_s
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        gap = gap.masked_fill(~causal[None, :, :, None, None], float("-inf"))  # exp -> 0 above the diagonal
+        write = delta.unsqueeze(-1) * B.unsqueeze(2)                            # (B, T_s, D, N)
+        omega = torch.einsum("btn,btsdn,bsdn->bdts", C, gap.exp(), write)
+        return omega
+
+    def forward(self, x, scan=selective_scan):
+        a, b, C, u, z = self.ssm_inputs(x)
+        h = scan(a, b)
+        y = (h @ C.unsqueeze(-1)).squeeze(-1) + self.D * u
+        return self.out_proj(y * F.silu(z))
+
+
+class _SSMBlock(nn.Module):
+    def __init__(self, d_model, d_state):
+        super().__init__()
+        self.norm, self.mixer = nn.LayerNorm(d_model), SelectiveSSMLayer(d_model, d_state)
+
+    def forward(self, x, scan=selective_scan):
+        return x + self.mixer(self.norm(x), scan=scan)
+
+
+class SelectiveSSM(_Model):
+    """A Mamba-style model: embedding, ``n_layers`` residual ``SelectiveSSMLayer`` blocks, readout.
+    No position embedding: the recurrence itself knows order, and any length runs."""
+
+    def __init__(self, vocab_size, n_classes, d_model=64, n_layers=2, d_state=16):
+        super().__init__(vocab_size, n_classes, d_model)
+        _check_int("n_layers", n_layers)
+        _check_int("d_state", d_state)
+        self.blocks = nn.ModuleList(_SSMBlock(d_model, d_state) for _ in range(n_layers))
+        self.norm_f, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, n_classes)
+
+    def forward(self, tokens, scan=selective_scan):
+        """``scan=sequential_scan`` runs the plain recurrence (the tests compare the two)."""
+        _check_tokens(tokens, self.vocab_size)
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, scan=scan)
+        return self.head(self.norm_f(x))
+
+
+# ----------------------------------------------------------------------------- LSTM and MLP
+
+class LSTMModel(_Model):
+    """Embedding, a ``n_layers`` LSTM of width d_model (torch's cuDNN/CPU kernel), readout."""
+
+    def __init__(self, vocab_size, n_classes, d_model=64, n_layers=1):
+        super().__init__(vocab_size, n_classes, d_model)
+        _check_int("n_layers", n_layers)
+        self.lstm = nn.LSTM(d_model, d_model, num_layers=n_layers, batch_first=True)
+        self.head = nn.Linear(d_model, n_classes)
+
+    def forward(self, tokens):
+        _check_tokens(tokens, self.vocab_size)
+        return self.head(self.lstm(self.embed(tokens))[0])
+
+
+class WindowMLP(_Model):
+    """An MLP that sees the embeddings of the last ``window`` tokens (zeros before the start),
+    concatenated in a fixed order, plus the embedding of the absolute position: it knows where it
+    is but can only mix a fixed set of offsets, with weights that do not depend on content."""
+
+    def __init__(self, vocab_size, n_classes, d_model=64, window=8, hidden=256, max_len=512):
+        super().__init__(vocab_size, n_classes, d_model)
+        self.window = _check_int("window", window)
+        _check_int("hidden", hidden)
+        self.max_len = _check_int("max_len", max_len)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.mlp = nn.Sequential(nn.Linear((window + 1) * d_model, hidden), nn.GELU(),
+                                 nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, n_classes))
+
+    def forward(self, tokens):
+        _check_tokens(tokens, self.vocab_size, self.max_len)
+        T = tokens.shape[1]
+        e = F.pad(self.embed(tokens), (0, 0, self.window - 1, 0))       # (B, window-1+T, d)
+        # frame t holds tokens t-window+1 .. t: unfold makes the windows without a copy per t
+        frames = e.unfold(1, self.window, 1).flatten(2)                   # (B, T, d * window)
+        pos = self.pos(torch.arange(T, device=tokens.device)).expand(tokens.shape[0], -1, -1)
+        return self.mlp(torch.cat([frames, pos], dim=-1))
+
+
+# ----------------------------------------------------------------------------- sizes
+
+MODELS = {"transformer": Transformer, "mamba": SelectiveSSM, "lstm": LSTMModel, "mlp": WindowMLP}
+
+# CPU sizes (the chapter's table): small enough for seconds per run on one core, and with
+# parameter counts within PARAM_MATCH_FACTOR of each other (16k-19k at the CPU wind tunnels'
+# vocabularies; Mamba's d_state is 4 because its (B, T, channels, d_state) state dominates
+# the CPU time). max_len 128 covers the CPU HMM task at horizon K = 50.
+DEFAULT_SIZES = {
+    "transformer": dict(d_model=24, n_layers=2, n_heads=2, max_len=128),
+    "mamba": dict(d_model=32, n_layers=2, d_state=4),
+    "lstm": dict(d_model=44, n_layers=1),
+    "mlp": dict(d_model=16, window=8, hidden=72, max_len=128),
+}
+PARAM_MATCH_FACTOR = 1.25  # largest / smallest parameter count across the four, tested
+
+# Paper I's models have 2.7M-7.4M parameters; these land in that range (a GPU run).
+PAPER_SIZES = {
+    "transformer": dict(d_model=256, n_layers=4, n_heads=8),
+    "mamba": dict(d_model=256, n_layers=8, d_state=16),
+    "lstm": dict(d_model=512, n_layers=2),
+    "mlp": dict(d_model=128, window=16, hidden=1024),
+}
+
+
+def _check_name(name):
+    if name not in MODELS:
+        _fail("architecture", f"one of {ARCHITECTURES}", name)
+
+
+def paper_sizes(name):
+    """Constructor kwargs of ``name`` at Paper I's scale (millions of parameters; for a GPU)."""
+    _check_name(name)
+    return dict(PAPER_SIZES[name])
+
+
+def default_sizes(name):
+    """Constructor kwargs of ``name`` at the course's CPU scale (what ``build`` uses by default)."""
+    _check_name(name)
+    return dict(DEFAULT_SIZES[name])
+
+
+def build(name, vocab_size, n_classes, **sizes):
+    """``MODELS[name]`` at ``default_sizes(name)``, any of them overridden by ``sizes``."""
+    _check_name(name)
+    return MODELS[name](vocab_size, n_classes, **{**DEFAULT_SIZES[name], **sizes})
+
+
+def count_parameters(model):
+    """Number of trainable scalars."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

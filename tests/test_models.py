@@ -1,0 +1,174 @@
+"""The four architectures of bayesattn_lite.models: shapes, causality, the selective scan against
+its recurrence, the attention probes, sizes and bad inputs."""
+
+import pytest
+import torch
+
+from bayesattn_lite import models
+from bayesattn_lite.models import (ARCHITECTURES, CausalSelfAttention, SelectiveSSM, Transformer, build,
+                                   count_parameters, default_sizes, paper_sizes, selective_scan,
+                                   sequential_scan)
+
+V, C = 10, 6
+
+
+def tokens(B=3, T=12, seed=0):
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_shapes_and_finite(name):
+    torch.manual_seed(0)
+    out = build(name, V, C)(tokens())
+    assert out.shape == (3, 12, C) and out.dtype == torch.float32
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_causal_future_tokens_do_not_change_past_logits(name):
+    torch.manual_seed(0)
+    model = build(name, V, C).eval()
+    x = tokens(T=17)  # 17: not a power of two, so the scan's last round is partial
+    base = model(x)
+    for t in (0, 5, 15):
+        y = x.clone()
+        y[:, t + 1] = (y[:, t + 1] + 3) % V
+        changed = model(y)
+        torch.testing.assert_close(changed[:, :t + 1], base[:, :t + 1], rtol=0, atol=1e-6)
+        assert (changed[:, t + 1] - base[:, t + 1]).abs().max() > 1e-6  # and the future does change
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 7, 8, 33])
+def test_parallel_scan_matches_the_recurrence(T):
+    gen = torch.Generator().manual_seed(T)
+    a = torch.rand(2, T, 5, 4, generator=gen, dtype=torch.float64)
+    b = torch.randn(2, T, 5, 4, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(selective_scan(a, b), sequential_scan(a, b), rtol=1e-12, atol=1e-12)
+
+
+def test_scan_gradients_match_the_recurrence():
+    gen = torch.Generator().manual_seed(1)
+    a = torch.rand(2, 11, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, 11, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 11, 3, generator=gen, dtype=torch.float64)
+    ga = torch.autograd.grad((selective_scan(a, b) * w).sum(), (a, b))
+    gs = torch.autograd.grad((sequential_scan(a, b) * w).sum(), (a, b))
+    for x, y in zip(ga, gs):
+        torch.testing.assert_close(x, y)
+
+
+def test_mamba_model_with_the_parallel_scan_equals_the_sequential_one():
+    torch.manual_seed(0)
+    model = SelectiveSSM(V, C, d_model=16, n_layers=2, d_state=4)
+    x = tokens(T=19)
+    torch.testing.assert_close(model(x), model(x, scan=sequential_scan), rtol=1e-5, atol=1e-5)
+
+
+def test_mamba_gates_depend_on_the_input():
+    """Delta, B, C are functions of the token: the same layer gives different decays per input."""
+    torch.manual_seed(0)
+    layer = SelectiveSSM(V, C, d_model=16, n_layers=1, d_state=4).blocks[0].mixer
+    a, b, Cr, _, _ = layer.ssm_inputs(torch.randn(1, 6, 16))
+    assert a.shape == b.shape == (1, 6, 32, 4) and Cr.shape == (1, 6, 4)
+    assert (a > 0).all() and (a <= 1).all()  # A < 0 and Delta > 0: every step decays
+    assert a.std(dim=1).mean() > 1e-4        # and the decay changes along the sequence
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_runs_on_cuda_and_agrees_with_cpu(name):
+    torch.manual_seed(0)
+    model = build(name, V, C)
+    x = tokens()
+    torch.testing.assert_close(model.cuda()(x.cuda()).cpu(), model.cpu()(x), rtol=1e-3, atol=1e-3)
+
+
+def test_probes_give_q_k_v_alpha_g_and_u():
+    torch.manual_seed(0)
+    model = Transformer(V, C, d_model=16, n_layers=2, n_heads=4)
+    layers = model.attention_layers()
+    assert len(layers) == 2 and all(isinstance(layer, CausalSelfAttention) for layer in layers)
+    seen, grads = {}, {}
+    for i, layer in enumerate(layers):
+        for probe in ("probe_q", "probe_k", "probe_v", "probe_alpha", "probe_g"):
+            getattr(layer, probe).register_forward_hook(
+                lambda mod, inp, out, key=(i, probe): seen.__setitem__(key, out.detach()))
+        layer.probe_g.register_full_backward_hook(
+            lambda mod, gin, gout, i=i: grads.__setitem__(i, gout[0].detach()))
+    x = tokens(B=2, T=9)
+    model(x).sum().backward()
+    for i in range(2):
+        for probe in ("probe_q", "probe_k", "probe_v", "probe_g"):
+            assert seen[i, probe].shape == (2, 4, 9, 4)
+        alpha = seen[i, "probe_alpha"]
+        assert alpha.shape == (2, 4, 9, 9)
+        torch.testing.assert_close(alpha.sum(-1), torch.ones(2, 4, 9))
+        assert (alpha.triu(1) == 0).all()  # causal: no weight on the future
+        torch.testing.assert_close(seen[i, "probe_g"], alpha @ seen[i, "probe_v"])
+        assert grads[i].shape == (2, 4, 9, 4) and grads[i].abs().sum() > 0
+
+
+def test_parameter_counts_are_matched_within_the_stated_factor():
+    for vocab, classes in ((8, 8), (10, 5), (20, 20)):
+        counts = [count_parameters(build(name, vocab, classes)) for name in ARCHITECTURES]
+        assert max(counts) / min(counts) <= models.PARAM_MATCH_FACTOR, counts
+
+
+def test_paper_sizes_are_in_paper_I_range():
+    for name in ARCHITECTURES:
+        n = count_parameters(build(name, 20, 20, **paper_sizes(name)))
+        assert 2.5e6 <= n <= 7.5e6, (name, n)  # Paper I: 2.7M-7.4M parameters
+
+
+def test_sizes_are_copies_and_override():
+    sizes = default_sizes("transformer")
+    sizes["d_model"] = 999
+    assert default_sizes("transformer")["d_model"] != 999
+    assert build("lstm", V, C, d_model=8).d_model == 8
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: build("gru", V, C), "one of"),
+    (lambda: paper_sizes("rnn"), "one of"),
+    (lambda: build("transformer", V, C, d_model=30, n_heads=4), "divisor"),
+    (lambda: build("mlp", V, C, window=0), "window"),
+    (lambda: build("lstm", 1, C), "vocab_size"),
+    (lambda: build("mamba", V, C, d_state=2.5), "d_state"),
+])
+def test_bad_sizes_raise(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_bad_tokens_raise(name):
+    model = build(name, V, C)
+    with pytest.raises(ValueError, match=r"values in \[0, 10\)"):
+        model(torch.full((2, 4), V))
+    with pytest.raises(ValueError, match="shape"):
+        model(torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="integer"):
+        model(torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="LongTensor"):
+        model([[1, 2]])
+
+
+def test_too_long_for_position_embeddings_raises():
+    with pytest.raises(ValueError, match="max_len=8"):
+        build("transformer", V, C, max_len=8)(torch.zeros(1, 9, dtype=torch.long))
+
+
+def test_scan_shape_mismatch_raises():
+    with pytest.raises(ValueError, match="same shape"):
+        selective_scan(torch.ones(2, 3, 4), torch.ones(2, 3, 5))
+
+
+def test_mamba_mixing_weights_unroll_the_recurrence():
+    torch.manual_seed(0)
+    layer = SelectiveSSM(V, C, d_model=8, n_layers=1, d_state=3).blocks[0].mixer.double()
+    x = torch.randn(2, 7, 8, dtype=torch.float64)
+    a, b, Cr, u, _ = layer.ssm_inputs(x)
+    y = (sequential_scan(a, b) @ Cr.unsqueeze(-1)).squeeze(-1)              # C_t . h_t, (B, T, D)
+    omega = layer.mixing_weights(x)
+    assert omega.shape == (2, 16, 7, 7) and (omega.triu(1) == 0).all()
+    torch.testing.assert_close(torch.einsum("bdts,bsd->btd", omega, u), y)
