@@ -52,7 +52,8 @@ def e_step(x, means, variance, weights=None):
     means = _check_means(means, x.shape[1])
     variance = _check_variance(variance)
     K = means.shape[0]
-    weights = torch.full((K,), 1.0 / K, dtype=torch.float64) if weights is None else weights.to(torch.float64)
+    weights = (torch.full((K,), 1.0 / K, dtype=torch.float64, device=x.device) if weights is None
+               else weights.to(x.device, torch.float64))
     if weights.shape != (K,) or (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
         raise ValueError(f"weights: expected K={K} non-negative numbers summing to 1, got {weights}")
     log_joint = _log_joint(x, means, variance, weights)
@@ -65,8 +66,8 @@ def m_step(x, resp, fit_variance=True, variance=None):
     x = _check_x(x)
     if not isinstance(resp, torch.Tensor) or resp.dim() != 2 or resp.shape[0] != x.shape[0]:
         raise ValueError(f"resp: expected shape (n={x.shape[0]}, K), got {getattr(resp, 'shape', None)}")
-    resp = resp.to(torch.float64)
-    if (resp < -1e-12).any() or not torch.allclose(resp.sum(1), torch.ones(x.shape[0], dtype=torch.float64), atol=1e-6):
+    resp = resp.to(x.device, torch.float64)
+    if (resp < -1e-12).any() or not torch.allclose(resp.sum(1), torch.ones_like(resp[:, 0]), atol=1e-6):
         raise ValueError("resp: expected rows of probabilities (non-negative, summing to 1)")
     counts = resp.sum(0).clamp_min(1e-12)
     means = resp.T @ x / counts[:, None]
@@ -101,7 +102,7 @@ def initial_means(x, n_components, seed=0):
     if isinstance(n_components, bool) or not isinstance(n_components, int) or not 1 <= n_components <= x.shape[0]:
         raise ValueError(f"n_components: expected an int in [1, n={x.shape[0]}], got {n_components!r}")
     gen = torch.Generator().manual_seed(seed)
-    return x[torch.randperm(x.shape[0], generator=gen)[:n_components]].clone()
+    return x[torch.randperm(x.shape[0], generator=gen).to(x.device)[:n_components]].clone()
 
 
 def fit(x, n_components, n_iter=30, init=None, variance=1.0, fit_variance=True, seed=0):
@@ -112,7 +113,7 @@ def fit(x, n_components, n_iter=30, init=None, variance=1.0, fit_variance=True, 
     if means.shape[0] != n_components:
         raise ValueError(f"init: expected {n_components} means, got {means.shape[0]}")
     variance = _check_variance(variance)
-    weights = torch.full((n_components,), 1.0 / n_components, dtype=torch.float64)
+    weights = torch.full((n_components,), 1.0 / n_components, dtype=torch.float64, device=x.device)
     path, log_lik = [means.clone()], []
     for _ in range(n_iter):
         resp, ll = e_step(x, means, variance, weights)
@@ -142,7 +143,8 @@ def gradient_fit(x, init, variance, lr, n_iter=30):
     resp, ll = e_step(x, means, variance)
     log_lik.append(ll)
     K = means.shape[0]
-    return GMMFit(means, variance, torch.full((K,), 1.0 / K, dtype=torch.float64), resp, log_lik, torch.stack(path))
+    uniform = torch.full((K,), 1.0 / K, dtype=torch.float64, device=x.device)
+    return GMMFit(means, variance, uniform, resp, log_lik, torch.stack(path))
 
 
 def match(found, reference):
