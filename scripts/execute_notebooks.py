@@ -43,6 +43,9 @@ def main(argv=None):
     parser.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell")
     args = parser.parse_args(argv)
     os.environ.setdefault("BAYESATTN_PROGRESS", "0")
+    # The kernels inherit this environment: with MPLBACKEND=Agg (as CI sets for nbval) matplotlib
+    # would not use the inline backend and the committed notebooks would lose every figure.
+    os.environ.pop("MPLBACKEND", None)
     paths = [p.resolve() for p in args.notebooks] or book_notebooks()
     total = 0.0
     for path in paths:

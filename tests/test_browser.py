@@ -1,0 +1,356 @@
+"""The built book as a reader sees it: every page of the table of contents opened in headless Chromium.
+
+On every page: MathJax has typeset the math (no raw ``$$`` or ``\\(`` left in the text, no MathJax
+error), every figure has loaded (``naturalWidth > 0``; a chapter shows at least as many figures as
+its notebook has image outputs), no output shows an error or a traceback, the Colab launch button
+opens this notebook's path in the repository of ``_config.yml``, and every widget has its static
+figure directly above it (and its state embedded, so it renders online). The search page finds
+every chapter by a word of its title. A full-page screenshot of each page goes to
+``_build/screenshots/`` (beside the ``html`` folder that was tested).
+
+The book: ``$BAYESATTN_BOOK_HTML`` (a built ``html`` folder) if set, else ``_build/html``, which
+is (re)built with ``jupyter-book build . --all -W -n --keep-going`` when it is missing or older
+than a source file. ``$BAYESATTN_TOC`` names another table of contents to check (a draft one,
+as passed to ``jupyter-book build --toc``). The browser is Debian's Chromium
+(``/usr/bin/chromium``, or ``$BAYESATTN_CHROMIUM``) driven by Playwright's Python package; no
+browser is downloaded. Without them the tests skip, unless ``BAYESATTN_REQUIRE_BROWSER=1`` (set
+by ``.ci/run``), which turns that into a failure.
+
+The network may be closed: requests that leave localhost are answered from local copies where one
+exists (MathJax 3, from the pinned ``django-static-mathjax`` wheel) and refused otherwise (the
+widget manager's CDN: widgets themselves are not rendered offline, their static figures are).
+"""
+
+import functools
+import http.server
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import quote, urlparse
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+TOC = yaml.safe_load(Path(os.environ.get("BAYESATTN_TOC", ROOT / "_toc.yml")).read_text())  # another toc: a draft
+REQUIRED = os.environ.get("BAYESATTN_REQUIRE_BROWSER") == "1"
+CHROMIUM = os.environ.get("BAYESATTN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+# As root on a closed network: no sandbox, and no background connections Chromium would retry.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+SOURCES = ["_config.yml", "_toc.yml", "book"]  # a build older than any of these is stale
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
+# JavaScript errors that change nothing a reader sees: sphinx-thebe's script is included twice by
+# the theme and declares its constant twice; the widget manager's loader (require.js, from a CDN)
+# is missing offline, and widgets are not rendered offline anyway.
+HARMLESS_JS_ERRORS = ("THEBE_JS_URL", "require is not defined", "define is not defined")
+
+
+def toc_pages(entries):
+    for entry in entries:
+        if "file" in entry:
+            yield entry["file"]
+        yield from toc_pages(entry.get("parts", []) + entry.get("chapters", []) + entry.get("sections", []))
+
+
+PAGES = [TOC["root"], *[p for p in toc_pages(TOC.get("parts", []) + TOC.get("chapters", [])) if p != TOC["root"]]]
+NOTEBOOK_PAGES = [p for p in PAGES if (ROOT / f"{p}.ipynb").exists()]
+
+
+def unavailable(reason):
+    if REQUIRED:
+        pytest.fail(f"{reason} (BAYESATTN_REQUIRE_BROWSER=1: the browser test must run here)")
+    pytest.skip(reason)
+
+
+# ----------------------------------------------------------------------------- the built book
+
+def _newest_source():
+    files = [ROOT / s for s in SOURCES if (ROOT / s).is_file()]
+    files += [f for s in SOURCES if (ROOT / s).is_dir() for f in (ROOT / s).rglob("*")
+              if f.is_file() and ".ipynb_checkpoints" not in f.parts]
+    return max(f.stat().st_mtime for f in files)
+
+
+def stale_reason(html):
+    """Why ``html`` needs a (re)build, or None."""
+    built = [html / f"{page}.html" for page in PAGES]
+    missing = [str(p.relative_to(html)) for p in built if not p.exists()]
+    if missing:
+        return f"no page {missing[0]}"
+    if min(p.stat().st_mtime for p in built) < _newest_source():
+        return "a source file is newer than the build"
+    return None
+
+
+@pytest.fixture(scope="module")
+def book():
+    given = os.environ.get("BAYESATTN_BOOK_HTML")
+    if given:  # used as it is
+        html = Path(given).resolve()
+        reason = stale_reason(html)
+        assert not reason or not reason.startswith("no page"), f"BAYESATTN_BOOK_HTML={given}: {reason}"
+        return html
+    html = ROOT / "_build" / "html"
+    reason = stale_reason(html)
+    if reason:
+        print(f"building the book ({reason})")
+        exe = Path(sys.executable).with_name("jupyter-book")
+        exe = str(exe) if exe.exists() else (shutil.which("jupyter-book") or "jupyter-book")
+        # --all: every page is rewritten, so the pages' times say how fresh the build is
+        build = subprocess.run([exe, "build", ".", "--all", "-W", "-n", "--keep-going"],
+                               cwd=ROOT, capture_output=True, text=True)
+        assert build.returncode == 0, f"jupyter-book build failed:\n{build.stdout[-3000:]}\n{build.stderr[-3000:]}"
+    return html
+
+
+@pytest.fixture(scope="module")
+def server(book):
+    handler = functools.partial(_QuietHandler, directory=str(book))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_port}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+# ----------------------------------------------------------------------------- the browser
+
+def mathjax_copy():
+    """The local MathJax 3 folder (es5/...), or None."""
+    spec = importlib.util.find_spec("mathjax")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax"
+    return folder if (folder / "es5" / "tex-mml-chtml.js").exists() else None
+
+
+def _route(local_mathjax, origin):
+    def handle(route):
+        url = route.request.url
+        if url.startswith(origin):
+            return route.continue_()
+        match = re.search(r"/mathjax@3[^/]*/(.*?)(?:\?.*)?$", url)
+        if match and local_mathjax is not None:
+            path = local_mathjax / match.group(1)
+            if path.is_file():
+                return route.fulfill(path=str(path))
+        if match and local_mathjax is None:
+            return route.continue_()  # no local copy: try the CDN (works on an open network)
+        return route.abort()
+    return handle
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        unavailable(f"Chromium is not installed ({CHROMIUM} missing): apt-get install -y chromium chromium-driver")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("Playwright's Python package is not installed: pip install -r requirements.txt")
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def shots(book):
+    folder = book.parent / "screenshots"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def open_page(browser, server):
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+    context.route("**/*", _route(mathjax_copy(), server))
+
+    def open_(path):
+        page = context.new_page()
+        errors = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        response = page.goto(f"{server}/{path}", wait_until="load")
+        assert response is not None and response.ok, f"{path}: HTTP {response and response.status}"
+        return page, errors
+
+    yield open_
+    context.close()
+
+
+# ----------------------------------------------------------------------------- the checks
+
+MATH_STATE = """() => {
+  const math = [...document.querySelectorAll('.math')];
+  const raw = [];
+  const walker = document.createTreeWalker(document.querySelector('main') || document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (n.parentElement.closest('pre, code, script, style, mjx-container, .highlight')) continue;
+    const m = n.textContent.match(/\\$\\$|\\\\\\(|\\\\\\)|\\\\\\[|\\\\\\]|\\\\begin\\{/);
+    if (m) raw.push(n.textContent.trim().slice(0, 80));
+  }
+  return {math: math.length, rendered: document.querySelectorAll('mjx-container').length,
+          // mjx-merror: a TeX syntax error; a red mtext: an undefined macro (MathJax's noundefined)
+          errors: [...document.querySelectorAll('mjx-merror, mjx-assistive-mml mtext[mathcolor="red"]')]
+                    .map(e => e.getAttribute('data-mjx-error') || e.textContent).slice(0, 5),
+          raw: raw.slice(0, 5)};
+}"""
+
+IMAGES = """() => [...document.querySelectorAll('main img')].map(img => ({
+  src: img.getAttribute('src'), ok: img.complete && img.naturalWidth > 0,
+  output: !!img.closest('.cell_output'), alt: img.getAttribute('alt') || ''}))"""
+
+OUTPUT_ERRORS = """() => [...document.querySelectorAll('.cell_output')].flatMap(out => {
+  const text = out.innerText;
+  const bad = out.querySelector('.traceback, .output.error, .output.traceback') ||
+              /Traceback \\(most recent call last\\)|^-{20,}\\s*\\n\\s*\\w+(Error|Exception)/m.test(text);
+  return bad ? [text.slice(0, 300)] : [];
+})"""
+
+# For each widget view: is there a loaded image in the same cell before it, or in the nearest
+# code cell above it? And is the model's state embedded in the page?
+WIDGETS = """(mime) => {
+  const state = [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-state+json"]')]
+                  .map(s => s.textContent).join('');
+  return [...document.querySelectorAll(`script[type="${mime}"]`)].map(view => {
+    const cell = view.closest('.cell');
+    const loaded = el => !!el && [...el.querySelectorAll('img')].some(i => i.complete && i.naturalWidth > 0);
+    let above = cell ? cell.previousElementSibling : null;
+    while (above && !above.classList.contains('cell')) above = above.previousElementSibling;
+    let model = '';
+    try { model = JSON.parse(view.textContent).model_id; } catch (e) {}
+    const inCell = cell && [...cell.querySelectorAll('img')].some(
+      i => i.complete && i.naturalWidth > 0 && (i.compareDocumentPosition(view) & Node.DOCUMENT_POSITION_FOLLOWING));
+    return {model, figure: inCell || loaded(above), state: !!model && state.includes(model)};
+  });
+}"""
+
+
+def wait_for_mathjax(page):
+    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30_000)
+    page.evaluate("() => MathJax.startup.promise")
+
+
+def notebook_images(page_name):
+    nb = nbformat.read(ROOT / f"{page_name}.ipynb", as_version=4)
+    return sum(1 for cell in nb.cells if cell.cell_type == "code"
+               for out in cell.get("outputs", []) if any(m in out.get("data", {}) for m in IMAGE_MIMES))
+
+
+def colab_url(page_name):
+    repo = CONFIG["repository"]["url"].rstrip("/").removeprefix("https://github.com/")
+    book_path = str(CONFIG["repository"].get("path_to_book") or "").strip("/")
+    path = f"{book_path}/{page_name}.ipynb" if book_path else f"{page_name}.ipynb"
+    return f"{CONFIG['launch_buttons']['colab_url'].rstrip('/')}/github/{repo}/blob/{CONFIG['repository']['branch']}/{path}", path
+
+
+def git_tracks(path):
+    """Whether git tracks ``path``; True where there is no git or no repository to ask."""
+    try:
+        inside = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=ROOT, capture_output=True)
+        if inside.returncode:
+            return True
+        return subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=ROOT, capture_output=True).returncode == 0
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("page_name", PAGES)
+def test_page_reads_well(open_page, shots, page_name):
+    page, js_errors = open_page(f"{page_name}.html")
+    problems = []
+
+    has_math = page.evaluate("() => document.querySelectorAll('.math').length") > 0
+    if has_math:
+        try:
+            wait_for_mathjax(page)
+        except Exception as exc:  # noqa: BLE001 - reported below in words
+            problems.append(f"MathJax did not start ({type(exc).__name__}); is it reachable?")
+    math = page.evaluate(MATH_STATE)
+    if math["math"] and not math["rendered"]:
+        problems.append(f"{math['math']} math elements but nothing typeset by MathJax (no mjx-container)")
+    if math["raw"]:
+        problems.append(f"raw TeX left in the text: {math['raw']}")
+    if math["errors"]:
+        problems.append(f"MathJax errors (undefined macro?): {math['errors']}")
+
+    images = page.evaluate(IMAGES)
+    broken = [img["src"] for img in images if not img["ok"]]
+    if broken:
+        problems.append(f"figures that did not load: {broken}")
+    if page_name in NOTEBOOK_PAGES:
+        expected = notebook_images(page_name)
+        shown = sum(1 for img in images if img["output"] and img["ok"])
+        if shown < expected:
+            problems.append(f"the notebook has {expected} figure outputs, the page shows {shown}")
+
+    no_alt = [img["src"] for img in images if img["output"] and (not img["alt"] or img["alt"] == img["src"])]
+    if no_alt:
+        problems.append(f"figures without alt text (set the cell metadata mystnb.image.alt): {no_alt}")
+
+    errors = page.evaluate(OUTPUT_ERRORS)
+    if errors:
+        problems.append(f"outputs showing an error or traceback: {errors}")
+
+    if page_name in NOTEBOOK_PAGES:
+        expected_url, path = colab_url(page_name)
+        links = page.evaluate("() => [...document.querySelectorAll('a')].map(a => a.href)"
+                              ".filter(h => h.includes('colab.research.google.com'))")
+        if expected_url not in links:
+            problems.append(f"no Colab launch button to {expected_url} (found {links})")
+        if not (ROOT / path).exists():
+            problems.append(f"the Colab button opens {path}, which is not in the repository")
+        elif REQUIRED and not git_tracks(path):
+            problems.append(f"the Colab button opens {path}, which git does not track (not committed?)")
+
+    for widget in page.evaluate(WIDGETS, WIDGET_VIEW):
+        if not widget["figure"]:
+            problems.append(f"widget {widget['model']}: no static figure directly above it")
+        if not widget["state"]:
+            problems.append(f"widget {widget['model']}: its state is not embedded (execute with store_widget_state)")
+
+    real_js_errors = [e for e in js_errors if not any(known in e for known in HARMLESS_JS_ERRORS)]
+    if real_js_errors:
+        problems.append(f"JavaScript errors: {real_js_errors[:3]}")
+
+    page.screenshot(path=str(shots / f"{page_name.replace('/', '__')}.png"), full_page=True)
+    page.close()
+    assert not problems, f"{page_name}:\n  " + "\n  ".join(problems)
+
+
+def title_word(page_name):
+    """The longest word of a chapter's title (its first Markdown heading)."""
+    nb = nbformat.read(ROOT / f"{page_name}.ipynb", as_version=4)
+    heading = next(line for cell in nb.cells if cell.cell_type == "markdown"
+                   for line in cell.source.splitlines() if line.startswith("# "))
+    return max(re.findall(r"[A-Za-z]{4,}", heading), key=len).lower()
+
+
+@pytest.mark.parametrize("page_name", NOTEBOOK_PAGES)
+def test_search_finds_the_chapter(open_page, page_name):
+    word = title_word(page_name)
+    page, _ = open_page(f"search.html?q={quote(word)}")
+    page.wait_for_function(
+        "() => { const s = document.querySelector('#search-results'); return s && "
+        "(s.querySelector('li') || /did not match|no documents/i.test(s.innerText) || "
+        "(s.querySelector('p') && !/Preparing|Searching/i.test(s.innerText))); }", timeout=30_000)
+    hrefs = page.evaluate("() => [...document.querySelectorAll('#search-results a')].map(a => a.getAttribute('href'))")
+    page.close()
+    assert any(urlparse(h).path.rstrip("/").endswith(f"{page_name}.html") or page_name in h for h in hrefs), \
+        f"searching {word!r} does not list {page_name}.html; results: {hrefs[:10]}"

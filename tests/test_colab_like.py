@@ -1,0 +1,107 @@
+"""A chapter run the way a Colab learner runs it: in a fresh environment that holds only what Colab
+ships (torch, numpy, matplotlib, ipywidgets, ipykernel, tqdm), where the package is missing until
+the chapter's own install cell installs it.
+
+The package is built as a wheel from this checkout and the install cell is pointed at it through
+``BAYESATTN_LITE_SPEC`` (instead of the git tag, which does not exist before a release). The
+chapter then runs top to bottom in a kernel of that environment, and the test checks that the
+cell installed the package, this release, from the wheel, and installed nothing else (in
+particular, it did not reinstall torch).
+
+It takes a minute or two (a virtual environment with torch). ``BAYESATTN_COLAB_CHAPTER`` picks
+another chapter (default: chapter 1).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import bayesattn_lite
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTER = os.environ.get("BAYESATTN_COLAB_CHAPTER", "book/01_attention_block.ipynb")
+
+
+def _pins(names):
+    """The versions requirements.txt pins for ``names`` (so the environment builds from pip's cache)."""
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep and name.lower() in names:
+            pins[name.lower()] = f"{name}=={version}"
+    return [pins.get(name, name) for name in names]
+
+
+# What a Colab runtime has preinstalled that the package could ask for. torch stays 2.13.0 (see
+# requirements.txt); the others are pinned as in requirements.txt.
+COLAB = _pins(["torch", "numpy", "matplotlib", "ipywidgets", "ipykernel", "tqdm"])
+
+
+def run(*cmd, **kwargs):
+    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
+    assert done.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    return done.stdout
+
+
+def frozen(python):
+    lines = run(python, "-m", "pip", "list", "--format=json", "--disable-pip-version-check")
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(lines)}
+
+
+@pytest.fixture(scope="module")
+def colab(tmp_path_factory):
+    """(python of a fresh venv with Colab's packages, wheel of this checkout, folder)."""
+    where = tmp_path_factory.mktemp("colab")
+    venv.create(where / "venv", with_pip=True)
+    python = where / "venv" / "bin" / "python"
+    run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *COLAB)
+    wheel_cmd = [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--quiet", "--disable-pip-version-check",
+                 "-w", str(where / "dist")]
+    # this environment's setuptools first (offline, fast); an isolated build if it has none
+    if subprocess.run(wheel_cmd + ["--no-build-isolation"], cwd=ROOT, capture_output=True).returncode:
+        run(*wheel_cmd, cwd=ROOT)
+    wheel = next((where / "dist").glob("bayesattn_lite-*.whl"))
+    # a kernelspec for that interpreter, found through JUPYTER_PATH
+    spec = where / "share" / "jupyter" / "kernels" / "colab-like"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Colab-like", "language": "python"}))
+    return python, wheel, where
+
+
+def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch):
+    python, wheel, where = colab
+    before = frozen(python)
+    assert "bayesattn-lite" not in before, "the fresh environment should not have the package yet"
+    assert before["torch"].split("+")[0] == "2.13.0"
+
+    monkeypatch.setenv("JUPYTER_PATH", str(where / "share" / "jupyter"))
+    monkeypatch.setenv("BAYESATTN_LITE_SPEC", str(wheel))
+    monkeypatch.setenv("BAYESATTN_PROGRESS", "0")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    nb = nbformat.read(ROOT / CHAPTER, as_version=4)
+    # run outside the repository, so `import bayesattn_lite` cannot find the source folder
+    work = where / "run"
+    work.mkdir(exist_ok=True)
+    client = NotebookClient(nb, kernel_name="colab-like", timeout=600, resources={"metadata": {"path": str(work)}})
+    client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
+
+    errors = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
+              if out.output_type == "error"]
+    assert not errors
+    after = frozen(python)
+    added = {name: after[name] for name in set(after) - set(before)}
+    changed = {name: (before[name], after[name]) for name in set(before) & set(after) if before[name] != after[name]}
+    assert added == {"bayesattn-lite": bayesattn_lite.__version__}, f"the install cell installed {added}"
+    assert not changed, f"the install cell changed preinstalled packages (torch must never be reinstalled): {changed}"
+    location = run(python, "-c", "import bayesattn_lite, os; print(os.path.dirname(bayesattn_lite.__file__))", cwd=work)
+    assert str(where / "venv") in location, f"bayesattn_lite imported from {location.strip()}, not the venv"

@@ -1,0 +1,78 @@
+"""The maintenance scripts: the time budget check and the GPU check (its CPU side)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+time_notebooks = load("time_notebooks")
+gpu_check = load("gpu_check")
+
+
+def test_budget_lists_the_toc_notebooks_in_order():
+    order = time_notebooks.toc_notebooks()
+    assert order and all((ROOT / name).exists() for name in order)
+    assert order == sorted(order, key=order.index)  # no duplicates, toc order kept
+    assert "book/01_attention_block.ipynb" in order
+    # the problem sets' student versions are stubs that pytest never collects (book/assignments/conftest.py)
+    assert not [name for name in order if name.endswith("_student.ipynb")]
+
+
+def test_budget_flags_a_slow_notebook_the_total_and_a_missing_one(capsys):
+    order = ["a.ipynb", "b.ipynb", "c.ipynb"]
+    assert time_notebooks.report({"a.ipynb": 10, "b.ipynb": 20, "c.ipynb": 30}, order, 300, 900) == []
+    problems = time_notebooks.report({"a.ipynb": 301, "b.ipynb": 300, "c.ipynb": 300}, order, 300, 900)
+    assert problems == ["a.ipynb: 301 s > 300 s", "the book: 901 s > 900 s"]
+    assert time_notebooks.report({"a.ipynb": 1, "b.ipynb": 1}, order, 300, 900) == ["c.ipynb: not measured"]
+    assert "in all (3 notebooks" in capsys.readouterr().out
+
+
+def test_budget_check_reads_the_times_nbval_recorded(tmp_path):
+    times = {name: 1.0 for name in time_notebooks.toc_notebooks()}
+    path = tmp_path / "times.json"
+    path.write_text(json.dumps({"seconds": times}))
+    assert time_notebooks.main(["--from-json", str(path)]) == 0
+    times[next(iter(times))] = 400.0
+    path.write_text(json.dumps({"seconds": times}))
+    assert time_notebooks.main(["--from-json", str(path)]) == 1
+    assert time_notebooks.main(["--from-json", str(tmp_path / "missing.json")]) == 1
+
+
+def test_device_guard_sees_a_tensor_on_the_wrong_device_inside_hot_functions():
+    class Hot:
+        @staticmethod
+        def step(n):
+            return torch.ones(n, n) @ torch.ones(n, n)
+
+    with gpu_check.guarding([(Hot, "step")], gpu_check.DeviceGuard("meta")) as guard:
+        torch.ones(100, 100).sum()   # outside the hot function: not looked at
+        Hot.step(2)                  # a small constant: allowed
+        assert not guard.offenders
+        Hot.step(100)                # data-sized, on the CPU instead of the device: reported
+    assert guard.offenders and all(dev == "cpu" for _, dev in guard.offenders.values())
+    assert Hot.step.__name__ == "step"  # restored
+
+
+def test_gpu_check_runs_its_cpu_side_without_cuda():
+    row = gpu_check.check("ch6 sticky Markov", lambda: gpu_check.sticky_markov(steps=2, T=50))
+    assert row["status"] == "ok (cpu only)", row
+    assert row["steps"] == 2 and row["cpu"] > 0
+    assert "ch6 sticky Markov" in gpu_check.table([row], cuda=False)
+
+
+def test_gpu_check_compares_two_devices():
+    """The CUDA path, with the CPU standing in for the accelerator: same numbers, no offenders."""
+    row = gpu_check.check("ch4 head", lambda: gpu_check.head_on_sources(1.0, steps=2), accelerator="cpu")
+    assert row["status"] == "ok", row
+    assert row["rel_diff"] == 0.0 and row["gpu"] > 0
