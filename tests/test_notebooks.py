@@ -78,3 +78,15 @@ def test_markdown_uses_no_book_only_macros(path):
         if cell.cell_type == "markdown":
             for name in macros:
                 assert not re.search(rf"\\{name}(?![A-Za-z])", cell.source), f"\\{name} in {path.name}"
+
+
+@pytest.mark.parametrize("path", EXECUTED, ids=lambda p: p.name)
+def test_every_figure_has_alt_text_and_a_caption(path):
+    """Readers without sight get the alt text; every reader gets the caption cell after the figure."""
+    nb = nbformat.read(path, as_version=4)
+    for n, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and any("image/png" in out.get("data", {}) for out in cell.outputs):
+            alt = cell.metadata.get("mystnb", {}).get("image", {}).get("alt", "")
+            assert len(alt) > 10, f"{path.name}: a figure cell has no alt text (metadata mystnb.image.alt):\n{cell.source[:200]}"
+            later = [c for c in nb.cells[n + 1:] if c.cell_type == "markdown"]
+            assert later and "**Figure" in later[0].source, f"{path.name}: no **Figure.** caption after:\n{cell.source[:200]}"
