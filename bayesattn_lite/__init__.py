@@ -5,8 +5,16 @@ Every chapter imports it instead of pasting code. One idea per module:
 - ``attention``  the single head of the paper and its closed-form gradients (no autograd)
 - ``gradcheck``  autograd and finite-difference references to check those formulas against
 - ``train``      the one training loop: devices, seeds, parameter groups, history, checkpoints
-- ``checks``     exercise checks that explain a wrong answer in words
-- ``plots``, ``widgets``  figures and interactive panels used by the chapters
+- ``toy``, ``specialisation``  chapter 4's task with a known posterior, and its training runs
+- ``diagnostics`` entropies, change rates, PCA, error in bits, Paper I's geometry
+- ``em``          EM for a Gaussian mixture, beside the head (chapter 5)
+- ``tasks``       the sticky Markov chain and the wind tunnels, each with its exact posterior
+- ``batched``, ``experiments``  many seeds and schedules trained as one computation (chapter 6)
+- ``models``      Transformer, Mamba-style SSM, LSTM and MLP behind one interface
+- ``comparison``, ``distributed``  training on the wind tunnels; the same under torchrun (DDP)
+- ``monitor``     records alpha, u, b and the advantage of a model during training (chapter 9)
+- ``checks``, ``assignments``, ``grading``  exercise checks, student versions, the autograder
+- ``plots``, ``widgets``, ``sticky_widget``  figures and interactive panels used by the chapters
 """
 
 __version__ = "0.1.0"
