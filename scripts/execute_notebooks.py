@@ -1,6 +1,6 @@
 """Execute the book's notebooks in place, top to bottom, in a fresh kernel each, and print the time.
 
-    python scripts/execute_notebooks.py                 # every notebook under book/
+    python scripts/execute_notebooks.py                 # every notebook under book/ (not student versions)
     python scripts/execute_notebooks.py book/02_*.ipynb # some of them
 
 Notebooks are committed executed: run this after changing a chapter or the package, then
@@ -21,7 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def book_notebooks():
-    return sorted(p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    """Every notebook under book/ except the student versions of the problem sets: their solutions
+    are stubs that raise, and they are committed unexecuted (python -m bayesattn_lite.assignments)."""
+    return sorted(p for p in (ROOT / "book").rglob("*.ipynb")
+                  if ".ipynb_checkpoints" not in p.parts and not p.stem.endswith("_student"))
 
 
 def execute(path, timeout=600):
