@@ -4,12 +4,15 @@ installing the same release of the package from the same repository as _config.y
 nbval (configured in pyproject.toml) executes them; these tests check what execution cannot.
 """
 
+import base64
+import io
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
 import yaml
+from PIL import Image
 
 import bayesattn_lite
 
@@ -90,3 +93,15 @@ def test_every_figure_has_alt_text_and_a_caption(path):
             assert len(alt) > 10, f"{path.name}: a figure cell has no alt text (metadata mystnb.image.alt):\n{cell.source[:200]}"
             later = [c for c in nb.cells[n + 1:] if c.cell_type == "markdown"]
             assert later and "**Figure" in later[0].source, f"{path.name}: no **Figure.** caption after:\n{cell.source[:200]}"
+
+
+@pytest.mark.parametrize("path", EXECUTED, ids=lambda p: p.name)
+def test_wide_figures_take_the_full_width_of_the_page(path):
+    """A figure wider than 10 inches (1000 px at the course's 100 dpi), squeezed into the text column,
+    would show its labels at half size: such cells carry the tag full-width (sphinx-book-theme)."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        pngs = [out["data"]["image/png"] for out in getattr(cell, "outputs", []) if "image/png" in out.get("data", {})]
+        widths = [Image.open(io.BytesIO(base64.b64decode(png))).size[0] for png in pngs]
+        if widths and max(widths) > 1000:
+            assert "full-width" in cell.metadata.get("tags", []), f"{path.name}: tag this wide figure's cell full-width:\n{cell.source[:200]}"
