@@ -7,12 +7,16 @@ The pieces, top to bottom:
 - ``param_groups``    per-parameter learning rates by name pattern, e.g. the paper's EM-like
                       schedule (values learn 10x faster than routing): ``{"W_V": 10.0}``
 - ``History``         one row of floats per logged step; ``history["loss"]`` is a numpy array
-- ``train``           plain gradient descent (or Adam) on ``loss_fn(model, step)``, with a
-                      divergence guard, a tqdm bar and resumable checkpoints
+- ``lr_factor``       the learning-rate schedule: "constant" (chapters 1-6) or "cosine", each
+                      with an optional linear warm-up; the factor multiplies every group's rate
+- ``train``           plain gradient descent (or Adam, AdamW) on ``loss_fn(model, step)``, with a
+                      schedule, gradient clipping, weight decay, a divergence guard, a tqdm bar
+                      and resumable checkpoints
 
 A run that is interrupted and resumed from its checkpoint gives exactly the same history and
 weights as one that never stopped: the checkpoint carries the RNG states too, so ``loss_fn``
-may sample its data from the global RNGs.
+may sample its data from the global RNGs, and the recipe (schedule, base rates, clipping, weight
+decay), so a resume with another recipe is refused instead of silently mixing two.
 """
 
 import fnmatch
@@ -91,6 +95,28 @@ def param_groups(model, lr, lr_multipliers=None):
     return [{"params": g["params"], "lr": g["lr"], "name": "+".join(g["names"])} for g in groups.values()]
 
 
+# ----------------------------------------------------------------------------- schedules
+
+SCHEDULES = ("constant", "cosine")
+
+
+def lr_factor(step, steps, schedule="constant", warmup=0):
+    """The factor on every group's base rate at ``step`` (0-based) of a run of ``steps`` steps.
+
+    Warm-up: (step + 1) / warmup for the first ``warmup`` steps, so no step runs at rate 0.
+    Then "constant": 1; "cosine": 0.5 (1 + cos(pi t)) with t = (step - warmup) / (steps - warmup),
+    from 1 after the warm-up down toward 0 at the last step (large early steps find the basin,
+    small late ones settle into it: what takes a model from near the posterior to on it).
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+
 # ----------------------------------------------------------------------------- history
 
 class History:
@@ -163,7 +189,7 @@ def _set_rng_state(state):
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
-def _save_checkpoint(path, model, optimizer, next_step, history, rng):
+def _save_checkpoint(path, model, optimizer, next_step, history, rng, recipe):
     """Write to a temp file beside ``path``, then rename: a crash mid-save keeps the old checkpoint."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -171,19 +197,36 @@ def _save_checkpoint(path, model, optimizer, next_step, history, rng):
     os.close(fd)
     try:
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": next_step,
-                    "history": history.to_dict(), "rng": rng}, tmp)
+                    "history": history.to_dict(), "rng": rng, "recipe": recipe}, tmp)
         os.replace(tmp, path)
     except BaseException:
         os.remove(tmp)
         raise
 
 
-def _load_checkpoint(path, model, optimizer, device):
+def _recipe_differences(saved, ours):
+    """What differs between the recipe a checkpoint was written with and this run's, in words.
+    The number of steps matters only to a schedule that depends on it (cosine)."""
+    keys = [k for k in ours if k != "steps" or ours["schedule"] != "constant"]
+    return [f"{k}: checkpoint {saved.get(k)!r}, this run {ours[k]!r}" for k in keys if saved.get(k) != ours[k]]
+
+
+def _load_checkpoint(path, model, optimizer, device, recipe):
     ckpt = torch.load(path, map_location=device, weights_only=True)
     saved, ours = list(ckpt["model"]), list(model.state_dict())
     if sorted(saved) != sorted(ours):
         raise ValueError(f"checkpoint {path} holds parameters {saved} but the model has {ours}; "
                          "it was written for another model: delete it or pass resume=False")
+    shapes = [k for k, v in model.state_dict().items() if ckpt["model"][k].shape != v.shape]
+    if shapes:
+        raise ValueError(f"checkpoint {path} holds {shapes[0]} of shape {tuple(ckpt['model'][shapes[0]].shape)}, "
+                         f"the model's is {tuple(model.state_dict()[shapes[0]].shape)}: it was written for a "
+                         "model of another size: delete it or pass resume=False")
+    differences = _recipe_differences(ckpt.get("recipe", {}), recipe)
+    if differences:
+        raise ValueError(f"checkpoint {path} was written with another training recipe ("
+                         + "; ".join(differences) + "): resuming would mix two runs; "
+                         "train with the checkpoint's settings, or delete it or pass resume=False")
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     _set_rng_state(ckpt["rng"])
@@ -196,16 +239,19 @@ class TrainingDiverged(RuntimeError):
     """The loss or a gradient became nan/inf."""
 
 
-OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}  # SGD: no momentum, the paper's plain GD
+# SGD: no momentum, the paper's plain GD. AdamW: Adam with decoupled weight decay (the wind tunnels' recipe).
+OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
-def _make_optimizer(optimizer, groups, lr):
+def _make_optimizer(optimizer, groups, lr, weight_decay):
     if callable(optimizer):
+        if weight_decay:
+            raise ValueError("weight_decay: a callable optimizer sets its own; pass weight_decay=0")
         return optimizer(groups)
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer: expected one of {list(OPTIMIZERS)} or a callable "
                          f"make_optimizer(param_groups), got {optimizer!r}")
-    return OPTIMIZERS[optimizer](groups, lr=lr)
+    return OPTIMIZERS[optimizer](groups, lr=lr, weight_decay=weight_decay)
 
 
 def _check_count(what, value, minimum):
@@ -235,35 +281,67 @@ def _grad_norm(model, optimizer, step):
     return norm
 
 
+def _clip(model, norm, max_norm):
+    """Scale every gradient by max_norm / norm when the total norm is larger (torch's rule)."""
+    coef = max_norm / (norm + 1e-6)
+    if coef < 1:
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(coef)
+
+
 def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, groups=None,
           device=None, seed=None, log_every=1, progress=True, checkpoint_path=None,
-          checkpoint_every=100, resume=True, desc="training"):
+          checkpoint_every=100, resume=True, desc="training", schedule="constant", warmup=0,
+          clip_grad_norm=None, weight_decay=0.0):
     """Run ``steps`` optimizer steps on ``loss_fn(model, step)`` and return the History.
 
     ``loss_fn`` returns a scalar loss tensor, or ``(loss, metrics)`` with a dict of floats or
     0-d tensors; it should put its data on the model's device. Steps 0, log_every, 2*log_every, ...
-    record "loss", the metrics and "grad_norm" (before the optimizer step). ``optimizer`` is
-    "sgd", "adam" or ``make_optimizer(param_groups)``; ``groups`` (from ``param_groups``)
-    replaces lr_multipliers. With ``checkpoint_path``, a run saves every ``checkpoint_every``
-    steps, at the end and on Ctrl-C, and (if ``resume``) continues from an existing checkpoint,
-    also to a larger ``steps``. A checkpoint already past ``steps`` is loaded and nothing runs.
+    record "loss", the metrics and "grad_norm" (before clipping and the optimizer step).
+    ``optimizer`` is "sgd", "adam", "adamw" or ``make_optimizer(param_groups)``; ``groups`` (from
+    ``param_groups``) replaces lr_multipliers.
+
+    The recipe: at every step each group's rate is its base rate times ``lr_factor(step, steps,
+    schedule, warmup)`` (``warmup`` in steps; with a schedule other than plain constant, "lr" is
+    logged too); ``clip_grad_norm`` rescales the gradients to at most that total norm;
+    ``weight_decay`` goes to the optimizer (decoupled for AdamW).
+
+    With ``checkpoint_path``, a run saves every ``checkpoint_every`` steps, at the end and on
+    Ctrl-C, and (if ``resume``) continues from an existing checkpoint, also to a larger ``steps``
+    when the schedule does not depend on it. A checkpoint already past ``steps`` is loaded and
+    nothing runs. A checkpoint written with another recipe is refused, with what differs.
     """
     _check_count("steps", steps, 0)
     _check_count("log_every", log_every, 1)
     _check_count("checkpoint_every", checkpoint_every, 1)
+    _check_count("warmup", warmup, 0)
     _check_positive("lr", lr)
+    lr_factor(0, steps, schedule, warmup)  # checks the schedule's name
+    if clip_grad_norm is not None:
+        _check_positive("clip_grad_norm", clip_grad_norm)
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or \
+            not (math.isfinite(weight_decay) and weight_decay >= 0):
+        raise ValueError(f"weight_decay: expected a finite number >= 0, got {weight_decay!r}")
     if groups is not None and lr_multipliers is not None:
         raise ValueError("pass either groups or lr_multipliers, not both")
     device = pick_device(device)
     model.to(device)
     # copies: torch.optim fills its defaults into the dicts it gets, and the caller may reuse them
     groups = [dict(g) for g in groups] if groups is not None else param_groups(model, lr, lr_multipliers)
-    opt = _make_optimizer(optimizer, groups, lr)
+    opt = _make_optimizer(optimizer, groups, lr, weight_decay)
+    base_lrs = [g["lr"] for g in opt.param_groups]  # the schedule scales these; a resume must not change them
+    scheduled = schedule != "constant" or warmup > 0
+    recipe = {"optimizer": optimizer if isinstance(optimizer, str) else "callable",
+              "base_lrs": [[g.get("name", str(i)), float(lr_g)] for i, (g, lr_g) in enumerate(zip(opt.param_groups, base_lrs))],
+              "schedule": schedule, "warmup": int(warmup), "steps": int(steps),
+              "clip_grad_norm": clip_grad_norm, "weight_decay": float(weight_decay)}
     if seed is not None:
         seed_everything(seed)
     history, start = History(), 0
     if checkpoint_path and resume and os.path.exists(checkpoint_path):
-        start, history = _load_checkpoint(checkpoint_path, model, opt, device)  # RNGs too: after seeding
+        # RNGs too: after seeding
+        start, history = _load_checkpoint(checkpoint_path, model, opt, device, recipe)
 
     show = progress and os.environ.get("BAYESATTN_PROGRESS", "1") != "0"
     bar = tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not show, dynamic_ncols=True)
@@ -273,6 +351,9 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
     try:
         for step in bar:
             opt.zero_grad(set_to_none=True)
+            factor = lr_factor(step, steps, schedule, warmup)
+            for group, base in zip(opt.param_groups, base_lrs):
+                group["lr"] = base * factor
             out = loss_fn(model, step)
             loss, metrics = out if isinstance(out, tuple) else (out, {})
             loss_value = loss.item()
@@ -282,22 +363,25 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
                     f"({_lrs(opt)}) may be too high: try a smaller one, or look for log(0) in loss_fn")
             loss.backward()
             grad_norm = _grad_norm(model, opt, step)
+            if clip_grad_norm is not None:
+                _clip(model, grad_norm, clip_grad_norm)
             opt.step()  # weights change only here, after both guards: a diverged step is never saved
             if step % log_every == 0:
-                history.append(step, loss=loss_value, **metrics, grad_norm=grad_norm)
+                extra = {"lr": base_lrs[0] * factor} if scheduled else {}
+                history.append(step, loss=loss_value, **metrics, grad_norm=grad_norm, **extra)
             # (a Ctrl-C in the microseconds between opt.step() and here would save a step twice)
             done, rng = step + 1, (_rng_state() if checkpoint_path else None)
             if step % 10 == 0 or done == steps:  # the postfix costs a string format; not every step
                 bar.set_postfix(loss=f"{loss_value:.4g}", refresh=False)
             if checkpoint_path and done % checkpoint_every == 0 and done < steps:
-                _save_checkpoint(checkpoint_path, model, opt, done, history, rng)
+                _save_checkpoint(checkpoint_path, model, opt, done, history, rng, recipe)
     except KeyboardInterrupt:
         if checkpoint_path:
-            _save_checkpoint(checkpoint_path, model, opt, done, history, rng)
+            _save_checkpoint(checkpoint_path, model, opt, done, history, rng, recipe)
             print(f"\ninterrupted: saved step {done} to {checkpoint_path}; run train again to resume")
         raise
     finally:
         bar.close()
     if checkpoint_path and done > start:  # the end of the run (the loop skips its own last save)
-        _save_checkpoint(checkpoint_path, model, opt, done, history, rng)
+        _save_checkpoint(checkpoint_path, model, opt, done, history, rng, recipe)
     return history

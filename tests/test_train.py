@@ -1,6 +1,7 @@
 """The training loop of bayesattn_lite.train: devices, seeds, parameter groups, history,
 the divergence guard and resumable checkpoints."""
 
+import math
 import random
 
 import numpy as np
@@ -9,8 +10,8 @@ import torch
 
 from bayesattn_lite import attention
 from bayesattn_lite.attention import AttentionHead
-from bayesattn_lite.train import (ROUTING_PATTERNS, History, TrainingDiverged, param_groups, pick_device,
-                                  seed_everything, train)
+from bayesattn_lite.train import (ROUTING_PATTERNS, History, TrainingDiverged, lr_factor, param_groups,
+                                  pick_device, seed_everything, train)
 
 
 def make_head(dtype=torch.float32):
@@ -214,6 +215,131 @@ def test_checkpoint_of_another_model_is_refused(tmp_path):
         train(other, lambda m, s: m(torch.ones(2)).sum(), 4, checkpoint_path=path, progress=False)
 
 
+# ----------------------------------------------------------------------------- the recipe: schedule, clipping, decay
+
+def cosine_with_warmup(step, steps, warmup):
+    """The schedule written out independently of the package: linear warm-up, then half a cosine."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (steps - warmup)))
+
+
+def test_the_rate_at_every_step_is_the_formula():
+    history = train(make_head(), random_batch_loss, 40, optimizer="adamw", lr=0.02, seed=0, progress=False,
+                    schedule="cosine", warmup=4, lr_multipliers={"W_V": 10.0})
+    expected = [0.02 * cosine_with_warmup(s, 40, 4) for s in range(40)]
+    np.testing.assert_allclose(history["lr"], expected, rtol=1e-12)
+    assert history["lr"][3] == pytest.approx(0.02) and history["lr"][-1] < 1e-4  # peak after warm-up, ~0 at the end
+    # constant with a warm-up: the ramp, then flat
+    ramp = train(make_head(), random_batch_loss, 10, lr=0.1, warmup=5, progress=False)
+    np.testing.assert_allclose(ramp["lr"], [0.1 * min(1, (s + 1) / 5) for s in range(10)], rtol=1e-12)
+    # the plain constant rate of chapters 1-6 logs no rate: their histories are unchanged
+    assert "lr" not in train(make_head(), random_batch_loss, 3, progress=False).keys()
+
+
+def test_every_group_is_scaled_by_the_same_factor():
+    head = make_head()
+    seen = []
+
+    def make(groups):
+        opt = torch.optim.SGD(groups, lr=1.0)
+        original = opt.step
+
+        def step(*a, **k):
+            seen.append([g["lr"] for g in opt.param_groups])
+            return original(*a, **k)
+        opt.step = step
+        return opt
+    train(head, random_batch_loss, 6, optimizer=make, lr=0.01, lr_multipliers={"W_V": 10.0}, schedule="cosine",
+          warmup=2, progress=False)
+    for step, lrs in enumerate(seen):
+        factor = cosine_with_warmup(step, 6, 2)
+        assert sorted(lrs) == pytest.approx(sorted([0.01 * factor, 0.1 * factor]))
+
+
+def test_lr_factor_names_a_bad_schedule():
+    assert lr_factor(0, 10, "cosine") == 1.0
+    with pytest.raises(ValueError, match="constant"):
+        lr_factor(0, 10, "linear")
+
+
+def test_clipping_bounds_the_step():
+    # plain SGD: a clipped step moves the weights by exactly lr * max_norm when the gradient is larger
+    head = make_head()
+    before = torch.cat([p.detach().flatten().clone() for p in head.parameters()])
+    history = train(head, fixed_loss(fixed_task()), 1, lr=0.5, clip_grad_norm=1e-3, progress=False)
+    after = torch.cat([p.detach().flatten() for p in head.parameters()])
+    assert history["grad_norm"][0] > 1e-3  # the logged norm is the one before clipping
+    assert torch.linalg.vector_norm(after - before).item() == pytest.approx(0.5 * 1e-3, rel=1e-3)
+
+
+def test_weight_decay_shrinks_weights_without_a_gradient():
+    head = make_head()
+    W_O = head.W_O.detach().clone()
+    # W_O's gradient is zero: only the decay moves it (AdamW: W <- W (1 - lr * wd))
+    train(head, lambda m, s: (m.W_Q ** 2).sum() + 0 * m.W_O.sum(), 1, optimizer="adamw", lr=0.1, weight_decay=0.5, progress=False)
+    torch.testing.assert_close(head.W_O.detach(), W_O * (1 - 0.1 * 0.5))
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_resume_with_the_recipe_equals_uninterrupted_run(tmp_path, optimizer):
+    recipe = dict(optimizer=optimizer, lr=0.05, schedule="cosine", warmup=3, clip_grad_norm=0.5,
+                  weight_decay=0.01, seed=5, progress=False)
+    straight_head = make_head()
+    straight = train(straight_head, random_batch_loss, 25, **recipe)
+    path = tmp_path / "run.pt"
+    train(make_head(), random_batch_loss, 25, checkpoint_path=path, **recipe)  # the full run, then cut it short:
+    ckpt = torch.load(path, weights_only=True)
+    assert ckpt["recipe"]["schedule"] == "cosine" and ckpt["recipe"]["steps"] == 25
+    first = tmp_path / "first.pt"
+
+    def stop_at_11(model, step):
+        if step == 11:
+            raise KeyboardInterrupt
+        return random_batch_loss(model, step)
+    with pytest.raises(KeyboardInterrupt):
+        train(make_head(), stop_at_11, 25, checkpoint_path=first, **recipe)
+    resumed_head = make_head()
+    resumed = train(resumed_head, random_batch_loss, 25, checkpoint_path=first, **recipe)
+    assert resumed.to_dict() == straight.to_dict()
+    for name, W in straight_head.state_dict().items():
+        assert torch.equal(resumed_head.state_dict()[name], W), name
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"lr": 0.1}, "base_lrs"),
+    ({"schedule": "constant"}, "schedule"),
+    ({"steps": 30}, "steps"),          # a cosine schedule depends on the length of the run
+    ({"clip_grad_norm": None}, "clip_grad_norm"),
+    ({"weight_decay": 0.0}, "weight_decay"),
+    ({"lr_multipliers": {"W_V": 10.0}}, "base_lrs"),
+])
+def test_resume_with_another_recipe_is_refused(tmp_path, change, named):
+    recipe = dict(steps=20, optimizer="adamw", lr=0.05, schedule="cosine", warmup=2, clip_grad_norm=0.5,
+                  weight_decay=0.01, progress=False)
+    path = tmp_path / "run.pt"
+    train(make_head(), random_batch_loss, checkpoint_path=path, **{**recipe, "steps": 10})
+    # resuming a cosine run to more steps changes its schedule: refused too (the case of "steps")
+    with pytest.raises(ValueError, match=f"another training recipe.*{named}"):
+        train(make_head(), random_batch_loss, checkpoint_path=path, **{**recipe, "steps": 10, **change}
+              if "steps" not in change else {**recipe, **change})
+
+
+def test_a_constant_run_still_resumes_to_more_steps(tmp_path):
+    path = tmp_path / "run.pt"
+    train(make_head(), random_batch_loss, 5, seed=2, checkpoint_path=path, progress=False)
+    history = train(make_head(), random_batch_loss, 9, seed=2, checkpoint_path=path, progress=False)
+    assert len(history) == 9
+
+
+def test_a_checkpoint_of_another_size_is_refused(tmp_path):
+    path = tmp_path / "run.pt"
+    train(make_head(), random_batch_loss, 2, checkpoint_path=path, progress=False)
+    bigger = AttentionHead(d_x=6, d_k=7, d_v=5, n_classes=3, seed=0)
+    with pytest.raises(ValueError, match="another size"):
+        train(bigger, random_batch_loss, 4, checkpoint_path=path, progress=False)
+
+
 # ----------------------------------------------------------------------------- bad inputs
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -223,6 +349,12 @@ def test_checkpoint_of_another_model_is_refused(tmp_path):
     ({"lr": float("inf")}, "lr"),
     ({"optimizer": "rmsprop"}, "sgd"),
     ({"log_every": 0}, "log_every"),
+    ({"schedule": "step"}, "schedule"),
+    ({"warmup": -1}, "warmup"),
+    ({"clip_grad_norm": 0}, "clip_grad_norm"),
+    ({"weight_decay": -0.1}, "weight_decay"),
+    ({"weight_decay": float("nan")}, "weight_decay"),
+    ({"optimizer": lambda groups: torch.optim.SGD(groups), "weight_decay": 0.1}, "weight_decay"),
 ])
 def test_bad_inputs_raise(kwargs, match):
     args = {"steps": 3, **kwargs}
