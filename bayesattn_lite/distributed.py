@@ -76,8 +76,7 @@ def data_seed(seed, step, rank, world):
 def load_model(path, arch, task, size="cpu", **sizes):
     """The trained model from a checkpoint this script wrote (DDP's "module." prefix removed)."""
     task = tasks.wind_tunnel(task, size) if isinstance(task, str) else task
-    sizes = {**(models.paper_sizes(arch) if size == "paper" else {}), **sizes}
-    model = models.build(arch, task.vocab_size, task.n_classes, **sizes)
+    model = models.build(arch, task.vocab_size, task.n_classes, **models.sizes(arch, size, **sizes))
     weights = torch.load(path, map_location="cpu", weights_only=True)["model"]
     model.load_state_dict({k.removeprefix("module."): v for k, v in weights.items()})
     return model
@@ -96,7 +95,7 @@ def main(argv=None):
         torch.cuda.set_device(device)
     try:
         task = tasks.wind_tunnel(args.task, args.size)
-        sizes = {**(models.paper_sizes(args.arch) if args.size == "paper" else {}), **args.sizes}
+        sizes = models.sizes(args.arch, args.size, **args.sizes)
         seed_everything(args.seed)  # the same initialisation on every rank (DDP also broadcasts rank 0's)
         model = models.build(args.arch, task.vocab_size, task.n_classes, **sizes).to(device)
         replica = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)

@@ -353,10 +353,20 @@ def default_sizes(name):
     return dict(DEFAULT_SIZES[name])
 
 
-def build(name, vocab_size, n_classes, **sizes):
-    """``MODELS[name]`` at ``default_sizes(name)``, any of them overridden by ``sizes``."""
+def sizes(name, scale="cpu", **overrides):
+    """The one size rule: the constructor kwargs of ``name`` at ``scale`` ("cpu": ``DEFAULT_SIZES``;
+    "paper": ``PAPER_SIZES`` over them), then ``overrides`` on top. An override changes only what
+    it names: ``sizes("transformer", "paper", n_layers=1)`` keeps d_model 256."""
     _check_name(name)
-    return MODELS[name](vocab_size, n_classes, **{**DEFAULT_SIZES[name], **sizes})
+    if scale not in ("cpu", "paper"):
+        _fail("scale", "'cpu' or 'paper'", scale)
+    return {**DEFAULT_SIZES[name], **(PAPER_SIZES[name] if scale == "paper" else {}), **overrides}
+
+
+def build(name, vocab_size, n_classes, **sizes_):
+    """``MODELS[name]`` at ``default_sizes(name)``, any of them overridden by ``sizes_``."""
+    kwargs = sizes(name, "cpu", **sizes_)  # checks the name first
+    return MODELS[name](vocab_size, n_classes, **kwargs)
 
 
 def count_parameters(model):

@@ -172,3 +172,22 @@ def test_mamba_mixing_weights_unroll_the_recurrence():
     omega = layer.mixing_weights(x)
     assert omega.shape == (2, 16, 7, 7) and (omega.triu(1) == 0).all()
     torch.testing.assert_close(torch.einsum("bdts,bsd->btd", omega, u), y)
+
+
+def test_one_size_rule_keeps_the_paper_sizes_under_any_override():
+    from bayesattn_lite.models import sizes
+    assert sizes("transformer", "paper", n_layers=1) == {**default_sizes("transformer"), **paper_sizes("transformer"), "n_layers": 1}
+    assert sizes("lstm") == default_sizes("lstm")
+    with pytest.raises(ValueError, match="'cpu' or 'paper'"):
+        sizes("mlp", "gpu")
+
+
+def test_compare_at_paper_size_with_an_override_builds_the_paper_model():
+    """The regression: model_sizes={"transformer": {"n_layers": 1}} once replaced the paper's sizes
+    and trained an 11,804-parameter transformer instead of a d_model-256 one."""
+    from bayesattn_lite import comparison
+    rows, trained = comparison.compare(["transformer"], ["bijection"], [0], 0, size="paper", n_eval=2,
+                                       model_sizes={"transformer": {"n_layers": 1}}, keep_models=True)
+    model = trained["transformer", "bijection", 0]
+    assert model.d_model == paper_sizes("transformer")["d_model"] and len(model.blocks) == 1
+    assert rows[0]["n_params"] > 700_000
