@@ -234,9 +234,12 @@ class BatchedRun:
     """What ``train`` returns: one column per model.
 
     ``loss``, ``entropy``, ``accuracy``: (steps, M) numpy, row t measured after t updates (before
-    update t + 1). ``final``: the same three after the last update, (M,). ``W_V``: snapshots
-    (len(snapshot_steps), M, d_v, d_x) taken after the number of updates in ``snapshot_steps``
-    (0, record_every, ..., steps). ``params``: the final weights, stacked, on the CPU.
+    update t + 1). ``final``: the same three after the last update, (M,). ``grad_sq``: {matrix:
+    (steps, M)} the squared norm of each matrix's gradient at step t, so that lr * grad_sq is the
+    first-order decrease of the loss that the matrix's update buys (plain gradient descent).
+    ``snapshots``: {matrix: (len(snapshot_steps), M, out, in)} the weights after the number of
+    updates in ``snapshot_steps`` (0, record_every, ..., steps); ``W_V`` is ``snapshots["W_V"]``.
+    ``params``: the final weights, stacked, on the CPU.
     """
     names: list
     loss: np.ndarray
@@ -244,12 +247,17 @@ class BatchedRun:
     accuracy: np.ndarray
     final: dict
     snapshot_steps: np.ndarray
-    W_V: np.ndarray
+    snapshots: dict
+    grad_sq: dict
     params: dict
     seconds: float = 0.0
     device: str = "cpu"
     resumed_from: int = 0
     extra: dict = field(default_factory=dict)
+
+    @property
+    def W_V(self):
+        return self.snapshots["W_V"]
 
 
 def _check_lrs(lrs, M):
@@ -289,6 +297,11 @@ def _save(path, state):
         raise
 
 
+def _snapshot(params):
+    """A float64 CPU copy of every matrix: the run's record of where the weights were."""
+    return {n: params[n].detach().to("cpu", torch.float64).clone() for n in PARAM_NAMES}
+
+
 def _diverged(step, metrics, names, lrs):
     bad = [m for m in range(len(names)) if not math.isfinite(float(metrics["loss"][m]))]
     which = ", ".join(f"{names[m]} (lr " + ", ".join(f"{n}={float(lrs[n][m]):g}" for n in PARAM_NAMES) + ")"
@@ -326,7 +339,7 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     rate = {name: lrs[name].to(device, dtype).view(M, 1, 1) for name in PARAM_NAMES}
     fingerprint = _fingerprint(x, y, params, lrs)
 
-    curves = torch.empty(3, steps, M, dtype=torch.float64)   # loss, entropy, accuracy
+    curves = torch.empty(3 + len(PARAM_NAMES), steps, M, dtype=torch.float64)   # loss, entropy, accuracy, |grad|^2
     snapshot_steps = sorted(set(range(0, steps, record_every)) | {steps})
     snapshot_set = set(snapshot_steps)
     snapshots = {}
@@ -342,14 +355,15 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
                              "ask for at least that many steps, or delete it / pass resume=False")
         params = {name: ckpt["params"][name].to(device, dtype) for name in PARAM_NAMES}
         curves[:, :start] = ckpt["curves"][:, :start]
-        snapshots = {int(s): w for s, w in zip(ckpt["snapshot_steps"].tolist(), ckpt["W_V"]) if s <= start}
+        snapshots = {int(s): {n: ckpt["snapshots"][n][i] for n in PARAM_NAMES}
+                     for i, s in enumerate(ckpt["snapshot_steps"].tolist()) if s <= start}
 
     def save(done):
         _save(checkpoint_path, {
             "fingerprint": fingerprint, "record_every": record_every, "step": done,
             "params": {n: params[n].cpu() for n in PARAM_NAMES}, "curves": curves[:, :done].clone(),
             "snapshot_steps": torch.tensor(sorted(snapshots)),
-            "W_V": torch.stack([snapshots[s] for s in sorted(snapshots)]),
+            "snapshots": {n: torch.stack([snapshots[s][n] for s in sorted(snapshots)]) for n in PARAM_NAMES},
         })
 
     show = progress and os.environ.get("BAYESATTN_PROGRESS", "1") != "0"
@@ -358,16 +372,15 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     try:
         for step in bar:
             if step in snapshot_set:
-                snapshots[step] = params["W_V"].detach().to("cpu", torch.float64).clone()
+                snapshots[step] = _snapshot(params)
             metrics, grads = forward_backward(x, y, params, block_size, check=False)
             # one small tensor, one device sync: the metrics, plus a sum that is nan/inf when any
             # gradient is, so the check happens before the update and nan weights are never kept
-            health = sum(grads[name].sum((1, 2)) for name in PARAM_NAMES)
-            row = torch.stack([metrics["loss"], metrics["entropy"], metrics["accuracy"], health])
+            grad_sq = [grads[name].pow(2).sum((1, 2)) for name in PARAM_NAMES]
+            row = torch.stack([metrics["loss"], metrics["entropy"], metrics["accuracy"], *grad_sq])
             row = row.to("cpu", torch.float64)
             if not bool(torch.isfinite(row).all()):
-                raise _diverged(step, {"loss": row[0] + row[3]}, names, lrs)
-            row = row[:3]
+                raise _diverged(step, {"loss": row[0] + row[3:].sum(0)}, names, lrs)
             curves[:, step] = row
             for name in PARAM_NAMES:
                 params[name].sub_(rate[name] * grads[name])
@@ -383,7 +396,7 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
         raise
     finally:
         bar.close()
-    snapshots[steps] = params["W_V"].detach().to("cpu", torch.float64).clone()
+    snapshots[steps] = _snapshot(params)
     if checkpoint_path and done > start:
         save(done)
     final = evaluate(x, y, params, block_size)
@@ -392,7 +405,8 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     return BatchedRun(
         names=names, loss=curves[0].numpy(), entropy=curves[1].numpy(), accuracy=curves[2].numpy(),
         final=final, snapshot_steps=np.array(snapshot_steps),
-        W_V=torch.stack([snapshots[s] for s in snapshot_steps]).numpy(),
+        snapshots={n: torch.stack([snapshots[s][n] for s in snapshot_steps]).numpy() for n in PARAM_NAMES},
+        grad_sq={n: curves[3 + i].numpy() for i, n in enumerate(PARAM_NAMES)},
         params={n: params[n].detach().cpu() for n in PARAM_NAMES},
         seconds=time.perf_counter() - began, device=str(device), resumed_from=start,
     )

@@ -13,12 +13,13 @@ so the comparison is paired. ``run_schedules`` trains any set of learning-rate s
 all seeds and schedules in one batched computation (``batched.train``).
 """
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from . import attention, batched
+from . import attention, batched, diagnostics
 from .attention import PARAM_NAMES
 from .tasks import StickyMarkovChain
 
@@ -65,7 +66,9 @@ class ScheduleRun:
     sequence. ``final``: {"loss", "entropy", "accuracy"} -> (S,) after all updates. ``bayes``: the
     same three for the exact predictor on each seed's sequence. ``values``: (S, snapshots,
     n_symbols, d_v), the value W_V mu_s of each symbol's clean embedding, after ``snapshot_steps``
-    updates. ``params``: final weights stacked over seeds.
+    updates. ``params``: final weights stacked over seeds. ``snapshots``: {matrix: (S, snapshots,
+    out, in)} every weight matrix at ``snapshot_steps``; ``grad_sq``: {matrix: (S, steps)} the
+    squared norm of its gradient at each step (for ``frame_precision``).
     """
     schedules: dict
     seeds: tuple
@@ -82,7 +85,14 @@ class ScheduleRun:
     params: dict
     seconds: float
     device: str
+    snapshots: dict = field(default_factory=dict)
+    grad_sq: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+
+    def training_data(self):
+        """(x, y) of every seed's training sequence, stacked: (S, T-1, d_x), (S, T-1)."""
+        data = [self.chain.sample(self.T, s, dtype=torch.float64) for s in self.seeds]
+        return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
 
     def steps_to(self, name, threshold):
         """Per seed, the first number of updates after which schedule ``name`` is at or below ``threshold``."""
@@ -187,6 +197,9 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
         snapshot_steps=run.snapshot_steps, values=values,
         params={n: {p: run.params[p][i * S:(i + 1) * S].clone() for p in PARAM_NAMES} for i, n in enumerate(names)},
         seconds=run.seconds, device=run.device, extra={"resumed_from": run.resumed_from},
+        snapshots={n: {p: run.snapshots[p][:, i * S:(i + 1) * S].swapaxes(0, 1) for p in PARAM_NAMES}
+                   for i, n in enumerate(names)},
+        grad_sq={n: {p: per_schedule(run.grad_sq[p], i).T.copy() for p in PARAM_NAMES} for i, n in enumerate(names)},
     )
 
 
@@ -297,3 +310,104 @@ def value_pca(trajectories, n_components=2):
         out["displacement"][name] = float(displacement)
         out["straightness"][name] = float(displacement / length) if length > 0 else float("nan")
     return out
+
+
+# ----------------------------------------------------------------------------- frame and precision
+# The paper's frame-precision dissociation: attention (the frame) settles early, the values (the
+# precision) keep refining, and much of the loss decrease comes after the frame has settled.
+# Measured here on the sticky chain itself, from the snapshots of a run (every record_every updates).
+
+SETTLED = 0.9  # a pathway has settled once it has done this share of its total movement (path length)
+GROUPS = {"routing": ("W_Q", "W_K"), "values": ("W_V",), "readout": ("W_O",)}
+
+
+def _attention_maps(x, W_Q, W_K):
+    """alpha (T, T) of the causal head on one sequence, for one snapshot of W_Q, W_K."""
+    q, k = x @ W_Q.T, x @ W_K.T
+    s = q @ k.T / math.sqrt(q.shape[-1])
+    s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1)
+
+
+def frame_rate(x, W_Q, W_K):
+    """(snapshots - 1,) the change of the attention maps between consecutive snapshots: the mean
+    over query rows of the total-variation distance 1/2 sum_j |alpha'_ij - alpha_ij|, in [0, 1].
+    A distance between probability rows, so it is not inflated when the scores are small."""
+    x = torch.as_tensor(x, dtype=torch.float64)
+    previous, out = None, []
+    for wq, wk in zip(torch.as_tensor(W_Q), torch.as_tensor(W_K)):
+        alpha = _attention_maps(x, wq.double(), wk.double())
+        if previous is not None:
+            out.append(0.5 * (alpha - previous).abs().sum(-1).mean().item())
+        previous = alpha
+    return np.array(out)
+
+
+def precision_rate(x, W_V):
+    """(snapshots - 1,) the change of the values v_j = W_V x_j on the sequence between consecutive
+    snapshots, relative to their *final* size: ||V' - V|| / ||V_final||. Dividing by the current
+    size instead would inflate the early rates, when the values are still near their N(0, 0.1^2) start."""
+    x = torch.as_tensor(x, dtype=torch.float64)
+    V = torch.as_tensor(W_V, dtype=torch.float64) @ x.T                          # (snapshots, d_v, T)
+    return ((V[1:] - V[:-1]).flatten(1).norm(dim=1) / V[-1].norm()).numpy()
+
+
+@dataclass
+class FramePrecision:
+    """Frame and precision of every schedule, per seed (leading axis S).
+
+    ``frame_rate``, ``precision_rate``: (S, snapshots - 1), change per snapshot interval ending at
+    ``rate_steps``. ``t_frame``, ``t_values``: (S,) the update by which the attention maps / the
+    values have done ``SETTLED`` (90%) of their total movement (the summed rates): a settling time
+    that means the same whether a pathway moves fast or hardly at all. ``frame_moved``: (S,) mean
+    total-variation distance between the first and last attention maps; ``values_moved``: (S,)
+    ||V_last - V_first|| / ||V_last||. ``loss_after_frame``: (S,) share of the total loss decrease
+    that comes after t_frame. ``attribution``: {group: (S,)} the first-order loss decrease bought by each
+    parameter group, sum_t lr_g |grad_g L(t)|^2 (exact to first order for plain gradient descent),
+    as a share of the realised decrease; ``attribution_after_frame``: the same, after t_frame only.
+    ``first_order``: (S,) the sum of the attributions over the realised decrease (near 1 when the
+    first-order account is accurate).
+    """
+    rate_steps: np.ndarray
+    frame_rate: np.ndarray
+    precision_rate: np.ndarray
+    t_frame: np.ndarray
+    t_values: np.ndarray
+    frame_moved: np.ndarray
+    values_moved: np.ndarray
+    loss_after_frame: np.ndarray
+    attribution: dict
+    attribution_after_frame: dict
+    first_order: np.ndarray
+
+
+def _settled(steps, rates):
+    """The first step by which the summed rates reach SETTLED of their total."""
+    travelled = np.concatenate([[0.0], np.cumsum(rates)])
+    return float(diagnostics.progress_step(np.concatenate([[0], steps]), travelled, SETTLED))
+
+
+def frame_precision(run, name):
+    """``FramePrecision`` of schedule ``name`` of a ``ScheduleRun`` (every seed)."""
+    if name not in run.schedules:
+        raise ValueError(f"name: expected one of {list(run.schedules)}, got {name!r}")
+    x, _ = run.training_data()
+    snaps, steps = run.snapshots[name], run.snapshot_steps[1:]
+    frame = np.stack([frame_rate(x[i], snaps["W_Q"][i], snaps["W_K"][i]) for i in range(len(run.seeds))])
+    precision = np.stack([precision_rate(x[i], snaps["W_V"][i]) for i in range(len(run.seeds))])
+    t_frame = np.array([_settled(steps, r) for r in frame])
+    t_values = np.array([_settled(steps, r) for r in precision])
+    moved = [(frame_rate(x[i], snaps["W_Q"][i][[0, -1]], snaps["W_K"][i][[0, -1]])[0],
+              precision_rate(x[i], snaps["W_V"][i][[0, -1]])[0]) for i in range(len(run.seeds))]
+    final = run.final[name]["loss"]
+    loss = np.concatenate([run.loss[name], final[:, None]], axis=1)   # after 0..steps updates
+    drop = loss[:, 0] - final
+    after = np.array([(loss[i, int(t)] - final[i]) / drop[i] for i, t in enumerate(t_frame)])
+    rates = run.schedules[name]
+    bought = {g: sum(rates[m] * run.grad_sq[name][m] for m in members) for g, members in GROUPS.items()}  # (S, steps)
+    attribution = {g: b.sum(1) / drop for g, b in bought.items()}
+    late = {g: np.array([b[i, int(t):].sum() / drop[i] for i, t in enumerate(t_frame)]) for g, b in bought.items()}
+    return FramePrecision(rate_steps=steps, frame_rate=frame, precision_rate=precision, t_frame=t_frame,
+                          t_values=t_values, frame_moved=np.array([m[0] for m in moved]),
+                          values_moved=np.array([m[1] for m in moved]), loss_after_frame=after, attribution=attribution,
+                          attribution_after_frame=late, first_order=sum(attribution.values()))

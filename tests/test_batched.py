@@ -136,3 +136,17 @@ def test_checkpoint_resume_gives_the_uninterrupted_run(tmp_path):
         batched.train(x, y, params, dict(lrs, W_O=0.1), steps=9, checkpoint_path=path, **kwargs)
     with pytest.raises(ValueError, match="past steps=4"):
         batched.train(x, y, params, lrs, steps=4, checkpoint_path=path, **kwargs)
+
+
+def test_train_records_every_matrix_and_its_squared_gradient():
+    x, y, params = problem()
+    run = batched.train(x, y, params, {n: 0.05 for n in PARAM_NAMES}, 6, record_every=3, progress=False,
+                        dtype=torch.float64)
+    assert list(run.snapshot_steps) == [0, 3, 6]
+    for name in PARAM_NAMES:
+        assert run.snapshots[name].shape == (3, x.shape[0], *params[name].shape[1:])
+        torch.testing.assert_close(torch.as_tensor(run.snapshots[name][0]), params[name])
+        torch.testing.assert_close(torch.as_tensor(run.snapshots[name][-1]), run.params[name])
+        _, grads = batched.forward_backward(x, y, params)      # step 0's gradient, from the start weights
+        torch.testing.assert_close(torch.as_tensor(run.grad_sq[name][0]), grads[name].pow(2).sum((1, 2)))
+    assert run.W_V is run.snapshots["W_V"]

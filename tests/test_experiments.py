@@ -158,3 +158,46 @@ def test_widget_reuses_the_static_result_and_reports_divergence(monkeypatch):
     assert panel.result is small_result
     panel.children[2].value = 0.1                          # a new setting: this one "diverges"
     assert panel.result is None                            # a message, no figure of nan curves
+
+
+# ----------------------------------------------------------------------------- frame and precision
+
+@pytest.fixture(scope="module")
+def frame_run():
+    schedules = {"sgd": experiments.schedule(0.02), "em": experiments.schedule(0.02, W_V=10)}
+    return experiments.run_schedules(schedules, seeds=(3, 11), steps=40, T=60, progress=False,
+                                     record_every=5, dtype=torch.float64)
+
+
+def test_frame_rate_is_a_total_variation_between_attention_rows():
+    chain = StickyMarkovChain()
+    x, _ = chain.sample(30, 1, dtype=torch.float64)
+    p = experiments.init_model(1, chain, torch.float64)
+    same = experiments.frame_rate(x, torch.stack([p["W_Q"]] * 3), torch.stack([p["W_K"]] * 3))
+    assert same.shape == (2,) and np.all(same == 0)
+    far = experiments.frame_rate(x, torch.stack([p["W_Q"], 50 * p["W_Q"]]), torch.stack([p["W_K"], 50 * p["W_K"]]))
+    assert 0 < far[0] <= 1
+
+
+def test_precision_rate_is_relative_to_the_final_size_not_the_start():
+    chain = StickyMarkovChain()
+    x, _ = chain.sample(30, 1, dtype=torch.float64)
+    W = torch.randn(15, 20, dtype=torch.float64)
+    # a value that grows from 1% to 100% of its size in two equal steps: equal rates, not a huge first one
+    rates = experiments.precision_rate(x, torch.stack([0.01 * W, 0.505 * W, W]))
+    np.testing.assert_allclose(rates, [0.495, 0.495])
+
+
+def test_frame_precision_bookkeeping(frame_run):
+    for name in ("sgd", "em"):
+        fp = experiments.frame_precision(frame_run, name)
+        assert fp.frame_rate.shape == fp.precision_rate.shape == (2, 8)
+        assert np.all((fp.t_frame >= 5) & (fp.t_frame <= 40)) and np.all(fp.loss_after_frame >= 0)
+        # small steps: the first-order account adds up to the realised decrease
+        np.testing.assert_allclose(fp.first_order, 1.0, atol=0.03)
+        np.testing.assert_allclose(sum(fp.attribution.values()), fp.first_order)
+    # ten times the value rate buys a larger share of the decrease through the values
+    assert np.all(experiments.frame_precision(frame_run, "em").attribution["values"]
+                  > experiments.frame_precision(frame_run, "sgd").attribution["values"])
+    with pytest.raises(ValueError, match="one of"):
+        experiments.frame_precision(frame_run, "adam")
