@@ -167,3 +167,63 @@ def test_paper_sizes_train_one_step_on_paper_tasks(arch):
     assert 2.5e6 <= rows[0]["n_params"] <= 7.5e6  # Paper I: 2.7M-7.4M
     assert [r["horizon"] for r in rows] == ["trained", "K=50"]
     assert all(math.isfinite(r["kl_bits"]) for r in rows)
+
+
+# ----------------------------------------------------------------------------- converged, shipped models
+
+COMMITTED = sorted(comparison.PRETRAINED_DIR.glob("cpu/*-seed*.json"))
+
+
+def test_every_architecture_task_and_seed_is_shipped():
+    names = {p.stem for p in COMMITTED}
+    expected = {f"{a}-{t}-seed{s}" for a in models.ARCHITECTURES for t in ("bijection", "hmm", "recall")
+                for s in (0, 1, 2)}
+    assert expected <= names, f"missing: {sorted(expected - names)}; run scripts/train_wind_tunnels.py"
+    for name in expected:  # weights beside every record, small enough to ship
+        weights = comparison.PRETRAINED_DIR / "cpu" / f"{name}.pt"
+        assert weights.exists() and weights.stat().st_size < 200_000, name
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.stem)
+def test_a_committed_record_is_reproduced_by_its_weights(path):
+    """The record's final KL is what the shipped weights give on the same held-out sequences."""
+    import json
+    record = json.loads(path.read_text())
+    model = comparison.load_pretrained(record["arch"], record["task"], record["seed"])
+    assert not model.training and next(model.parameters()).device.type == "cpu"
+    task = tasks.wind_tunnel(record["task"])
+    assert record["task_settings"] == repr(task) and record["n_params"] == models.count_parameters(model)
+    for label, metrics in record["final"].items():
+        horizon = {} if label == "trained" else {k: int(v) for k, v in [label.split("=")]}
+        again = evaluate(model, task, n_seqs=record["n_eval"], seed=record["eval_seed"], **horizon)
+        # the same numbers up to float32 summation order (another CPU may sum in another order)
+        assert again["kl_bits"] == pytest.approx(metrics["kl_bits"], rel=1e-3, abs=1e-6), label
+        assert again["accuracy"] == pytest.approx(metrics["accuracy"], abs=2e-3), label
+    curve = record["curve"]
+    assert len(curve["steps"]) == len(curve["eval_kl_bits"]) >= 20 and curve["steps"][0] == 0
+    assert record["steps"] == comparison.CONVERGED_STEPS["cpu"][record["task"]]
+
+
+def test_load_pretrained_names_the_script_when_files_are_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train_wind_tunnels.py --size cpu --archs lstm --tasks hmm --seeds 7"):
+        comparison.load_pretrained("lstm", "hmm", 7)
+    with pytest.raises(FileNotFoundError, match="RETRAIN"):
+        comparison.load_record("mlp", "recall", 0, directory=tmp_path)
+
+
+def test_train_converged_records_its_learning_curve_and_reloads(tmp_path):
+    model, record = comparison.train_converged("lstm", "hmm", 1, steps=80, progress=False)
+    assert record["recipe"]["schedule"] == "cosine" and record["steps"] == 80
+    assert set(record["final"]) == {"trained", "K=18", "K=30"}       # Paper I's 1.5K and 2.5K
+    assert record["curve"]["steps"][:2] == [0, 2] and len(record["curve"]["loss"]) == 80
+    assert record["curve"]["eval_kl_bits"][-1] < record["curve"]["eval_kl_bits"][0]
+    comparison.save_pretrained(model, record, tmp_path)
+    again = comparison.load_pretrained("lstm", "hmm", 1, directory=tmp_path)
+    assert_same_weights(model, again)
+
+
+def test_longer_horizons_follow_paper_one_ratios():
+    assert comparison.longer_horizons("hmm") == [{"K": 18}, {"K": 30}]
+    assert comparison.longer_horizons(tasks.HMMTask.paper()) == [{"K": 30}, {"K": 50}]
+    assert comparison.longer_horizons("recall") == []
+    assert comparison.model_sizes_for("transformer", "hmm")["max_len"] >= tasks.HMMTask().prefix_len + 30

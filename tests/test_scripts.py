@@ -4,6 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,3 +87,24 @@ def test_gpu_check_compares_two_devices():
     row = gpu_check.check("ch4 head", lambda: gpu_check.head_on_sources(1.0, steps=2), accelerator="cpu")
     assert row["status"] == "ok", row
     assert row["rel_diff"] == 0.0 and row["gpu"] > 0
+
+
+def test_train_wind_tunnels_writes_records_resumes_and_skips(tmp_path, capsys):
+    """The script on one small configuration (a few hundred steps): weights and a record that
+    load_pretrained reads back, and a second call that skips the finished run."""
+    train_wind_tunnels = load("train_wind_tunnels")
+    from bayesattn_lite import comparison
+    args = ["--steps", "200", "--archs", "transformer", "--tasks", "recall", "--seeds", "0", "--workers", "1",
+            "--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ckpt"), "--no-progress"]
+    [record] = train_wind_tunnels.main(args)
+    assert record["steps"] == 200 and record["arch"] == "transformer" and record["seconds"] > 0
+    assert record["recipe"] == comparison.RECIPE
+    curve = record["curve"]["eval_kl_bits"]
+    assert curve[-1] < 0.7 * curve[0]  # 200 steps already learn part of the task
+    model = comparison.load_pretrained("transformer", "recall", 0, directory=tmp_path / "out")
+    again = comparison.evaluate(model, "recall", n_seqs=record["n_eval"])
+    assert again["kl_bits"] == pytest.approx(record["final"]["trained"]["kl_bits"], rel=1e-6)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["runs"] == 1 and summary["total_seconds"] > 0
+    assert train_wind_tunnels.main(args) == []
+    assert "up to date, skipped: transformer-recall-seed0" in capsys.readouterr().out
