@@ -321,22 +321,26 @@ SETTLED = 0.9  # a pathway has settled once it has done this share of its total 
 GROUPS = {"routing": ("W_Q", "W_K"), "values": ("W_V",), "readout": ("W_O",)}
 
 
-def _attention_maps(x, W_Q, W_K):
-    """alpha (T, T) of the causal head on one sequence, for one snapshot of W_Q, W_K."""
-    q, k = x @ W_Q.T, x @ W_K.T
+def _attention_maps(x, W_Q, W_K, queries):
+    """alpha (len(queries), T) of the causal head on one sequence at the query positions ``queries``,
+    for one snapshot of W_Q, W_K."""
+    q, k = x[queries] @ W_Q.T, x @ W_K.T
     s = q @ k.T / math.sqrt(q.shape[-1])
-    s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
-    return torch.softmax(s, dim=-1)
+    future = torch.arange(x.shape[0])[None, :] > queries[:, None]
+    return torch.softmax(s.masked_fill(future, float("-inf")), dim=-1)
 
 
-def frame_rate(x, W_Q, W_K):
+def frame_rate(x, W_Q, W_K, max_queries=500):
     """(snapshots - 1,) the change of the attention maps between consecutive snapshots: the mean
     over query rows of the total-variation distance 1/2 sum_j |alpha'_ij - alpha_ij|, in [0, 1].
-    A distance between probability rows, so it is not inflated when the scores are small."""
+    A distance between probability rows, so it is not inflated when the scores are small. The mean
+    is taken over ``max_queries`` evenly spaced query rows (all rows if there are fewer): at
+    T = 2000 that is a quarter of the rows and a quarter of the time, for the same mean."""
     x = torch.as_tensor(x, dtype=torch.float64)
+    queries = torch.linspace(0, x.shape[0] - 1, min(max_queries, x.shape[0])).round().long()
     previous, out = None, []
     for wq, wk in zip(torch.as_tensor(W_Q), torch.as_tensor(W_K)):
-        alpha = _attention_maps(x, wq.double(), wk.double())
+        alpha = _attention_maps(x, wq.double(), wk.double(), queries)
         if previous is not None:
             out.append(0.5 * (alpha - previous).abs().sum(-1).mean().item())
         previous = alpha
