@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from . import attention, diagnostics, toy
+from .experiments import GROUPS
 from .attention import AttentionHead
 from .plots import COLORS
 from .train import History, TrainingDiverged, train
@@ -93,6 +94,8 @@ class Run:
     probe: tuple
     history: History
     loop: dict
+    bought: dict = None        # {group: (steps,)} first-order loss decrease bought by each group per step
+    value_rate_final: np.ndarray = None   # values' change between probe snapshots / their final size
 
 
 def _params(model):
@@ -183,13 +186,24 @@ def _run(cfg, seed, loop_every, loop_until, progress):
     loop_at = set(range(0, min(loop_until, cfg.steps - 1), loop_every)) if loop_every else set()
     states, loop = {}, {}
 
+    values = []  # the probe's values at every snapshot, for the rate relative to their final size
+
     def measure(step):
         metrics, snap = probe_metrics(model, task, probe)
         if prev:
             metrics["attn_change"] = diagnostics.relative_change(prev["alpha"], snap[0])
             metrics["value_change"] = diagnostics.relative_change(prev["v"], snap[1])
         prev.update(alpha=snap[0], v=snap[1])
+        values.append(snap[1].double())
         return metrics
+
+    # plain gradient descent: a step lowers the loss by sum_g lr_g |grad_g L|^2 to first order
+    rates = {name: cfg.lr * (cfg.value_ratio if name == "W_V" else 1.0) for name in attention.PARAM_NAMES}
+    bought = {group: [] for group in GROUPS}
+
+    def on_step(m, step):
+        for group, names in GROUPS.items():
+            bought[group].append(sum(rates[n] * getattr(m, n).grad.pow(2).sum().item() for n in names))
 
     def loss_fn(m, step):
         if step in loop_at or step - 1 in loop_at:
@@ -205,10 +219,13 @@ def _run(cfg, seed, loop_every, loop_until, progress):
 
     # device="cpu": at these sizes (a few thousand positions, 8-wide head) a GPU only adds overhead
     history = train(model, loss_fn, cfg.steps, lr=cfg.lr, lr_multipliers=lr_multipliers(cfg), seed=seed,
-                    log_every=cfg.log_every, progress=progress, desc=f"seed {seed}", device="cpu")
+                    log_every=cfg.log_every, progress=progress, desc=f"seed {seed}", device="cpu", on_step=on_step)
     with torch.no_grad():  # the state after the last step
         history.append(cfg.steps, loss=attention.loss(x, y, model.params()).item(), **measure(cfg.steps))
-    return Run(cfg, seed, model, task, train_data, probe, history, {k: np.array(v) for k, v in loop.items()})
+    v = torch.stack(values)
+    value_rate_final = ((v[1:] - v[:-1]).flatten(1).norm(dim=1) / v[-1].norm()).numpy()
+    return Run(cfg, seed, model, task, train_data, probe, history, {k: np.array(v) for k, v in loop.items()},
+               bought={g: np.array(b) for g, b in bought.items()}, value_rate_final=value_rate_final)
 
 
 def run_seeds(cfg=Config(), seeds=(0, 1, 2, 3, 4), **kwargs):
@@ -438,6 +455,29 @@ def timescales(run_, threshold=0.01, fraction=0.9):
         loss, kl = h["loss"], h["kl_bits"]
         out["loss_after"] = float((loss[k] - loss[-1]) / (loss[0] - loss[-1]))
         out["kl_after"] = float(kl[k] - kl[-1])
+    return out
+
+
+def normalisation_check(run_, threshold=0.01, early=100):
+    """Chapter 5's "values move first", re-measured two ways that a small start cannot inflate.
+
+    peak_value_final, t_values_final   the peak and the settling step (below ``threshold`` per
+                            snapshot interval to the end) of the values' change measured against
+                            their *final* size instead of their current one
+    routing, values, readout  the share of the total loss decrease bought by each parameter group,
+                            sum_t lr_g |grad_g L(t)|^2 (first order; exact for small steps)
+    routing_early, values_early  the same over the first ``early`` steps only
+    first_order             the sum of the three shares (near 1 when the first-order account holds)
+    """
+    steps, loss = run_.history.steps, run_.history["loss"]
+    rate = run_.value_rate_final
+    out = {"peak_value_final": int(steps[1:][np.argmax(rate)]),
+           "t_values_final": diagnostics.settling_step(steps[1:], rate, threshold)}
+    drop = loss[0] - loss[-1]
+    for group, bought in run_.bought.items():
+        out[group] = float(bought.sum() / drop)
+        out[f"{group}_early"] = float(bought[:early].sum() / drop)
+    out["first_order"] = out["routing"] + out["values"] + out["readout"]
     return out
 
 

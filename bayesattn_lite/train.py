@@ -293,7 +293,7 @@ def _clip(model, norm, max_norm):
 def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, groups=None,
           device=None, seed=None, log_every=1, progress=True, checkpoint_path=None,
           checkpoint_every=100, resume=True, desc="training", schedule="constant", warmup=0,
-          clip_grad_norm=None, weight_decay=0.0):
+          clip_grad_norm=None, weight_decay=0.0, on_step=None):
     """Run ``steps`` optimizer steps on ``loss_fn(model, step)`` and return the History.
 
     ``loss_fn`` returns a scalar loss tensor, or ``(loss, metrics)`` with a dict of floats or
@@ -311,6 +311,11 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
     Ctrl-C, and (if ``resume``) continues from an existing checkpoint, also to a larger ``steps``
     when the schedule does not depend on it. A checkpoint already past ``steps`` is loaded and
     nothing runs. A checkpoint written with another recipe is refused, with what differs.
+
+    ``on_step(model, step)``, if given, is called at every step after the backward pass and the
+    clipping, before the optimizer step (the gradients are in ``p.grad``, the rates in the
+    optimizer's groups): a place to measure without putting the measurement in the loss. A dict
+    it returns is logged with that step's metrics (at logged steps).
     """
     _check_count("steps", steps, 0)
     _check_count("log_every", log_every, 1)
@@ -365,10 +370,11 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
             grad_norm = _grad_norm(model, opt, step)
             if clip_grad_norm is not None:
                 _clip(model, grad_norm, clip_grad_norm)
+            measured = (on_step(model, step) or {}) if on_step is not None else {}
             opt.step()  # weights change only here, after both guards: a diverged step is never saved
             if step % log_every == 0:
                 extra = {"lr": base_lrs[0] * factor} if scheduled else {}
-                history.append(step, loss=loss_value, **metrics, grad_norm=grad_norm, **extra)
+                history.append(step, loss=loss_value, **metrics, **measured, grad_norm=grad_norm, **extra)
             # (a Ctrl-C in the microseconds between opt.step() and here would save a step twice)
             done, rng = step + 1, (_rng_state() if checkpoint_path else None)
             if step % 10 == 0 or done == steps:  # the postfix costs a string format; not every step

@@ -109,3 +109,14 @@ def test_compare_with_gmm_returns_aligned_measurements():
     for key in ("agree_head_gmm", "agree_head_exact", "agree_gmm_exact"):
         assert 0 <= c[key] <= 1
     assert -1 <= c["spearman_received"] <= 1
+
+
+def test_normalisation_check_attributes_the_loss_decrease_to_the_groups():
+    r = sp.run(replace(TINY, lr=0.05), seed=0)
+    check = sp.normalisation_check(r, early=20)
+    assert len(r.bought["values"]) == TINY.steps and len(r.value_rate_final) == 4
+    # small steps: the first-order shares add up to the realised decrease
+    assert check["first_order"] == pytest.approx(1.0, abs=0.02)
+    assert all(0 < check[g] < 1 for g in ("routing", "values", "readout"))
+    assert check["values_early"] <= check["values"]
+    assert check["peak_value_final"] in (10, 20, 30, 40)

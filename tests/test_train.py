@@ -360,3 +360,19 @@ def test_bad_inputs_raise(kwargs, match):
     args = {"steps": 3, **kwargs}
     with pytest.raises(ValueError, match=match):
         train(make_head(), random_batch_loss, progress=False, **args)
+
+
+def test_on_step_sees_the_gradients_before_the_update_and_logs_what_it_returns():
+    seen = []
+
+    def on_step(model, step):
+        seen.append((step, model.W_V.grad.clone(), model.W_V.detach().clone()))
+        return {"grad_sq_W_V": model.W_V.grad.pow(2).sum()}
+
+    head = make_head()
+    history = train(head, fixed_loss(fixed_task()), 4, lr=0.1, log_every=2, on_step=on_step, progress=False)
+    assert [s for s, _, _ in seen] == [0, 1, 2, 3]
+    step1, grad1, before1 = seen[1]
+    torch.testing.assert_close(seen[2][2], before1 - 0.1 * grad1)  # the update came after the call
+    np.testing.assert_allclose(history["grad_sq_W_V"], [seen[0][1].pow(2).sum().item(), seen[2][1].pow(2).sum().item()],
+                               rtol=1e-6)
