@@ -181,6 +181,17 @@ def relative_change(before, after):
     return (after.double() - before.double()).norm().item() / norm
 
 
+def change_vs_final(snapshots):
+    """(n - 1,) ||s[t+1] - s[t]|| / ||s[-1]|| for n snapshots stacked on the first axis: how much a
+    quantity moved between snapshots, against the size it ends at. Unlike ``relative_change``
+    (against the size it has now) it does not inflate the moves of something that starts small."""
+    s = _tensor("snapshots", snapshots, 2).double()
+    final = s[-1].norm().item()
+    if final == 0:
+        raise ValueError("snapshots: expected a nonzero last snapshot (the scale of the rates)")
+    return ((s[1:] - s[:-1]).flatten(1).norm(dim=1) / final).cpu().numpy()
+
+
 def _curve(steps, values, name):
     steps, values = np.asarray(steps), np.asarray(values, dtype=float)
     if steps.ndim != 1 or values.shape != steps.shape or len(steps) == 0:

@@ -352,8 +352,7 @@ def precision_rate(x, W_V):
     snapshots, relative to their *final* size: ||V' - V|| / ||V_final||. Dividing by the current
     size instead would inflate the early rates, when the values are still near their N(0, 0.1^2) start."""
     x = torch.as_tensor(x, dtype=torch.float64)
-    V = torch.as_tensor(W_V, dtype=torch.float64) @ x.T                          # (snapshots, d_v, T)
-    return ((V[1:] - V[:-1]).flatten(1).norm(dim=1) / V[-1].norm()).numpy()
+    return diagnostics.change_vs_final(torch.as_tensor(W_V, dtype=torch.float64) @ x.T)  # V: (snapshots, d_v, T)
 
 
 @dataclass

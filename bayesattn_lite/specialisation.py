@@ -222,8 +222,7 @@ def _run(cfg, seed, loop_every, loop_until, progress):
                     log_every=cfg.log_every, progress=progress, desc=f"seed {seed}", device="cpu", on_step=on_step)
     with torch.no_grad():  # the state after the last step
         history.append(cfg.steps, loss=attention.loss(x, y, model.params()).item(), **measure(cfg.steps))
-    v = torch.stack(values)
-    value_rate_final = ((v[1:] - v[:-1]).flatten(1).norm(dim=1) / v[-1].norm()).numpy()
+    value_rate_final = diagnostics.change_vs_final(torch.stack(values))
     return Run(cfg, seed, model, task, train_data, probe, history, {k: np.array(v) for k, v in loop.items()},
                bought={g: np.array(b) for g, b in bought.items()}, value_rate_final=value_rate_final)
 

@@ -153,3 +153,12 @@ def test_attention_received_is_one_for_uniform_attention_and_tracks_favoured_key
     first = torch.zeros(T, T)
     first[:, 0] = 1.0
     assert torch.allclose(diagnostics.attention_received(first), torch.tensor([2.5, 0.0, 0.0, 0.0]))
+
+
+def test_change_vs_final_measures_moves_against_the_final_size():
+    from bayesattn_lite.diagnostics import change_vs_final
+    w = torch.ones(3, 4)
+    rates = change_vs_final(torch.stack([0.0 * w, 0.5 * w, w]))
+    np.testing.assert_allclose(rates, [0.5, 0.5])   # relative_change would call the first move infinite
+    with pytest.raises(ValueError, match="nonzero last snapshot"):
+        change_vs_final(torch.zeros(2, 3))
