@@ -242,6 +242,16 @@ WIDGETS = """(mime) => {
 }"""
 
 
+# Code cells and printed outputs wider than their box: a reader would have to scroll sideways
+# (the course's _static/course.css wraps them instead).
+SIDEWAYS = """() => [...document.querySelectorAll('div.cell pre')]
+  .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+  .map(pre => pre.innerText.split('\\n')[0].slice(0, 60))"""
+
+# The Colab install guard is the first code cell of every notebook; the book hides it (remove-cell).
+INSTALL_CELL_VISIBLE = """() => document.body.innerText.includes('find_spec("bayesattn_lite")')"""
+
+
 def wait_for_mathjax(page):
     page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30_000)
     page.evaluate("() => MathJax.startup.promise")
@@ -319,6 +329,13 @@ def test_page_reads_well(open_page, shots, page_name):
         elif REQUIRED and not git_tracks(path):
             problems.append(f"the Colab button opens {path}, which git does not track (not committed?)")
 
+    if page_name in NOTEBOOK_PAGES:
+        sideways = page.evaluate(SIDEWAYS)
+        if sideways:
+            problems.append(f"{len(sideways)} code cells or outputs scroll sideways at 1280 px: {sideways[:3]}")
+        if page.evaluate(INSTALL_CELL_VISIBLE):
+            problems.append("the install cell is visible: tag the notebook's first code cell remove-cell")
+
     for widget in page.evaluate(WIDGETS, WIDGET_VIEW):
         if not widget["figure"]:
             problems.append(f"widget {widget['model']}: no static figure directly above it")
@@ -332,6 +349,20 @@ def test_page_reads_well(open_page, shots, page_name):
     page.screenshot(path=str(shots / f"{page_name.replace('/', '__')}.png"), full_page=True)
     page.close()
     assert not problems, f"{page_name}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("page_name", [p for p in PAGES if p in NOTEBOOK_PAGES])
+def test_cells_fit_a_phone_screen(browser, server, page_name):
+    """At a phone's width (400 px) too, no code cell or output scrolls sideways."""
+    context = browser.new_context(viewport={"width": 400, "height": 800}, service_workers="block")
+    context.route("**/*", _route(mathjax_copy(), server))
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/{page_name}.html", wait_until="load")
+        sideways = page.evaluate(SIDEWAYS)
+    finally:
+        context.close()
+    assert not sideways, f"{page_name}: {len(sideways)} cells scroll sideways at 400 px: {sideways[:3]}"
 
 
 def title_word(page_name):
