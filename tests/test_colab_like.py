@@ -1,15 +1,15 @@
 """A chapter run the way a Colab learner runs it: in a fresh environment that holds only what Colab
-ships (torch, numpy, matplotlib, ipywidgets, ipykernel, tqdm), where the package is missing until
-the chapter's own install cell installs it.
+ships, at Colab's versions (``tests/colab_runtime.txt``: torch, numpy, matplotlib, ipywidgets 7,
+ipykernel, tqdm), where the package is missing until the chapter's own install cell installs it.
 
 The package is built as a wheel from this checkout and the install cell is pointed at it through
 ``BAYESATTN_LITE_SPEC`` (instead of the git tag, which does not exist before a release). The
 chapter then runs top to bottom in a kernel of that environment, and the test checks that the
-cell installed the package, this release, from the wheel, and installed nothing else (in
-particular, it did not reinstall torch).
+cell installed the package, this release, from the wheel, and installed or changed nothing else (in
+particular, it did not upgrade Colab's ipywidgets inside the running kernel, nor reinstall torch).
 
-It takes a minute or two (a virtual environment with torch). ``BAYESATTN_COLAB_CHAPTER`` picks
-another chapter (default: chapter 1).
+It takes a few minutes (a virtual environment with torch). It runs chapter 1 and chapter 2, whose
+widget exercises ipywidgets; ``BAYESATTN_COLAB_CHAPTER`` picks another chapter instead.
 """
 
 import json
@@ -26,22 +26,12 @@ from nbclient import NotebookClient
 import bayesattn_lite
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTER = os.environ.get("BAYESATTN_COLAB_CHAPTER", "book/01_attention_block.ipynb")
+CHAPTERS = ([os.environ["BAYESATTN_COLAB_CHAPTER"]] if os.environ.get("BAYESATTN_COLAB_CHAPTER")
+            else ["book/01_attention_block.ipynb", "book/02_score_gradient.ipynb"])
 
-
-def _pins(names):
-    """The versions requirements.txt pins for ``names`` (so the environment builds from pip's cache)."""
-    pins = {}
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        name, sep, version = line.split("#")[0].strip().partition("==")
-        if sep and name.lower() in names:
-            pins[name.lower()] = f"{name}=={version}"
-    return [pins.get(name, name) for name in names]
-
-
-# What a Colab runtime has preinstalled that the package could ask for. torch stays 2.13.0 (see
-# requirements.txt); the others are pinned as in requirements.txt.
-COLAB = _pins(["torch", "numpy", "matplotlib", "ipywidgets", "ipykernel", "tqdm"])
+# What a Colab runtime has preinstalled that the package could ask for, at Colab's versions.
+COLAB = [line.strip() for line in (ROOT / "tests" / "colab_runtime.txt").read_text().splitlines()
+         if line.strip() and not line.startswith("#")]
 
 
 def run(*cmd, **kwargs):
@@ -77,7 +67,16 @@ def colab(tmp_path_factory):
     return python, wheel, where
 
 
-def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch):
+def test_the_environment_has_colabs_versions(colab):
+    python, _, _ = colab
+    have = frozen(python)
+    for pin in COLAB:
+        name, version = pin.split("==")
+        assert have[name.lower()].split("+")[0] == version, f"{name}: {have[name.lower()]}, Colab has {version}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch, chapter):
     python, wheel, where = colab
     before = frozen(python)
     assert "bayesattn-lite" not in before, "the fresh environment should not have the package yet"
@@ -88,7 +87,7 @@ def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch)
     monkeypatch.setenv("BAYESATTN_PROGRESS", "0")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    nb = nbformat.read(ROOT / CHAPTER, as_version=4)
+    nb = nbformat.read(ROOT / chapter, as_version=4)
     # run outside the repository, so `import bayesattn_lite` cannot find the source folder
     work = where / "run"
     work.mkdir(exist_ok=True)
@@ -105,3 +104,4 @@ def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch)
     assert not changed, f"the install cell changed preinstalled packages (torch must never be reinstalled): {changed}"
     location = run(python, "-c", "import bayesattn_lite, os; print(os.path.dirname(bayesattn_lite.__file__))", cwd=work)
     assert str(where / "venv") in location, f"bayesattn_lite imported from {location.strip()}, not the venv"
+    run(python, "-m", "pip", "uninstall", "--yes", "--quiet", "bayesattn-lite")  # the next chapter installs it again
