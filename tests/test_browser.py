@@ -163,7 +163,7 @@ def browser():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        unavailable("Playwright's Python package is not installed: pip install -r requirements.txt")
+        unavailable("Playwright's Python package is not installed: pip install -r requirements-dev.txt")
     with sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield chromium
