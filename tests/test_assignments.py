@@ -27,6 +27,12 @@ def test_the_command_checks_without_writing(capsys):
         assignments.main(["no_such_assignment"])
 
 
+def as_python(source):
+    """A cell's source as plain Python: IPython's magics (the install cell's %pip) become calls."""
+    from IPython.core.inputtransformer2 import TransformerManager
+    return TransformerManager().transform_cell(source)
+
+
 @pytest.mark.parametrize("assignment", ALL, ids=lambda a: a.id)
 def test_student_version_has_stubs_and_no_solutions(assignment):
     instructor = nbformat.read(assignment.instructor_path, as_version=4)
@@ -38,7 +44,7 @@ def test_student_version_has_stubs_and_no_solutions(assignment):
     for cell in student.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None
-            ast.parse(cell.source)  # every stubbed cell is still valid Python
+            ast.parse(as_python(cell.source))  # every stubbed cell is still valid (IPython) Python
     solution_cells = [c for c in instructor.cells if assignments.SOLUTION_TAG in c.metadata.get("tags", [])]
     assert solution_cells, "an instructor version without solution cells"
     assert text.count("raise NotImplementedError(") >= sum(c.cell_type == "code" for c in solution_cells)
@@ -51,7 +57,7 @@ def test_every_question_names_a_check_and_objects_the_notebook_defines(assignmen
     defined = set()
     for cell in nb.cells:
         if cell.cell_type == "code":
-            for node in ast.walk(ast.parse(cell.source)):
+            for node in ast.walk(ast.parse(as_python(cell.source))):
                 if isinstance(node, ast.FunctionDef):
                     defined.add(node.name)
                 elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):

@@ -105,3 +105,25 @@ def test_wide_figures_take_the_full_width_of_the_page(path):
         widths = [Image.open(io.BytesIO(base64.b64decode(png))).size[0] for png in pngs]
         if widths and max(widths) > 1000:
             assert "full-width" in cell.metadata.get("tags", []), f"{path.name}: tag this wide figure's cell full-width:\n{cell.source[:200]}"
+
+
+def test_install_cell_fails_with_a_readable_message(tmp_path, monkeypatch):
+    """Where the package cannot be installed (the repository or release not published yet, no
+    network), the first cell stops with a message that says what failed and what to do."""
+    import importlib.util
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    nb = nbformat.read(ROOT / "book" / "01_attention_block.ipynb", as_version=4)
+    first = next(cell.source for cell in nb.cells if cell.cell_type == "code")
+    assert '%pip install --quiet "{spec}"' in first, "install into the running kernel with %pip"
+    guard = first.split("\n\n")[0]  # the install guard, without the imports after it
+    monkeypatch.setenv("BAYESATTN_LITE_SPEC", str(tmp_path / "bayesattn_lite-0.1.0-py3-none-any.whl"))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "bayesattn_lite" else real(name, *args))
+    result = InteractiveShell.instance().run_cell(guard)
+    error = result.error_in_exec
+    assert isinstance(error, RuntimeError), f"expected a RuntimeError, got {error!r}"
+    for words in ("could not be installed", "not published yet", "no network", "BAYESATTN_LITE_SPEC"):
+        assert words in str(error), words
