@@ -350,6 +350,13 @@ def per_position_error_bits(logits, batch):
 PROBE_NAMES = ("probe_q", "probe_k", "probe_v", "probe_alpha", "probe_g")
 
 
+def _keeper(record, key):
+    """A forward hook that stores its module's output (detached) in ``record[key]``."""
+    def hook(module, args, out):
+        record[key] = out.detach()
+    return hook
+
+
 def probe_tensors(model, tokens, probes=PROBE_NAMES):
     """Run ``model(tokens)`` without gradients and return, for every attention layer (a module with
     the probe points of ``models.CausalSelfAttention``, in model order), a dict probe name (without
@@ -364,8 +371,7 @@ def probe_tensors(model, tokens, probes=PROBE_NAMES):
     handles = []
     for record, layer in zip(records, layers):
         for p in probes:
-            hook = lambda module, args, out, record=record, key=p[len("probe_"):]: record.__setitem__(key, out.detach())
-            handles.append(getattr(layer, p).register_forward_hook(hook))
+            handles.append(getattr(layer, p).register_forward_hook(_keeper(record, p[len("probe_"):])))
     try:
         with torch.no_grad():
             model(tokens)

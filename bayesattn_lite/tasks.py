@@ -19,6 +19,7 @@ emissions N(mu_s, noise^2 I): filter s_t from x_0..x_t, then push the belief thr
 """
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -195,8 +196,6 @@ class StickyMarkovChain:
 # The targets are samples of the *true* hidden answer (the actual value, the actual hidden state),
 # not of the posterior's mode, so the expected cross-entropy is minimised exactly by the posterior:
 # a model trained by cross-entropy should learn batch.posterior at every scored position.
-
-from dataclasses import dataclass
 
 IGNORE_INDEX = -100  # targets at positions that are not scored (torch's cross_entropy default)
 
