@@ -107,14 +107,15 @@ def test_wide_figures_take_the_full_width_of_the_page(path):
             assert "full-width" in cell.metadata.get("tags", []), f"{path.name}: tag this wide figure's cell full-width:\n{cell.source[:200]}"
 
 
-def test_install_cell_fails_with_a_readable_message(tmp_path, monkeypatch):
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_install_cell_fails_with_a_readable_message(tmp_path, monkeypatch, path):
     """Where the package cannot be installed (the repository or release not published yet, no
     network), the first cell stops with a message that says what failed and what to do."""
     import importlib.util
 
     from IPython.core.interactiveshell import InteractiveShell
 
-    nb = nbformat.read(ROOT / "book" / "01_attention_block.ipynb", as_version=4)
+    nb = nbformat.read(path, as_version=4)
     first = next(cell.source for cell in nb.cells if cell.cell_type == "code")
     assert '%pip install --quiet "{spec}"' in first, "install into the running kernel with %pip"
     guard = first.split("\n\n")[0]  # the install guard, without the imports after it
