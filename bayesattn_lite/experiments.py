@@ -369,7 +369,8 @@ class FramePrecision:
     parameter group, sum_t lr_g |grad_g L(t)|^2 (exact to first order for plain gradient descent),
     as a share of the realised decrease; ``attribution_after_frame``: the same, after t_frame only.
     ``first_order``: (S,) the sum of the attributions over the realised decrease (near 1 when the
-    first-order account is accurate).
+    first-order account is accurate). ``bought``: {group: (S, steps)} the same step by step, as a
+    share of the realised decrease (its cumulative sum is the attribution so far).
     """
     rate_steps: np.ndarray
     frame_rate: np.ndarray
@@ -382,6 +383,7 @@ class FramePrecision:
     attribution: dict
     attribution_after_frame: dict
     first_order: np.ndarray
+    bought: dict
 
 
 def _settled(steps, rates):
@@ -407,10 +409,11 @@ def frame_precision(run, name):
     drop = loss[:, 0] - final
     after = np.array([(loss[i, int(t)] - final[i]) / drop[i] for i, t in enumerate(t_frame)])
     rates = run.schedules[name]
-    bought = {g: sum(rates[m] * run.grad_sq[name][m] for m in members) for g, members in GROUPS.items()}  # (S, steps)
-    attribution = {g: b.sum(1) / drop for g, b in bought.items()}
-    late = {g: np.array([b[i, int(t):].sum() / drop[i] for i, t in enumerate(t_frame)]) for g, b in bought.items()}
+    bought = {g: sum(rates[m] * run.grad_sq[name][m] for m in members) / drop[:, None]  # (S, steps)
+              for g, members in GROUPS.items()}
+    attribution = {g: b.sum(1) for g, b in bought.items()}
+    late = {g: np.array([b[i, int(t):].sum() for i, t in enumerate(t_frame)]) for g, b in bought.items()}
     return FramePrecision(rate_steps=steps, frame_rate=frame, precision_rate=precision, t_frame=t_frame,
                           t_values=t_values, frame_moved=np.array([m[0] for m in moved]),
                           values_moved=np.array([m[1] for m in moved]), loss_after_frame=after, attribution=attribution,
-                          attribution_after_frame=late, first_order=sum(attribution.values()))
+                          attribution_after_frame=late, first_order=sum(attribution.values()), bought=bought)

@@ -201,3 +201,10 @@ def test_frame_precision_bookkeeping(frame_run):
                   > experiments.frame_precision(frame_run, "sgd").attribution["values"])
     with pytest.raises(ValueError, match="one of"):
         experiments.frame_precision(frame_run, "adam")
+
+
+def test_frame_precision_per_step_shares_add_up_to_the_attribution(frame_run):
+    fp = experiments.frame_precision(frame_run, "em")
+    for group, shares in fp.bought.items():
+        assert shares.shape == (2, 40)
+        np.testing.assert_allclose(shares.sum(1), fp.attribution[group])
