@@ -853,3 +853,12 @@ def check_conclusion(conclusion, results):
     if not any(w in conclusion.lower() for w in _VERDICTS):
         return CheckResult("conclusion", False, "say whether the measurements support or refute the hypothesis.")
     return CheckResult("conclusion", True, "quotes the measurements and gives a verdict.")
+
+
+# ---- Chapter exercises, chapters 1-3 (keep this marker; add above the next one) ----
+
+
+# ---- Chapter exercises, chapters 4-5 (keep this marker; add above the next one) ----
+
+
+# ---- Chapter exercises, chapters 6-9 (keep this marker; add below it) ----

@@ -4,22 +4,45 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+# The Okabe-Ito palette: eight colours that stay distinct under the common colour-vision deficiencies.
+OKABE_ITO = {
+    "blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
+    "purple": "#CC79A7", "sky": "#56B4E9", "yellow": "#F0E442", "black": "#000000",
+}
 # One colour per role, used in every chapter.
 COLORS = {
-    "query": "tab:blue", "key": "tab:orange", "value": "tab:green", "error": "tab:red",
-    "sgd": "tab:gray", "em": "tab:purple", "bayes": "black",
+    "query": OKABE_ITO["blue"], "key": OKABE_ITO["orange"], "value": OKABE_ITO["green"],
+    "error": OKABE_ITO["vermillion"], "sgd": "0.45", "em": OKABE_ITO["purple"], "bayes": "black",
     # One colour per architecture (chapters 7-9).
-    "transformer": "tab:blue", "mamba": "tab:green", "lstm": "tab:orange", "mlp": "tab:red",
+    "transformer": OKABE_ITO["blue"], "mamba": OKABE_ITO["green"], "lstm": OKABE_ITO["orange"],
+    "mlp": OKABE_ITO["vermillion"],
 }
 
 
 def style():
-    """The course's figure style: small, legible, no top/right spines."""
+    """The course's figure style: small, legible, no top/right spines, colour-blind-safe colours.
+
+    In a notebook, figures are stored at twice their pixel size ("retina"), so they stay crisp on
+    high-resolution screens while the page lays them out at the same size as before.
+    """
+    from cycler import cycler
     plt.rcParams.update({
         "figure.figsize": (6.0, 3.6), "figure.dpi": 100, "font.size": 10,
         "axes.titlesize": 10, "axes.labelsize": 10, "axes.spines.top": False,
         "axes.spines.right": False, "legend.frameon": False, "image.cmap": "viridis",
+        "axes.prop_cycle": cycler(color=list(OKABE_ITO.values())),
     })
+    _retina_in_notebooks()
+
+
+def _retina_in_notebooks():
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # no IPython: plain scripts save figures themselves
+        return
+    if get_ipython() is not None:
+        set_matplotlib_formats("retina")
 
 
 def to_numpy(a):

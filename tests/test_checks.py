@@ -260,3 +260,12 @@ def test_experiment_checks():
     assert checks.check_conclusion(good, results)
     assert not checks.check_conclusion(good.replace("1.10", "1.50").replace("2.10", "2.50"), results)
     assert not checks.check_conclusion(good.replace("supports", "goes with"), results)
+
+
+# ---- Chapter exercises, chapters 1-3 (keep this marker; add above the next one) ----
+
+
+# ---- Chapter exercises, chapters 4-5 (keep this marker; add above the next one) ----
+
+
+# ---- Chapter exercises, chapters 6-9 (keep this marker; add below it) ----
