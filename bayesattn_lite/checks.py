@@ -861,4 +861,7 @@ def check_conclusion(conclusion, results):
 # ---- Chapter exercises, chapters 4-5 (keep this marker; add above the next one) ----
 
 
-# ---- Chapter exercises, chapters 6-9 (keep this marker; add below it) ----
+# ---- Chapter exercises, chapters 6-9 (keep this marker; add above the next one) ----
+
+
+# ---- Problem-set checks (keep this marker; add below it) ----
