@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import diagnostics, models, tasks
+from . import diagnostics, models, wind_tunnels
 from .train import pick_device, seed_everything, train
 
 # Training batches are drawn with seed DATA_SEED_BASE + seed * 2**24 + step: one stream per seed,
@@ -48,9 +48,9 @@ def _fail(what, expected, given):
 def _task(task, size="cpu"):
     """A wind tunnel object, from itself or its name."""
     if isinstance(task, str):
-        return tasks.wind_tunnel(task, size)
+        return wind_tunnels.wind_tunnel(task, size)
     if not all(hasattr(task, a) for a in ("sample", "vocab_size", "n_classes", "name")):
-        _fail("task", f"a wind tunnel name {sorted(tasks.WIND_TUNNELS)} or task object", task)
+        _fail("task", f"a wind tunnel name {sorted(wind_tunnels.WIND_TUNNELS)} or task object", task)
     return task
 
 
@@ -64,7 +64,7 @@ def task_loss(model, batch):
     """Cross-entropy of the model's logits against the batch's targets on the scored positions
     (targets are samples of the hidden answer, so its minimiser is the exact posterior)."""
     logits = model(batch.tokens)
-    return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=tasks.IGNORE_INDEX)
+    return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=wind_tunnels.IGNORE_INDEX)
 
 
 def train_on_task(arch, task, steps, seed=0, lr=3e-3, batch_size=32, device=None, checkpoint_path=None,
@@ -156,7 +156,7 @@ def _run_one(job):
     module-level function, so worker processes can import it)."""
     if job["threads"]:
         torch.set_num_threads(job["threads"])
-    task = tasks.wind_tunnel(job["task"], job["size"])
+    task = wind_tunnels.wind_tunnel(job["task"], job["size"])
     arch, seed, horizons = job["arch"], job["seed"], job["horizons"]
     start = time.perf_counter()
     model, history = train_on_task(arch, task, job["steps"], seed=seed, lr=job["lr"],
@@ -205,8 +205,8 @@ def compare(archs, task_names, seeds, steps, size="cpu", lr=3e-3, batch_size=32,
         if arch not in models.ARCHITECTURES:
             _fail("archs", f"names from {models.ARCHITECTURES}", arch)
     for name in task_names:
-        if name not in tasks.WIND_TUNNELS:
-            _fail("task_names", f"names from {sorted(tasks.WIND_TUNNELS)}", name)
+        if name not in wind_tunnels.WIND_TUNNELS:
+            _fail("task_names", f"names from {sorted(wind_tunnels.WIND_TUNNELS)}", name)
     if size not in ("cpu", "paper"):
         _fail("size", "'cpu' or 'paper'", size)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -216,7 +216,7 @@ def compare(archs, task_names, seeds, steps, size="cpu", lr=3e-3, batch_size=32,
     horizons, model_sizes = dict(horizons or {}), dict(model_sizes or {})
     jobs = []
     for name in task_names:
-        task = tasks.wind_tunnel(name, size)
+        task = wind_tunnels.wind_tunnel(name, size)
         for arch in archs:
             sizes = _sizes(arch, task, size, horizons.get(name, []), model_sizes.get(arch))
             for seed in seeds:
@@ -238,7 +238,7 @@ def compare(archs, task_names, seeds, steps, size="cpu", lr=3e-3, batch_size=32,
         return rows
     trained = {}
     for job, (_, weights) in zip(jobs, results):
-        task = tasks.wind_tunnel(job["task"], size)
+        task = wind_tunnels.wind_tunnel(job["task"], size)
         model = models.build(job["arch"], task.vocab_size, task.n_classes, **job["sizes"])
         model.load_state_dict(weights)
         trained[job["arch"], job["task"], job["seed"]] = model.to(pick_device(device))

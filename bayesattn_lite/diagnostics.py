@@ -27,7 +27,7 @@ import math
 import numpy as np
 import torch
 
-from . import attention
+from . import _validate, attention
 
 
 def _tensor(name, a, min_dim=1):
@@ -52,12 +52,40 @@ def _check_alpha(alpha):
     return alpha
 
 
+LOG2 = math.log(2.0)
+
+
+# ----------------------------------------------------------------------------- information
+# The one entropy and the one KL divergence of the package: every other measure calls these.
+
+def entropy(probs, dim=-1, bits=False):
+    """Shannon entropy -sum_k p_k log p_k along ``dim`` (0 log 0 = 0), in nats, or bits if ``bits``.
+
+    Computed in float64; NaN or inf probabilities are an error, not a NaN result."""
+    probs = _validate.tensor("probs", _tensor("probs", probs), floating=True).double()
+    h = -torch.xlogy(probs, probs).sum(dim)
+    return h / LOG2 if bits else h
+
+
+def kl_divergence(p, log_q, dim=-1, bits=False):
+    """KL(p || q) = sum_k p_k (log p_k - log q_k) along ``dim``, from probabilities ``p`` and
+    log-probabilities ``log_q`` (e.g. a model's log_softmax), in nats, or bits if ``bits``."""
+    p = _validate.tensor("p", _tensor("p", p), floating=True).double()
+    log_q = _tensor("log_q", log_q).double()
+    if log_q.shape != p.shape:
+        _validate.fail("log_q", f"the shape of p {tuple(p.shape)}", log_q)
+    if torch.isnan(log_q).any():
+        _validate.fail("log_q", "log-probabilities without NaN", log_q)
+    kl = (torch.xlogy(p, p) - torch.where(p > 0, p * log_q, torch.zeros_like(p))).sum(dim)
+    return kl / LOG2 if bits else kl
+
+
 # ----------------------------------------------------------------------------- attention
 
 def attention_entropy(alpha):
     """Entropy in nats of every attention row, shape (..., T). Masked keys (alpha = 0) add nothing."""
     alpha = _check_alpha(alpha)
-    return -(alpha * torch.log(alpha.clamp_min(1e-30))).sum(-1)
+    return entropy(alpha).to(alpha.dtype)
 
 
 def attention_mass(alpha, key_mask):
@@ -285,22 +313,20 @@ def spearman(a, b):
 
 
 # ----------------------------------------------------------------------------- wind-tunnel metrics
-# Scores of a model's logits against a wind tunnel's exact posterior (``tasks.WindTunnelBatch``), in
+# Scores of a model's logits against a wind tunnel's exact posterior (``wind_tunnels.WindTunnelBatch``), in
 # bits, over the scored positions only. Computed in float64 so that errors of 1e-4 bits are real.
 
-LOG2 = math.log(2.0)
 
 
 def entropy_bits(probs):
     """Entropy in bits of distributions over the last axis (0 log 0 = 0), shape probs.shape[:-1]."""
-    probs = _tensor("probs", probs).double()
-    return -torch.xlogy(probs, probs).sum(-1) / LOG2
+    return entropy(probs, bits=True)
 
 
 def _logits_and_batch(logits, batch):
     for field in ("tokens", "posterior", "mask"):
         if not hasattr(batch, field):
-            raise ValueError(f"batch: expected a tasks.WindTunnelBatch, got {type(batch).__name__}")
+            raise ValueError(f"batch: expected a wind_tunnels.WindTunnelBatch, got {type(batch).__name__}")
     logits = _tensor("logits", logits, 3)
     if tuple(logits.shape) != tuple(batch.posterior.shape):
         raise ValueError(f"logits: expected shape (B, T, n_classes) = {tuple(batch.posterior.shape)} "
@@ -313,8 +339,7 @@ def _logits_and_batch(logits, batch):
 
 def _entropy_gap(logits, batch):
     log_q, p, mask = _logits_and_batch(logits, batch)
-    h_model = -(log_q.exp() * log_q).sum(-1) / LOG2
-    return (h_model - entropy_bits(p)).abs(), mask
+    return (entropy(log_q.exp(), bits=True) - entropy(p, bits=True)).abs(), mask
 
 
 def entropy_error_bits(logits, batch):
@@ -330,8 +355,7 @@ def kl_bits(logits, batch):
     """The mean over scored positions of KL(posterior || softmax(logits)) in bits (0-d float64 tensor).
     The excess cross-entropy of the model over Bayes: 0 only if the model's prediction is the posterior."""
     log_q, p, mask = _logits_and_batch(logits, batch)
-    kl = (torch.xlogy(p, p) - p * log_q).sum(-1) / LOG2
-    return kl[mask].mean()
+    return kl_divergence(p, log_q, bits=True)[mask].mean()
 
 
 def per_position_error_bits(logits, batch):
@@ -425,7 +449,7 @@ def value_manifold(points, entropy):
 
 
 def bayesian_geometry(model, batch):
-    """Paper I's three signatures of a transformer on a wind-tunnel batch (``tasks.WindTunnelBatch``),
+    """Paper I's three signatures of a transformer on a wind-tunnel batch (``wind_tunnels.WindTunnelBatch``),
     read through the probe points of its attention layers:
 
     - keys: ``key_orthogonality`` of the layer-0 keys, one vector per token (the mean over every

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from . import comparison, models, tasks
+from . import comparison, models, wind_tunnels
 from .train import seed_everything, train
 
 
@@ -51,7 +51,7 @@ def parser():
     p = argparse.ArgumentParser(prog="torchrun --nproc_per_node=N -m bayesattn_lite.distributed",
                                 description="Train one architecture on one wind tunnel with DDP.")
     p.add_argument("--arch", required=True, choices=models.ARCHITECTURES)
-    p.add_argument("--task", required=True, choices=sorted(tasks.WIND_TUNNELS))
+    p.add_argument("--task", required=True, choices=sorted(wind_tunnels.WIND_TUNNELS))
     p.add_argument("--size", default="cpu", choices=("cpu", "paper"),
                    help="task and model sizes: the course's CPU sizes or Paper I's (default cpu)")
     p.add_argument("--steps", type=int, required=True)
@@ -75,7 +75,7 @@ def data_seed(seed, step, rank, world):
 
 def load_model(path, arch, task, size="cpu", **sizes):
     """The trained model from a checkpoint this script wrote (DDP's "module." prefix removed)."""
-    task = tasks.wind_tunnel(task, size) if isinstance(task, str) else task
+    task = wind_tunnels.wind_tunnel(task, size) if isinstance(task, str) else task
     model = models.build(arch, task.vocab_size, task.n_classes, **models.sizes(arch, size, **sizes))
     weights = torch.load(path, map_location="cpu", weights_only=True)["model"]
     model.load_state_dict({k.removeprefix("module."): v for k, v in weights.items()})
@@ -94,7 +94,7 @@ def main(argv=None):
     if cuda:
         torch.cuda.set_device(device)
     try:
-        task = tasks.wind_tunnel(args.task, args.size)
+        task = wind_tunnels.wind_tunnel(args.task, args.size)
         sizes = models.sizes(args.arch, args.size, **args.sizes)
         seed_everything(args.seed)  # the same initialisation on every rank (DDP also broadcasts rank 0's)
         model = models.build(args.arch, task.vocab_size, task.n_classes, **sizes).to(device)

@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from . import attention, diagnostics, toy
+from . import attention, diagnostics, tasks
 from .experiments import GROUPS
 from .attention import AttentionHead
 from .plots import COLORS
@@ -66,14 +66,14 @@ class Config:
 
 
 def make_task(cfg):
-    return toy.make_task(cfg.n_sources, cfg.d_x, cfg.seq_len, cfg.signal_prob, cfg.noise,
+    return tasks.sources_task(cfg.n_sources, cfg.d_x, cfg.seq_len, cfg.signal_prob, cfg.noise,
                          cfg.separation, cfg.task_seed)
 
 
 def make_data(cfg, seed):
     """(task, train, probe): the task is the same for every seed; the samples and the head are not."""
     task = make_task(cfg)
-    return task, toy.sample(task, cfg.n_train, seed=10_000 + seed), toy.sample(task, cfg.n_probe, seed=20_000 + seed)
+    return task, task.sample(cfg.n_train, seed=10_000 + seed), task.sample(cfg.n_probe, seed=20_000 + seed)
 
 
 def make_model(cfg, seed):
@@ -89,7 +89,7 @@ class Run:
     cfg: Config
     seed: int
     model: AttentionHead
-    task: toy.SourcesTask
+    task: tasks.SourcesTask
     train: tuple
     probe: tuple
     history: History
@@ -113,7 +113,7 @@ def probe_metrics(model, task, probe):
     logits = fw["logits"]
     metrics = {
         "probe_loss": torch.nn.functional.cross_entropy(logits.reshape(-1, task.n_sources), yp.reshape(-1)).item(),
-        "kl_bits": toy.kl_to_posterior_bits(task, xp, logits),
+        "kl_bits": task.kl_bits(xp, logits),
         "attn_entropy": diagnostics.attention_entropy(alpha).mean().item(),
         "signal_mass": diagnostics.attention_mass(alpha, sp)[:, 1:].mean().item(),
         "compat_cos": diagnostics.attended_compatibility(alpha, g["u"], v).mean().item(),
@@ -360,7 +360,7 @@ def manifold(run_, model=None):
     v = model.internals(xp)["v"].reshape(-1, run_.cfg.d_v)
     k = run_.task.n_sources - 1
     p = diagnostics.pca(v, k)
-    entropy = toy.entropy(toy.observation_posterior(run_.task, xp)).reshape(-1).numpy()
+    entropy = diagnostics.entropy(run_.task.observation_posterior(xp)).reshape(-1).numpy()
     radius = np.linalg.norm(p["projected"], axis=1)
     return {"projected": p["projected"], "share": float(p["explained"][:k].sum()), "entropy": entropy,
             "radius": radius, "spearman": diagnostics.spearman(radius, entropy)}
@@ -489,7 +489,7 @@ def compare_with_gmm(run_, n_iter=100, restarts=5, confident=0.9):
     observation is not from the distractor), ``received`` / ``received_init`` (attention each
     observation receives relative to uniform, trained / initial head), ``gmm_sources`` (the mixture's
     responsibilities over the K sources, renormalised), ``head_sources`` (softmax(W_O v_j), what a
-    single value says on its own), ``exact_sources`` (toy.observation_posterior), and the summary
+    single value says on its own), ``exact_sources`` (tasks.SourcesTask.observation_posterior), and the summary
     numbers ``spearman_received`` / ``spearman_received_init`` (attention received vs p_signal) and
     ``agree_head_gmm``, ``agree_head_exact``, ``agree_gmm_exact`` (share of equal argmax over the
     observations with p_signal > ``confident``).
@@ -508,7 +508,7 @@ def compare_with_gmm(run_, n_iter=100, restarts=5, confident=0.9):
         gmm_sources = resp[:, :K] / resp[:, :K].sum(1, keepdim=True)
         fw = run_.model.internals(xp)
         head_sources = torch.softmax(fw["v"] @ run_.model.W_O.detach().T, -1).reshape(-1, K).double()
-        exact = toy.observation_posterior(task, xp).reshape(-1, K)
+        exact = task.observation_posterior(xp).reshape(-1, K)
         received = diagnostics.attention_received(fw["alpha"]).reshape(-1)
         received_init = diagnostics.attention_received(make_model(run_.cfg, run_.seed).internals(xp)["alpha"]).reshape(-1)
         sure = p_signal > confident
@@ -523,3 +523,169 @@ def compare_with_gmm(run_, n_iter=100, restarts=5, confident=0.9):
                 "spearman_received_init": diagnostics.spearman(received_init, p_signal),
                 "agree_head_gmm": agree(head_sources, gmm_sources), "agree_head_exact": agree(head_sources, exact),
                 "agree_gmm_exact": agree(gmm_sources, exact)}
+
+
+# ----------------------------------------------------------------------------- chapter 4: the score kernel, an oracle head, snapshots
+
+def parameter_snapshots(cfg, seed, at):
+    """Retrain ``seed``'s head exactly as ``run`` does (same data, initial weights, rates and seed,
+    hence the same weights) and keep a copy of its parameters at every step in ``at``: the state
+    *before* that step's update, ``cfg.steps`` for the final state. Trains only as far as needed.
+    Returns {step: {name: tensor}}."""
+    at = sorted(set(int(s) for s in at))
+    if not at or at[0] < 0 or at[-1] > cfg.steps:
+        raise ValueError(f"at: expected steps in [0, cfg.steps={cfg.steps}], got {at[:3]}...{at[-3:]}")
+    with _one_thread():
+        _, (x, y, _), _ = make_data(cfg, seed)
+        model = make_model(cfg, seed)
+        wanted, snaps = set(at), {}
+
+        def on_step(m, step):
+            if step in wanted:
+                snaps[step] = _params(m)
+
+        steps = min(at[-1] + 1, cfg.steps)  # a snapshot at step t needs steps 0..t-1 done
+        train(model, lambda m, step: attention.loss(x, y, m.params()), steps, lr=cfg.lr,
+              lr_multipliers=lr_multipliers(cfg), seed=seed, log_every=max(steps, 1), progress=False,
+              device="cpu", on_step=on_step)
+        if cfg.steps in wanted and steps == cfg.steps:
+            snaps[cfg.steps] = _params(model)
+    return snaps
+
+
+def _scores(x, W_Q, W_K):
+    q, k = x @ W_Q.T, x @ W_K.T
+    return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+
+
+def score_step(x, y, p0, p1, lr):
+    """One step t -> t+1 of the scores on a batch (x, y), against two predictions, over the visible
+    pairs with i >= 1 (query 0 has one key, so its score cannot matter):
+
+    agree_gradient   share of pairs where the realised Delta s_ij has the sign of -dL/ds_ij (the
+                     step the pair would take if the scores were free parameters)
+    agree_kernel     share of pairs where it has the sign of the first-order step -lr K dL/ds, K the
+                     score kernel of lemma lem-score-kernel over the whole batch; computed as the
+                     directional derivative of s along the W_Q, W_K step (K is too big to build)
+    corr_gradient    Pearson correlation of -dL/ds_ij with the realised Delta s_ij
+    kernel_error     |realised - first order| / |realised| (small: first order describes the step)
+    decrease         -(dL/ds) . (first-order Delta s) / lr = grad_s L . K grad_s L, >= 0 (K is PSD)
+    """
+    g = attention.gradients(x, y, p0)
+    realised = _scores(x, p1["W_Q"], p1["W_K"]) - _scores(x, p0["W_Q"], p0["W_K"])
+    _, first_order = torch.func.jvp(lambda WQ, WK: _scores(x, WQ, WK), (p0["W_Q"], p0["W_K"]),
+                                    (-lr * g["W_Q"], -lr * g["W_K"]))
+    pairs = attention.causal_mask(x.shape[-2]).clone()
+    pairs[0, 0] = False
+    pairs = pairs.expand_as(realised)
+    free, real, lin = -g["s"][pairs], realised[pairs], first_order[pairs]
+    return {"agree_gradient": (torch.sign(free) == torch.sign(real)).double().mean().item(),
+            "agree_kernel": (torch.sign(lin) == torch.sign(real)).double().mean().item(),
+            "corr_gradient": diagnostics.pearson(free, real),
+            "kernel_error": ((lin - real).norm() / real.norm()).item(),
+            "decrease": (free * lin).sum().item() / lr}
+
+
+def kernel_offdiagonal(x, params, n_seqs=16):
+    """The share of the score kernel's mass off its diagonal, sum_{off} |K| / sum |K|, over the
+    visible pairs (i >= 1) of each of the first ``n_seqs`` sequences of x, one number per sequence.
+    K[i'j', ij] = [(x_i.x_i')(k_j.k_j') + (x_j.x_j')(q_i.q_i')]/d_k (``attention.score_kernel``);
+    its diagonal is the part of a pair's step that comes from the pair's own gradient."""
+    fw = attention.forward(x[:n_seqs], params)
+    T = x.shape[-2]
+    pairs = attention.causal_mask(T).clone()
+    pairs[0, 0] = False
+    shares = []
+    for b in range(min(n_seqs, x.shape[0])):
+        K = attention.score_kernel(x[b].double(), fw["q"][b].double(), fw["k"][b].double())
+        K = K[pairs][:, pairs].abs()   # (pairs, pairs): rows i'j', columns ij
+        shares.append(1.0 - (torch.diagonal(K).sum() / K.sum()).item())
+    return np.array(shares)
+
+
+def score_kernel_record(cfg, seed, every=10, until=300, kernel_at=(0, 100, 300), n_seqs=16):
+    """Chapter 4's kernel measurements for one seed: ``score_step`` on the training batch at steps
+    0, every, ... < until, and ``kernel_offdiagonal`` (mean over ``n_seqs`` sequences) at the steps
+    ``kernel_at``. Returns {"step": ..., each key of score_step: (n,) arrays, "offdiag": {step: share}}."""
+    loop = list(range(0, min(until, cfg.steps), every))
+    snaps = parameter_snapshots(cfg, seed, set(loop) | {t + 1 for t in loop} | set(kernel_at))
+    _, (x, y, _), _ = make_data(cfg, seed)
+    with _one_thread(), torch.no_grad():
+        rows = [score_step(x, y, snaps[t], snaps[t + 1], cfg.lr) for t in loop]
+        out = {key: np.array([r[key] for r in rows]) for key in rows[0]}
+        out["step"] = np.array(loop)
+        out["offdiag"] = {t: float(kernel_offdiagonal(x, snaps[t], n_seqs).mean()) for t in kernel_at}
+    return out
+
+
+def _signal_log_odds(task, x):
+    """log p(signal | x_j) / p(distractor | x_j) for every observation, from the task's exact densities."""
+    x = x.double()
+    var = task.noise ** 2
+    source = -((x[..., None, :] - task.means) ** 2).sum(-1) / (2 * var) + math.log(task.signal_prob / task.n_sources)
+    distractor = -((x - task.distractor) ** 2).sum(-1) / (2 * var) + math.log1p(-task.signal_prob)
+    return torch.logsumexp(source, -1) - distractor
+
+
+def _best_readout(g, y, n_classes, iters=100):
+    """argmin_M of the mean cross-entropy of logits g M^T: a convex problem (logistic regression),
+    solved by L-BFGS. This is the best W_O W_V for fixed attention weights."""
+    M = torch.zeros(n_classes, g.shape[-1], dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([M], max_iter=iters, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-9, tolerance_change=1e-12)
+    g, y = g.reshape(-1, g.shape[-1]), y.reshape(-1)
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(g @ M.T, y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    with torch.no_grad():
+        return M.detach(), torch.nn.functional.cross_entropy(g @ M.T, y).item()
+
+
+def _kl_by_position_bits(task, x, logits):
+    post = task.posterior(x)
+    log_model = torch.log_softmax(logits.double(), -1)
+    return ((post * (torch.log(post.clamp_min(1e-300)) - log_model)).sum(-1).mean(0) / math.log(2)).numpy()
+
+
+def oracle_heads(cfg, seed, temperatures=(0.25, 0.5, 1.0, 2.0)):
+    """Two averaging heads with oracle attention and the best linear readout, on ``seed``'s data:
+    the output is g_i = sum_j alpha_ij x_j, the logits M g_i with M = argmin of the training loss
+    (the best W_O W_V for these weights; ``_best_readout``). KL to the Bayes posterior on the probe.
+
+    "signal"   alpha_ij uniform over the visible signal positions (the true labels; uniform over
+               all visible positions where none is a signal yet): ideal routing
+    "content"  alpha_ij = softmax_j(c * log-odds that x_j is a signal), the exact odds from the
+               task's densities, c the temperature of ``temperatures`` with the lowest training loss
+
+    Returns {name: {"kl": bits, "kl_by_position": (T,) bits, "temperature": c or None}}.
+    """
+    task, (x, y, sig), (xp, yp, sp_) = make_data(cfg, seed)
+    T = cfg.seq_len
+    causal = attention.causal_mask(T)
+
+    def signal_weights(s):
+        w = (causal & s[:, None, :]).double()
+        w = torch.where(w.sum(-1, keepdim=True) > 0, w, causal.double().expand_as(w))
+        return w / w.sum(-1, keepdim=True)
+
+    def content_weights(xs, c):
+        scores = (c * _signal_log_odds(task, xs))[:, None, :].expand(-1, T, T)
+        return torch.softmax(scores.masked_fill(~causal, -math.inf), -1)
+
+    def evaluate(w_train, w_probe):
+        M, train_loss = _best_readout(w_train @ x.double(), y, task.n_sources)
+        logits = (w_probe @ xp.double()) @ M.T
+        return train_loss, {"kl": task.kl_bits(xp, logits), "kl_by_position": _kl_by_position_bits(task, xp, logits)}
+
+    with _one_thread():
+        _, signal = evaluate(signal_weights(sig), signal_weights(sp_))
+        signal["temperature"] = None
+        fits = {c: evaluate(content_weights(x, c), content_weights(xp, c)) for c in temperatures}
+        best = min(fits, key=lambda c: fits[c][0])  # chosen on the training loss, not on the probe
+        content = dict(fits[best][1], temperature=best)
+    return {"signal": signal, "content": content}

@@ -1,12 +1,18 @@
 """Sequence tasks whose Bayes-optimal prediction is known exactly.
 
 The paper's *sticky Markov chain* (section 5.2 of the paper; settings from the authors' public
-code, ``vishalmisra/bayesian-wind-tunnel``), and below it Paper I's three *Bayesian wind tunnels*
-(``BijectionTask``, ``HMMTask``, ``AssociativeRecallTask``, by name through ``wind_tunnel``)::
+code, ``vishalmisra/bayesian-wind-tunnel``) and the *hidden sources* task of chapters 4, 5 and 9.
+Paper I's three wind tunnels live in ``wind_tunnels``. Every task here follows one protocol: a
+``sample`` method that takes a size and an int ``seed`` (the same seed gives the same data) and an
+exact posterior of what the model must predict, in float64::
 
     chain = StickyMarkovChain()              # 8 symbols, self-probability 0.3, 20-D embeddings
     x, y = chain.sample(T=2000, seed=42)     # x: (1999, 20) noisy embeddings, y: (1999,) next symbols
-    p = chain.bayes_predictive(x)            # (1999, 8): exact p(y_t | x_0..x_t), forward filter
+    p = chain.posterior(x)                   # (1999, 8): exact p(y_t | x_0..x_t), forward filter
+
+    task = sources_task()                    # hidden sources among distractors (chapters 4, 5, 9)
+    x, y, is_signal = task.sample(256, seed=0)
+    p = task.posterior(x)                    # (256, 16, 3): exact p(z | x_0..x_t)
 
 The generative model. A hidden symbol path s_0, s_1, ..., s_{T-1} is a Markov chain with transition
 matrix P (first symbol uniform, which is also the stationary law: P is circulant). Position t shows
@@ -24,21 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-
-def _fail(what, expected, given):
-    raise ValueError(f"{what}: expected {expected}, got {given!r}")
-
-
-def _check_int(what, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        _fail(what, f"an int >= {minimum}", value)
-    return int(value)
-
-
-def _check_seed(what, seed):
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
-        _fail(what, "an int in [0, 2**63)", seed)
-    return int(seed)
+from . import _validate, diagnostics
 
 
 def circular_distance(n):
@@ -56,9 +48,8 @@ def sticky_transition_matrix(n_symbols=8, self_prob=0.3):
     so the row sums to less than 1 and the final renormalisation raises the diagonal. With the
     paper's settings row 0 is [0.3498, 0.166, 0.083, 0.0553, 0.0415, 0.0553, 0.083, 0.166].
     """
-    n = _check_int("n_symbols", n_symbols, 2)
-    if isinstance(self_prob, bool) or not isinstance(self_prob, (int, float)) or not 0.0 <= self_prob <= 1.0:
-        _fail("self_prob", "a probability in [0, 1]", self_prob)
+    n = _validate.integer("n_symbols", n_symbols, 2)
+    self_prob = _validate.real("self_prob", self_prob, 0.0, 1.0)
     d = circular_distance(n).astype(np.float64)
     inverse = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)  # 0 on the diagonal
     P = (1.0 - self_prob) * inverse / (1.0 + inverse.sum(axis=1, keepdims=True))
@@ -77,14 +68,12 @@ class StickyMarkovChain:
     """
 
     def __init__(self, n_symbols=8, self_prob=0.3, d_embed=20, noise=1.0, embed_seed=0):
-        self.n_symbols = _check_int("n_symbols", n_symbols, 2)
-        self.d_embed = _check_int("d_embed", d_embed, 1)
-        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not (math.isfinite(noise) and noise > 0):
-            _fail("noise", "a positive finite standard deviation", noise)
+        self.n_symbols = _validate.integer("n_symbols", n_symbols, 2)
+        self.d_embed = _validate.integer("d_embed", d_embed, 1)
+        self.noise = _validate.positive("noise (the observation noise's standard deviation)", noise)
         self.transition_matrix = sticky_transition_matrix(self.n_symbols, self_prob)  # numpy float64
-        self.self_prob = float(self_prob)
-        self.noise = float(noise)
-        self.embed_seed = _check_seed("embed_seed", embed_seed)
+        self.self_prob = _validate.real("self_prob", self_prob, 0.0, 1.0)
+        self.embed_seed = _validate.seed("embed_seed", embed_seed)
         gen = torch.Generator().manual_seed(self.embed_seed)
         self.means = torch.randn(self.n_symbols, self.d_embed, generator=gen, dtype=torch.float64)
 
@@ -105,7 +94,7 @@ class StickyMarkovChain:
         """The paper's lower bound: mean row entropy (1.8292 nats for the paper's chain).
 
         It is the loss of a predictor that *knows* the current symbol; the inputs only show it
-        through noise, so no model can reach it: ``bayes_predictive`` gives the attainable bound.
+        through noise, so no model can reach it: ``posterior`` gives the attainable bound.
         """
         return float(self.row_entropies.mean())
 
@@ -113,8 +102,8 @@ class StickyMarkovChain:
 
     def sample_symbols(self, T, seed):
         """The hidden path s_0..s_{T-1} (int64 numpy), from ``numpy.random.default_rng(seed)``."""
-        T = _check_int("T", T, 2)
-        rng = np.random.default_rng(_check_seed("seed", seed))
+        T = _validate.integer("T", T, 2)
+        rng = np.random.default_rng(_validate.seed("seed", seed))
         cumulative = np.cumsum(self.transition_matrix, axis=1)
         cumulative[:, -1] = 1.0  # guard against rounding: every uniform draw lands in some column
         draws = rng.random(T)
@@ -141,12 +130,12 @@ class StickyMarkovChain:
 
     def _check_x(self, x):
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-1] != self.d_embed:
-            _fail("x", f"a torch.Tensor of shape (..., T-1, d_embed={self.d_embed})",
+            _validate.fail("x", f"a torch.Tensor of shape (..., T-1, d_embed={self.d_embed})",
                   tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__)
         if not x.is_floating_point():
-            _fail("x.dtype", "a floating-point dtype", x.dtype)
+            _validate.fail("x.dtype", "a floating-point dtype", x.dtype)
 
-    def bayes_predictive(self, x):
+    def posterior(self, x):
         """Exact p(y_t | x_0..x_t) for every t, by the forward filter; shape (..., T-1, n_symbols).
 
         Computed in float64 on x's device whatever x's dtype. The belief over the current symbol
@@ -170,387 +159,133 @@ class StickyMarkovChain:
             predictive[..., t, :] = prior
         return predictive
 
+    bayes_predictive = posterior  # the name before the task protocol; kept for one release
+
     def bayes_metrics(self, x, y):
         """Loss (cross-entropy, nats), predictive entropy (nats) and accuracy of the exact predictor.
 
         Means over positions (and over any leading axes of x); floats.
         """
-        p = self.bayes_predictive(x)
+        p = self.posterior(x)
         if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(p.shape[:-1]):
-            _fail("y", f"an integer tensor of shape {tuple(p.shape[:-1])}", getattr(y, "shape", y))
+            _validate.fail("y", f"an integer tensor of shape {tuple(p.shape[:-1])}", getattr(y, "shape", y))
         y = y.to(p.device).long()
         loss = -torch.log(p.gather(-1, y.unsqueeze(-1))).mean()
-        entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1).mean()
+        entropy = diagnostics.entropy(p).mean()
         accuracy = (p.argmax(-1) == y).double().mean()
         return {"loss": loss.item(), "entropy": entropy.item(), "accuracy": accuracy.item()}
 
 
-# ============================================================================= Bayesian wind tunnels
+# ============================================================================= hidden sources
 #
-# Paper I's three tasks, one per inference primitive, each with its exact Bayes posterior so that a
-# model can be scored in bits against the optimum. Every task samples a whole batch at once:
+# The task of chapters 4, 5 and 9. Each sequence belongs to one of K hidden sources z (uniform
+# prior). At every position, with probability ``signal_prob`` the observation comes from the
+# source, otherwise from a distractor that carries no information about z:
 #
-#     task = wind_tunnel("bijection")              # CPU-sized; wind_tunnel("hmm", "paper") for the GPU
-#     batch = task.sample(64, seed=0)              # WindTunnelBatch: tokens, targets, posterior, mask
+#     x_t = mu_z + noise * eps_t           (signal,     probability rho)
+#     x_t = mu_D + noise * eps_t           (distractor, probability 1 - rho),   eps_t ~ N(0, I)
 #
-# The targets are samples of the *true* hidden answer (the actual value, the actual hidden state),
-# not of the posterior's mode, so the expected cross-entropy is minimised exactly by the posterior:
-# a model trained by cross-entropy should learn batch.posterior at every scored position.
+# The target at every position is the source itself, y_t = z, so the Bayes-optimal prediction at
+# position t is the posterior over sources given everything seen so far,
+#
+#     p(z | x_0..t)  ~  prod_{s <= t} [rho N(x_s; mu_z) + (1 - rho) N(x_s; mu_D)],
+#
+# computed in log space. A causal head sees exactly x_0..t at position t, so it can be scored
+# against this posterior in bits. A good head has to route: attend to the signal positions
+# (content-based: their keys differ from the distractors') and read their values.
 
-IGNORE_INDEX = -100  # targets at positions that are not scored (torch's cross_entropy default)
+@dataclass(frozen=True)
+class SourcesTask:
+    """The generative model. ``means`` is (K, d_x), one row per source; ``distractor`` is (d_x,).
+    Make one with ``sources_task``."""
 
-
-@dataclass
-class WindTunnelBatch:
-    """One batch of a wind tunnel. B sequences of T tokens, C = task.n_classes.
-
-    tokens     (B, T) int64 inputs in [0, task.vocab_size)
-    targets    (B, T) int64 classes in [0, C) to predict; IGNORE_INDEX (-100) where not scored
-    posterior  (B, T, C) float32 exact Bayes posterior of the target given tokens[:, :t+1]; 0 where not scored
-    mask       (B, T) bool, True where the position is scored
-    """
-
-    tokens: torch.Tensor
-    targets: torch.Tensor
-    posterior: torch.Tensor
-    mask: torch.Tensor
-
-    def to(self, device):
-        """A new batch with every tensor on ``device``."""
-        return WindTunnelBatch(*(t.to(device) for t in (self.tokens, self.targets, self.posterior, self.mask)))
-
-    def __len__(self):
-        return self.tokens.shape[0]
-
-
-def _generator(seed, generator):
-    """The torch.Generator a sampler draws from: a fresh one seeded by ``seed``, the one given, or
-    None (torch's global generator) when neither is given."""
-    if seed is not None and generator is not None:
-        raise ValueError("sample: expected at most one of seed and generator, got both")
-    if seed is not None:
-        return torch.Generator().manual_seed(_check_seed("seed", seed))
-    if generator is not None and not isinstance(generator, torch.Generator):
-        _fail("generator", "a torch.Generator", generator)
-    return generator
-
-
-def _check_prob(what, value, low, high, closed_high=False):
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not (low <= value and (value <= high if closed_high else value < high)):
-        _fail(what, f"a number in [{low}, {high}{']' if closed_high else ')'}", value)
-    return float(value)
-
-
-def _horizon(task, horizon, name, default, minimum, maximum=None):
-    """The one keyword a task's ``sample`` accepts to change its length (e.g. HMMTask: K)."""
-    unknown = set(horizon) - {name}
-    if unknown:
-        _fail(f"{type(task).__name__}.sample keyword", f"only {name}=...", sorted(unknown)[0])
-    value = _check_int(name, horizon.get(name, default), minimum)
-    if maximum is not None and value > maximum:
-        _fail(name, f"an int in [{minimum}, {maximum}]", value)
-    return value
-
-
-class _WindTunnel:
-    """What the three wind tunnels share: a name and a primitive, a repr of the constructor's
-    settings, and the checks at the start of ``sample``, which accepts one keyword (``horizon``,
-    e.g. "K" for the HMM) to change the length of the sequences."""
-
-    name = primitive = horizon = None
-    settings = ()  # constructor arguments, in order, for repr
-
-    def __repr__(self):
-        return f"{type(self).__name__}(" + ", ".join(f"{k}={getattr(self, k):g}" for k in self.settings) + ")"
-
-    def _begin(self, batch_size, seed, generator, horizon, maximum=None):
-        """(batch size, horizon value, torch.Generator or None) from ``sample``'s arguments, checked."""
-        B = _check_int("batch_size", batch_size, 1)
-        length = _horizon(self, horizon, self.horizon, getattr(self, self.horizon), 1, maximum)
-        return B, length, _generator(seed, generator)
-
-
-def _uniform_ints(high, shape, gen):
-    return torch.randint(0, high, shape, generator=gen)
-
-
-def _random_permutations(batch_size, n, gen):
-    """(batch_size, n) int64: one independent uniform permutation of 0..n-1 per row."""
-    return torch.rand(batch_size, n, generator=gen).argsort(dim=-1)
-
-
-class BijectionTask(_WindTunnel):
-    """Bijection elimination (belief *accumulation*), Paper I's first wind tunnel.
-
-    A fresh uniform bijection pi of {0..V-1} per sequence; L distinct keys k_1..k_L (drawn without
-    replacement); the sequence is ``k_1 v_1 k_2 v_2 ... k_L v_L`` with v_i = pi(k_i). Key tokens are
-    0..V-1, value tokens V..2V-1 (so vocab_size = 2V); the model is scored at each key token, where it
-    must predict v_i (n_classes = V). Having seen i-1 pairs, the answer is uniform over the
-    V - i + 1 values not yet used, entropy log2(V - i + 1) bits: the model must accumulate which
-    values are gone.
-
-    CPU default V = 8, L = 7 (seq_len 14); ``BijectionTask.paper()`` is V = 20, L = 19 (seq_len 38).
-    ``sample(..., L=...)`` draws another number of pairs (1 <= L <= V).
-    """
-
-    name, primitive, horizon, settings = "bijection", "accumulation", "L", ("V", "L")
-
-    def __init__(self, V=8, L=None):
-        self.V = _check_int("V", V, 2)
-        self.L = _check_int("L", self.V - 1 if L is None else L, 1)
-        if self.L > self.V:
-            _fail("L", f"at most V={self.V} pairs (keys are drawn without replacement)", self.L)
-        self.vocab_size, self.n_classes = 2 * self.V, self.V
-
-    @classmethod
-    def paper(cls):
-        return cls(V=20, L=19)
+    means: torch.Tensor
+    distractor: torch.Tensor
+    signal_prob: float
+    noise: float
+    seq_len: int
 
     @property
-    def seq_len(self):
-        return 2 * self.L
-
-    def sample(self, batch_size, seed=None, generator=None, **horizon):
-        B, L, gen = self._begin(batch_size, seed, generator, horizon, maximum=self.V)
-        pi = _random_permutations(B, self.V, gen)
-        keys = _random_permutations(B, self.V, gen)[:, :L]
-        values = pi.gather(1, keys)
-        return self.batch_from_pairs(keys, values)
-
-    def baseline_posterior(self, batch):
-        """What a predictor without the primitive (no accumulation) can do: uniform over all V values
-        at every scored position (0 elsewhere). Its error is the task's scale: log2 V - log2(V - i + 1)."""
-        return batch.mask[..., None].float() / self.V * torch.ones(self.V)
-
-    def batch_from_pairs(self, keys, values):
-        """The batch for given (B, L) keys and values (used by sample, and by tests on hand-made cases)."""
-        B, L = keys.shape
-        tokens = torch.stack([keys, values + self.V], dim=-1).reshape(B, 2 * L)
-        # values used before pair i: used[b, i, v] = v in values[b, :i]
-        onehot = torch.nn.functional.one_hot(values, self.V).float()
-        used = torch.cumsum(onehot, dim=1) - onehot
-        free = (used == 0).float()
-        posterior = torch.zeros(B, 2 * L, self.V)
-        posterior[:, 0::2] = free / free.sum(-1, keepdim=True)
-        targets = torch.full((B, 2 * L), IGNORE_INDEX, dtype=torch.int64)
-        targets[:, 0::2] = values
-        mask = targets != IGNORE_INDEX
-        return WindTunnelBatch(tokens, targets, posterior, mask)
-
-
-def quantised_stochastic_rows(n_rows, n_cols, batch_size, resolution, floor, gen):
-    """(batch_size, n_rows, n_cols) float64 row-stochastic matrices, as in Paper I's HMM wind tunnel.
-
-    Each row is Dirichlet(1) (normalised Exp(1) draws), raised to at least ``floor`` and renormalised,
-    then rounded to multiples of ``resolution`` and fixed to sum to exactly 1 on that grid: units are
-    added to the smallest entries or taken from the largest (never below the floor). Returned with the
-    integer grid units, (…, n_cols) int64, which are the tokens the model reads.
-    """
-    n_units = round(1 / resolution)
-    floor_units = round(floor / resolution)
-    raw = -torch.log(torch.rand(batch_size, n_rows, n_cols, generator=gen, dtype=torch.float64).clamp_min(1e-300))
-    p = raw / raw.sum(-1, keepdim=True)
-    p = p.clamp_min(floor)
-    p = p / p.sum(-1, keepdim=True)
-    units = torch.round(p * n_units).long().clamp_min(floor_units)
-    for _ in range(n_cols * n_units):  # each pass moves every unbalanced row one unit toward its total
-        diff = n_units - units.sum(-1)
-        if not diff.any():
-            break
-        grow = (diff > 0).long().unsqueeze(-1) * torch.nn.functional.one_hot(units.argmin(-1), n_cols)
-        shrink = (diff < 0).long().unsqueeze(-1) * torch.nn.functional.one_hot(units.argmax(-1), n_cols)
-        units = units + grow - shrink
-    return units.double() / n_units, units
-
-
-def forward_filter(transition, emission, observations, initial=None):
-    """p(s_t | o_0..o_t) for every t: the HMM forward algorithm, normalised at every step.
-
-    transition (B, S, S), emission (B, S, O) row-stochastic; observations (B, K) int64; initial (B, S)
-    or None for uniform. Returns (B, K, S) in the dtype of ``transition``.
-    """
-    B, S, _ = transition.shape
-    belief = (torch.full((B, S), 1.0 / S, dtype=transition.dtype) if initial is None else initial)
-    out = []
-    for t in range(observations.shape[1]):
-        if t > 0:
-            belief = torch.einsum("bs,bsr->br", belief, transition)  # predict: push through the dynamics
-        lik = emission.gather(2, observations[:, t].view(B, 1, 1).expand(B, S, 1)).squeeze(-1)
-        belief = belief * lik                                        # update: weigh by the evidence
-        belief = belief / belief.sum(-1, keepdim=True)
-        out.append(belief)
-    return torch.stack(out, dim=1)
-
-
-class HMMTask(_WindTunnel):
-    """HMM filtering (belief *transport*), Paper I's second wind tunnel.
-
-    Per sequence: a transition matrix A (S x S) and an emission matrix E (S x O), rows Dirichlet(1),
-    floored at ``floor`` and rounded to ``resolution`` (``quantised_stochastic_rows``); a hidden path
-    s_0 ~ uniform, s_t ~ A[s_{t-1}]; observations o_t ~ E[s_t], t = 0..K-1.
-
-    Tokenisation (ours; the authors add marker tokens, which carry no information at fixed positions):
-    the S*S entries of A row by row, then the S*O entries of E row by row, each as the token of its
-    grid level (probability p -> token round(p / resolution), 0..1/resolution), then the K
-    observations as tokens 1/resolution + 1 + o. So vocab_size = 1/resolution + 1 + O and
-    seq_len = S*S + S*O + K. Scored: each observation position, target the true hidden state s_t
-    (n_classes = S), posterior the exact filter p(s_t | A, E, o_0..o_t) computed from the *rounded*
-    matrices the model reads (``forward_filter``).
-
-    CPU default S = O = 3, K = 12, resolution 0.05 (21 probability tokens); ``HMMTask.paper()`` is
-    S = O = 5, K = 20, resolution 0.01, as Paper I. ``sample(..., K=30)`` evaluates at a longer
-    horizon than trained (a model needs max_len >= the longer seq_len).
-    """
-
-    name, primitive, horizon, settings = "hmm", "transport", "K", ("S", "O", "K", "resolution", "floor")
-
-    def __init__(self, S=3, O=3, K=12, resolution=0.05, floor=0.05):
-        self.S, self.O, self.K = _check_int("S", S, 2), _check_int("O", O, 2), _check_int("K", K, 1)
-        self.resolution = _check_prob("resolution", resolution, 0.0, 0.5, closed_high=True)
-        if self.resolution == 0 or abs(1 / self.resolution - round(1 / self.resolution)) > 1e-9:
-            _fail("resolution", "1/n for an integer n >= 2 (e.g. 0.05 or 0.01)", resolution)
-        self.floor = _check_prob("floor", floor, 0.0, 1.0)
-        units = self.floor / self.resolution
-        if abs(units - round(units)) > 1e-9 or self.floor * max(self.S, self.O) > 1:
-            _fail("floor", f"a multiple of resolution={self.resolution:g} with floor * max(S, O) <= 1", floor)
-        self.n_levels = round(1 / self.resolution) + 1
-        self.vocab_size, self.n_classes = self.n_levels + self.O, self.S
-        self.prefix_len = self.S * self.S + self.S * self.O
-
-    @classmethod
-    def paper(cls):
-        return cls(S=5, O=5, K=20, resolution=0.01, floor=0.05)
+    def n_sources(self):
+        return self.means.shape[0]
 
     @property
-    def seq_len(self):
-        return self.prefix_len + self.K
+    def d_x(self):
+        return self.means.shape[1]
 
-    def sample(self, batch_size, seed=None, generator=None, **horizon):
-        B, K, gen = self._begin(batch_size, seed, generator, horizon)
-        A, A_units = quantised_stochastic_rows(self.S, self.S, B, self.resolution, self.floor, gen)
-        E, E_units = quantised_stochastic_rows(self.S, self.O, B, self.resolution, self.floor, gen)
-        states = torch.empty(B, K, dtype=torch.int64)
-        obs = torch.empty(B, K, dtype=torch.int64)
-        rows = torch.arange(B)
-        state = _uniform_ints(self.S, (B,), gen)
-        for t in range(K):
-            if t > 0:
-                state = torch.multinomial(A[rows, state], 1, generator=gen).squeeze(-1)
-            states[:, t] = state
-            obs[:, t] = torch.multinomial(E[rows, state], 1, generator=gen).squeeze(-1)
-        return self.batch_from_parts(A_units, E_units, obs, states)
+    def sample(self, n_seqs, seed=0, dtype=torch.float32):
+        """``n_seqs`` sequences: x (B, T, d_x), y (B, T) (the source, the same along a sequence),
+        and is_signal (B, T) (True where x_t came from the source rather than the distractor)."""
+        B, T = _validate.integer("n_seqs", n_seqs, 1), self.seq_len
+        gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
+        z = torch.randint(0, self.n_sources, (B,), generator=gen)
+        is_signal = torch.rand(B, T, generator=gen, dtype=torch.float64) < self.signal_prob
+        centres = torch.where(is_signal[..., None], self.means[z][:, None, :], self.distractor)
+        x = centres + self.noise * torch.randn(B, T, self.d_x, generator=gen, dtype=torch.float64)
+        return x.to(dtype), z[:, None].expand(B, T).clone(), is_signal
 
-    def baseline_posterior(self, batch):
-        """What a predictor without the primitive (no transport) can do: p(s_t | E, o_t) from the
-        current observation alone, the filter with every step's prior reset to uniform (0 where not scored)."""
-        E = (batch.tokens[:, self.S * self.S:self.prefix_len].double() * self.resolution).view(-1, self.S, self.O)
-        obs = (batch.tokens[:, self.prefix_len:] - self.n_levels).clamp(0, self.O - 1)
-        lik = E.gather(2, obs[:, None, :].expand(-1, self.S, -1)).transpose(1, 2)    # (B, K, S)
-        out = torch.zeros(batch.posterior.shape)
-        out[:, self.prefix_len:] = (lik / lik.sum(-1, keepdim=True)).float()
-        return out * batch.mask[..., None]
+    def log_likelihoods(self, x):
+        """log p(x_t | z) for every position and source, (B, T, K), float64 (constants dropped)."""
+        x = _validate.tensor("x", x, 3, floating=True)
+        if x.shape[-1] != self.d_x:
+            _validate.fail("x", f"shape (B, T, d_x={self.d_x})", x)
+        x = x.to(torch.float64)
+        var = self.noise ** 2
+        log_source = -((x[..., None, :] - self.means) ** 2).sum(-1) / (2 * var)       # (B, T, K)
+        log_distractor = -((x - self.distractor) ** 2).sum(-1, keepdim=True) / (2 * var)  # (B, T, 1)
+        if self.signal_prob == 1:  # no distractors at all (log(1 - rho) would be log 0)
+            return log_source
+        return torch.logaddexp(math.log(self.signal_prob) + log_source,
+                               math.log1p(-self.signal_prob) + log_distractor)
 
-    def batch_from_parts(self, A_units, E_units, observations, states):
-        """The batch for given grid units of A (B, S, S) and E (B, S, O), observations and states (B, K)."""
-        B, K = observations.shape
-        A = A_units.double() * self.resolution
-        E = E_units.double() * self.resolution
-        prefix = torch.cat([A_units.reshape(B, -1), E_units.reshape(B, -1)], dim=1)
-        tokens = torch.cat([prefix, observations + self.n_levels], dim=1)
-        T = self.prefix_len + K
-        posterior = torch.zeros(B, T, self.S)
-        posterior[:, self.prefix_len:] = forward_filter(A, E, observations).float()
-        targets = torch.full((B, T), IGNORE_INDEX, dtype=torch.int64)
-        targets[:, self.prefix_len:] = states
-        return WindTunnelBatch(tokens, targets, posterior, targets != IGNORE_INDEX)
+    def posterior(self, x):
+        """The exact posterior p(z | x_0..t) at every position, (B, T, K), float64: what a causal
+        Bayes-optimal predictor outputs."""
+        return torch.softmax(self.log_likelihoods(x).cumsum(dim=1), dim=-1)
+
+    def observation_posterior(self, x):
+        """p(z | x_t) from one observation alone, (B, T, K): how much a single value can know."""
+        return torch.softmax(self.log_likelihoods(x), dim=-1)
+
+    def bayes_loss(self, x, y):
+        """The cross-entropy (nats) of the exact posterior on (x, y): the floor no model can beat on average."""
+        post = self.posterior(x)
+        if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(post.shape[:2]):
+            _validate.fail("y", f"an integer tensor of shape {tuple(post.shape[:2])}", y)
+        return -torch.log(post.gather(-1, y[..., None].long()).clamp_min(1e-300)).mean().item()
+
+    def kl_bits(self, x, logits):
+        """Mean KL(p_Bayes || p_model) in bits over positions: how far a model is from the exact posterior."""
+        post = self.posterior(x)
+        logits = _validate.tensor("logits", logits, 3, floating=True)
+        if tuple(logits.shape) != tuple(post.shape):
+            _validate.fail("logits", f"shape {tuple(post.shape)} (B, T, K)", logits)
+        log_model = torch.log_softmax(logits.detach().to(torch.float64), dim=-1)
+        return diagnostics.kl_divergence(post, log_model, bits=True).mean().item()
 
 
-class AssociativeRecallTask(_WindTunnel):
-    """Associative recall with noisy bindings (random-access *binding*), our third wind tunnel.
+def sources_task(n_sources=3, d_x=12, seq_len=16, signal_prob=0.4, noise=1.0, separation=3.0, seed=0):
+    """Draw K source means and one distractor mean, each at distance ``separation`` from the origin.
 
-    Per sequence each of ``n_keys`` keys has a hidden true value v*(k), uniform over ``n_values``.
-    The sequence is ``n_pairs`` pairs ``k_1 w_1 k_2 w_2 ...``: keys drawn uniformly *with*
-    replacement, so a key may be shown several times or never; each shown value w_i is the true
-    value v*(k_i) with probability 1 - noise, and otherwise one of the other n_values - 1 values,
-    uniformly. Key tokens are 0..n_keys-1, value tokens n_keys..n_keys+n_values-1.
-
-    Scored: every key token, target the true value v*(k_i) (n_classes = n_values). The exact
-    posterior reads only the earlier pairs with the *same* key: if among them value v was shown
-    c_v times out of n,
-
-        p(v*(k_i) = v | context) ∝ (1 - noise)^c_v * (noise / (n_values - 1))^(n - c_v),
-
-    uniform (log2 n_values bits) at a key's first appearance, sharp after concordant repeats, spread
-    after conflicting ones. So the posterior is non-trivial everywhere, and a model must find the
-    earlier pairs of this key by content (binding) and count their values (accumulation).
-    With noise = 0 it is the classic recall: one-hot after the first sighting.
-
-    The authors' recall task has no noise (its posterior is one-hot); ours is a documented choice.
-    CPU default 6 keys, 6 values, 12 pairs, noise 0.2 (seq_len 24); ``paper()`` is 20 keys,
-    20 values, 40 pairs, noise 0.1 (Paper I's V = 20 scale). ``sample(..., n_pairs=...)`` changes
-    the number of pairs.
+    Random directions in d_x >= K + 1 dimensions are nearly orthogonal, so every pair of means is
+    about separation * sqrt(2) apart: a single observation is informative but ambiguous, and a few
+    signal positions pin the source down.
     """
-
-    name, primitive, horizon, settings = "recall", "binding", "n_pairs", ("n_keys", "n_values", "n_pairs", "noise")
-
-    def __init__(self, n_keys=6, n_values=6, n_pairs=12, noise=0.2):
-        self.n_keys = _check_int("n_keys", n_keys, 1)
-        self.n_values = _check_int("n_values", n_values, 2)
-        self.n_pairs = _check_int("n_pairs", n_pairs, 1)
-        self.noise = _check_prob("noise", noise, 0.0, (self.n_values - 1) / self.n_values)
-        self.vocab_size, self.n_classes = self.n_keys + self.n_values, self.n_values
-
-    @classmethod
-    def paper(cls):
-        return cls(n_keys=20, n_values=20, n_pairs=40, noise=0.1)
-
-    @property
-    def seq_len(self):
-        return 2 * self.n_pairs
-
-    def sample(self, batch_size, seed=None, generator=None, **horizon):
-        B, n, gen = self._begin(batch_size, seed, generator, horizon)
-        true_values = _uniform_ints(self.n_values, (B, self.n_keys), gen)
-        keys = _uniform_ints(self.n_keys, (B, n), gen)
-        answer = true_values.gather(1, keys)
-        corrupt = torch.rand(B, n, generator=gen) < self.noise
-        shift = torch.randint(1, self.n_values, (B, n), generator=gen)  # another value, uniformly
-        shown = torch.where(corrupt, (answer + shift) % self.n_values, answer)
-        return self.batch_from_pairs(keys, shown, answer)
-
-    def baseline_posterior(self, batch):
-        """What a predictor without the primitive (no binding) can do: uniform over the values at every
-        scored position (0 elsewhere); it cannot find the earlier pairs of the key it is asked about."""
-        return batch.mask[..., None].float() / self.n_values * torch.ones(self.n_values)
-
-    def batch_from_pairs(self, keys, shown, answer):
-        """The batch for given (B, n) keys, shown values and true values of those keys."""
-        B, n = keys.shape
-        M = self.n_values
-        tokens = torch.stack([keys, shown + self.n_keys], dim=-1).reshape(B, 2 * n)
-        earlier = torch.ones(n, n).tril(-1).bool()                       # j < i
-        same = (keys[:, :, None] == keys[:, None, :]) & earlier          # (B, i, j): earlier pair, same key
-        counts = same.double() @ torch.nn.functional.one_hot(shown, M).double()   # c_v, (B, n, M)
-        seen = counts.sum(-1, keepdim=True)
-        log_lik = (torch.xlogy(counts, torch.tensor(1 - self.noise, dtype=torch.float64))
-                   + torch.xlogy(seen - counts, torch.tensor(self.noise / (M - 1), dtype=torch.float64)))
-        posterior = torch.zeros(B, 2 * n, M)
-        posterior[:, 0::2] = torch.softmax(log_lik, dim=-1).float()
-        targets = torch.full((B, 2 * n), IGNORE_INDEX, dtype=torch.int64)
-        targets[:, 0::2] = answer
-        return WindTunnelBatch(tokens, targets, posterior, targets != IGNORE_INDEX)
+    n_sources = _validate.integer("n_sources", n_sources, 2)
+    d_x = _validate.integer("d_x", d_x, n_sources + 1)
+    seq_len = _validate.integer("seq_len", seq_len, 1)
+    signal_prob = _validate.real("signal_prob", signal_prob, 0.0, 1.0, low_open=True)
+    noise = _validate.positive("noise", noise)
+    separation = _validate.positive("separation", separation)
+    gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
+    directions = torch.randn(n_sources + 1, d_x, generator=gen, dtype=torch.float64)
+    directions = separation * directions / directions.norm(dim=1, keepdim=True)
+    return SourcesTask(means=directions[:n_sources], distractor=directions[n_sources],
+                       signal_prob=signal_prob, noise=noise, seq_len=seq_len)
 
 
-WIND_TUNNELS = {"bijection": BijectionTask, "hmm": HMMTask, "recall": AssociativeRecallTask}
-
-
-def wind_tunnel(name, size="cpu"):
-    """A wind tunnel by name ("bijection", "hmm", "recall"), CPU-sized (``size="cpu"``, the
-    constructor defaults) or at the paper's sizes (``size="paper"``, for a GPU)."""
-    if name not in WIND_TUNNELS:
-        _fail("name", f"one of {sorted(WIND_TUNNELS)}", name)
-    if size not in ("cpu", "paper"):
-        _fail("size", "'cpu' or 'paper'", size)
-    cls = WIND_TUNNELS[name]
-    return cls.paper() if size == "paper" else cls()
+# Kept for one release: the wind tunnels moved to ``wind_tunnels``.
+from .wind_tunnels import (  # noqa: E402, F401
+    IGNORE_INDEX, WIND_TUNNELS, AssociativeRecallTask, BijectionTask, HMMTask, WindTunnelBatch,
+    forward_filter, quantised_stochastic_rows, wind_tunnel,
+)

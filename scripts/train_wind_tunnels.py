@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's package, also when it is not installed
 
-from bayesattn_lite import comparison, models, tasks  # noqa: E402
+from bayesattn_lite import comparison, models, wind_tunnels  # noqa: E402
 
 # Relative cost of one step (ms per step of batch 64 on one thread, measured): longest runs first,
 # so that two workers finish together.
@@ -64,7 +64,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", choices=("cpu", "paper"), default="cpu")
     parser.add_argument("--archs", nargs="+", choices=models.ARCHITECTURES, default=list(models.ARCHITECTURES))
-    parser.add_argument("--tasks", nargs="+", choices=sorted(tasks.WIND_TUNNELS), default=["bijection", "hmm", "recall"])
+    parser.add_argument("--tasks", nargs="+", choices=sorted(wind_tunnels.WIND_TUNNELS), default=["bijection", "hmm", "recall"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=None, help="override CONVERGED_STEPS (for tests)")
     parser.add_argument("--workers", type=int, default=2, help="CPU processes (1 on a GPU)")
@@ -91,7 +91,7 @@ def main(argv=None):
                 jobs.append({"arch": arch, "task": task, "seed": seed, "size": args.size, "steps": steps,
                              "device": args.device, "checkpoint_path": str(ckpt), "out": str(out),
                              "progress": not args.no_progress})
-    jobs.sort(key=lambda j: -COST[j["arch"]] * j["steps"] * tasks.wind_tunnel(j["task"], j["size"]).seq_len)
+    jobs.sort(key=lambda j: -COST[j["arch"]] * j["steps"] * wind_tunnels.wind_tunnel(j["task"], j["size"]).seq_len)
     print(f"{len(jobs)} runs to train into {out}, {args.workers} worker(s)", flush=True)
 
     start = time.perf_counter()

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from bayesattn_lite import comparison, models, tasks
+from bayesattn_lite import comparison, models, wind_tunnels
 from bayesattn_lite.comparison import compare, evaluate, format_table, summarise, train_on_task
 
 TINY = {"d_model": 8}  # every architecture accepts d_model; the tests need speed, not accuracy
@@ -66,9 +66,9 @@ def test_resume_from_checkpoint_equals_one_run(tmp_path):
     np.testing.assert_array_equal(h1["loss"], h2["loss"])
 
 
-@pytest.mark.parametrize("name", sorted(tasks.WIND_TUNNELS))
+@pytest.mark.parametrize("name", sorted(wind_tunnels.WIND_TUNNELS))
 def test_the_exact_posterior_scores_zero_bits(name):
-    task = tasks.wind_tunnel(name)
+    task = wind_tunnels.wind_tunnel(name)
     result = evaluate(Oracle(task, 64), task, n_seqs=64)
     assert result["entropy_error_bits"] < 1e-5 and result["kl_bits"] < 1e-5
     assert result["accuracy"] == pytest.approx(result["bayes_accuracy"])
@@ -76,7 +76,7 @@ def test_the_exact_posterior_scores_zero_bits(name):
 
 
 def test_evaluate_at_a_longer_horizon():
-    task = tasks.wind_tunnel("hmm")
+    task = wind_tunnels.wind_tunnel("hmm")
     result = evaluate(Oracle(task, 16, K=30), task, n_seqs=16, K=30)
     assert result["per_position_error_bits"].shape == (task.prefix_len + 30,)
     assert result["kl_bits"] < 1e-5
@@ -191,7 +191,7 @@ def test_a_committed_record_is_reproduced_by_its_weights(path):
     record = json.loads(path.read_text())
     model = comparison.load_pretrained(record["arch"], record["task"], record["seed"])
     assert not model.training and next(model.parameters()).device.type == "cpu"
-    task = tasks.wind_tunnel(record["task"])
+    task = wind_tunnels.wind_tunnel(record["task"])
     assert record["task_settings"] == repr(task) and record["n_params"] == models.count_parameters(model)
     for label, metrics in record["final"].items():
         horizon = {} if label == "trained" else {k: int(v) for k, v in [label.split("=")]}
@@ -224,6 +224,6 @@ def test_train_converged_records_its_learning_curve_and_reloads(tmp_path):
 
 def test_longer_horizons_follow_paper_one_ratios():
     assert comparison.longer_horizons("hmm") == [{"K": 18}, {"K": 30}]
-    assert comparison.longer_horizons(tasks.HMMTask.paper()) == [{"K": 30}, {"K": 50}]
+    assert comparison.longer_horizons(wind_tunnels.HMMTask.paper()) == [{"K": 30}, {"K": 50}]
     assert comparison.longer_horizons("recall") == []
-    assert comparison.model_sizes_for("transformer", "hmm")["max_len"] >= tasks.HMMTask().prefix_len + 30
+    assert comparison.model_sizes_for("transformer", "hmm")["max_len"] >= wind_tunnels.HMMTask().prefix_len + 30

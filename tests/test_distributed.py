@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from bayesattn_lite import comparison, distributed, models, tasks
+from bayesattn_lite import comparison, distributed, models, wind_tunnels
 from bayesattn_lite.train import seed_everything
 
 
@@ -48,7 +48,7 @@ def test_both_ranks_end_with_identical_parameters(run):
     for key in rank0:
         torch.testing.assert_close(rank0[key], rank1[key], rtol=0, atol=0)
     seed_everything(0)  # the initialisation both ranks started from: they did train
-    task = tasks.wind_tunnel("hmm")
+    task = wind_tunnels.wind_tunnel("hmm")
     start = models.build("transformer", task.vocab_size, task.n_classes, d_model=8, n_heads=2)
     assert not torch.equal(rank0["module.embed.weight"], start.embed.weight.detach())
 

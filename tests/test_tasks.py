@@ -1,5 +1,6 @@
-"""The sticky Markov chain of bayesattn_lite.tasks: the authors' matrix, the sampler's alignment,
-and the exact predictor against a brute-force sum over every hidden path."""
+"""bayesattn_lite.tasks: the sticky Markov chain (the authors' matrix, the sampler's alignment, the
+exact predictor against a brute-force sum over every hidden path) and the hidden-sources task (its
+posterior against the densities); the old ``toy`` names, kept for one release."""
 
 import itertools
 import math
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from bayesattn_lite import diagnostics, tasks, toy
 from bayesattn_lite.tasks import StickyMarkovChain, circular_distance, sticky_transition_matrix
 
 
@@ -47,7 +49,7 @@ def test_bad_sample_and_predictor_inputs_raise():
     with pytest.raises(ValueError, match="seed"):
         chain.sample(10, seed=-3)
     with pytest.raises(ValueError, match="d_embed=20"):
-        chain.bayes_predictive(torch.zeros(5, 3))
+        chain.posterior(torch.zeros(5, 3))
     x, y = chain.sample(10, seed=0)
     with pytest.raises(ValueError, match="shape"):
         chain.bayes_metrics(x, y[:-1])
@@ -95,7 +97,7 @@ def brute_force_predictive(chain, x):
 def test_exact_predictor_matches_brute_force_enumeration():
     chain = StickyMarkovChain(n_symbols=4, self_prob=0.5, d_embed=3, noise=0.8, embed_seed=1)
     x, y = chain.sample(5, seed=11)  # 4 positions: paths of up to 4^5 symbols
-    np.testing.assert_allclose(chain.bayes_predictive(x).numpy(), brute_force_predictive(chain, x), atol=1e-12)
+    np.testing.assert_allclose(chain.posterior(x).numpy(), brute_force_predictive(chain, x), atol=1e-12)
 
 
 def test_exact_predictor_limits_and_batching():
@@ -104,7 +106,7 @@ def test_exact_predictor_limits_and_batching():
     sharp = StickyMarkovChain(noise=1e-3)
     x, y = sharp.sample(50, seed=0)
     s, _ = sharp.sample_symbols(50, seed=0)
-    np.testing.assert_allclose(sharp.bayes_predictive(x).numpy(), sharp.transition_matrix[s[:-1]], atol=1e-9)
+    np.testing.assert_allclose(sharp.posterior(x).numpy(), sharp.transition_matrix[s[:-1]], atol=1e-9)
     assert abs(sharp.bayes_metrics(*sharp.sample(4000, seed=1))["loss"] - sharp.h_min) < 0.05
     # with the paper's noise the symbol is blurred a little: on a long sequence the attainable loss
     # and the predictive entropy sit just above H_min (in expectation, knowing s_t can only help)
@@ -115,6 +117,122 @@ def test_exact_predictor_limits_and_batching():
     assert metrics["entropy"] + 0.05 < blurred["entropy"] < math.log(8)
     # a leading batch axis gives the same rows as one sequence at a time
     xs = torch.stack([chain.sample(30, seed=s)[0] for s in (1, 2)])
-    batched = chain.bayes_predictive(xs)
-    assert torch.allclose(batched[1], chain.bayes_predictive(xs[1]), atol=1e-14)
+    batched = chain.posterior(xs)
+    assert torch.allclose(batched[1], chain.posterior(xs[1]), atol=1e-14)
     np.testing.assert_allclose(batched.sum(-1).numpy(), 1.0, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- hidden sources
+
+@pytest.fixture
+def task():
+    """The hidden-sources task (chapters 4, 5, 9), small enough for a brute-force posterior."""
+    return tasks.sources_task(n_sources=3, d_x=6, seq_len=5, signal_prob=0.4, noise=1.0, separation=2.0, seed=3)
+
+
+def test_make_task_places_means_at_the_separation(task):
+    assert task.means.shape == (3, 6) and task.distractor.shape == (6,)
+    assert torch.allclose(task.means.norm(dim=1), torch.full((3,), 2.0, dtype=torch.float64))
+    assert math.isclose(task.distractor.norm().item(), 2.0)
+
+
+def test_sample_shapes_targets_and_signal_rate(task):
+    x, y, sig = task.sample(2000, seed=1)
+    assert x.shape == (2000, 5, 6) and y.shape == (2000, 5) and sig.shape == (2000, 5)
+    assert (y == y[:, :1]).all(), "the target is the sequence's source at every position"
+    assert abs(sig.double().mean().item() - 0.4) < 0.02
+    # signal positions sit around their source's mean, distractors around the distractor mean
+    centred = x.double() - torch.where(sig[..., None], task.means[y], task.distractor)
+    assert abs(centred.mean().item()) < 0.02 and abs(centred.std().item() - 1.0) < 0.02
+
+
+def test_sample_is_reproducible_by_seed(task):
+    a, b, c = task.sample(4, seed=7), task.sample(4, seed=7), task.sample(4, seed=8)
+    assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
+
+
+def brute_force_posterior(task, x):
+    """p(z | x_0..t) from the full Gaussian densities (constants included), one sequence at a time."""
+    x = x.double().numpy()
+    d = task.d_x
+    means, dist = task.means.numpy(), task.distractor.numpy()
+
+    def normal(v, m):
+        return math.exp(-((v - m) ** 2).sum() / 2) / (2 * math.pi) ** (d / 2)
+
+    out = np.zeros(x.shape[:2] + (task.n_sources,))
+    for b in range(x.shape[0]):
+        joint = np.full(task.n_sources, 1.0 / task.n_sources)
+        for t in range(x.shape[1]):
+            for z in range(task.n_sources):
+                joint[z] *= task.signal_prob * normal(x[b, t], means[z]) + (1 - task.signal_prob) * normal(x[b, t], dist)
+            out[b, t] = joint / joint.sum()
+    return out
+
+
+def test_posterior_matches_brute_force(task):
+    x, _, _ = task.sample(6, seed=2)
+    assert np.allclose(task.posterior(x).numpy(), brute_force_posterior(task, x), atol=1e-10)
+
+
+def test_observation_posterior_is_the_posterior_of_one_observation(task):
+    x, _, _ = task.sample(6, seed=2)
+    single = task.observation_posterior(x)
+    for t in range(task.seq_len):
+        assert torch.allclose(single[:, t], task.posterior(x[:, t:t + 1])[:, 0])
+
+
+def test_posterior_sharpens_and_bayes_beats_a_uniform_guess(task):
+    x, y, _ = task.sample(500, seed=4)
+    h = diagnostics.entropy(task.posterior(x)).mean(0)
+    assert h[-1] < h[0] - 0.2
+    assert task.bayes_loss(x, y) < math.log(3) - 0.1
+
+
+def test_kl_is_zero_for_the_posterior_itself_and_positive_otherwise(task):
+    x, _, _ = task.sample(20, seed=5)
+    post = task.posterior(x)
+    assert abs(task.kl_bits(x, torch.log(post))) < 1e-9
+    assert task.kl_bits(x, torch.zeros_like(post)) > 0.05
+
+
+def test_entropy_of_uniform_and_one_hot():
+    assert math.isclose(diagnostics.entropy(torch.full((4,), 0.25)).item(), math.log(4))
+    assert diagnostics.entropy(torch.tensor([1.0, 0.0])).item() == 0.0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n_sources": 1}, "n_sources"), ({"d_x": 3}, "d_x"), ({"signal_prob": 0.0}, "signal_prob"),
+    ({"signal_prob": 1.5}, "signal_prob"), ({"noise": -1.0}, "noise"), ({"seq_len": 0}, "seq_len"),
+])
+def test_make_task_rejects_bad_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        tasks.sources_task(**kwargs)
+
+
+def test_bad_shapes_raise_value_errors(task):
+    with pytest.raises(ValueError, match="d_x=6"):
+        task.posterior(torch.zeros(2, 5, 4))
+    with pytest.raises(ValueError, match="n_seqs"):
+        task.sample(0)
+    x, y, _ = task.sample(2, seed=0)
+    with pytest.raises(ValueError, match="y"):
+        task.bayes_loss(x, y[:, :3])
+    with pytest.raises(ValueError, match="logits"):
+        task.kl_bits(x, torch.zeros(2, 5, 4))
+
+
+def test_a_task_without_distractors_has_the_plain_gaussian_posterior():
+    task = tasks.sources_task(n_sources=2, d_x=4, seq_len=3, signal_prob=1.0, seed=0)
+    x, _, sig = task.sample(5, seed=0)
+    assert sig.all()
+    ll = -((x.double()[..., None, :] - task.means) ** 2).sum(-1) / 2
+    assert torch.allclose(task.posterior(x), torch.softmax(ll.cumsum(1), -1))
+
+
+def test_the_old_toy_names_forward_to_tasks(task):
+    x, y, _ = toy.sample(task, 3, seed=1)
+    assert torch.equal(x, task.sample(3, seed=1)[0])
+    assert torch.equal(toy.posterior(task, x), task.posterior(x))
+    assert toy.bayes_loss(task, x, y) == task.bayes_loss(x, y)
+    assert toy.make_task(seed=3).means.equal(tasks.sources_task(seed=3).means)

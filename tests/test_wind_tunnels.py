@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from bayesattn_lite import diagnostics, tasks
-from bayesattn_lite.tasks import (AssociativeRecallTask, BijectionTask, HMMTask, WIND_TUNNELS,
+from bayesattn_lite import diagnostics, wind_tunnels
+from bayesattn_lite.wind_tunnels import (AssociativeRecallTask, BijectionTask, HMMTask, WIND_TUNNELS,
                                   WindTunnelBatch, wind_tunnel)
 
 
@@ -101,7 +101,7 @@ def test_recall_without_noise_is_one_hot_after_first_sighting():
 
 def test_quantised_rows_are_on_the_grid_and_floored():
     gen = torch.Generator().manual_seed(0)
-    P, units = tasks.quantised_stochastic_rows(5, 5, 200, 0.01, 0.05, gen)
+    P, units = wind_tunnels.quantised_stochastic_rows(5, 5, 200, 0.01, 0.05, gen)
     assert (units.sum(-1) == 100).all() and (units >= 5).all()
     torch.testing.assert_close(P, units.double() / 100)
     # Dirichlet(1) rows are exchangeable: every column has mean 1/5 (up to floor/rounding, which are symmetric)
@@ -237,7 +237,7 @@ def test_baselines_lack_the_primitive():
     S = hmm.S
     E = (batch.tokens[:, S * S:hmm.prefix_len].double() * hmm.resolution).view(-1, S, hmm.O)
     uniform = torch.full((5, S, S), 1.0 / S, dtype=torch.float64)  # dynamics that forget: no transport
-    expected = tasks.forward_filter(uniform, E, batch.tokens[:, hmm.prefix_len:] - hmm.n_levels)
+    expected = wind_tunnels.forward_filter(uniform, E, batch.tokens[:, hmm.prefix_len:] - hmm.n_levels)
     torch.testing.assert_close(hmm.baseline_posterior(batch)[:, hmm.prefix_len:].double(), expected, atol=1e-6, rtol=0)
     for task in (BijectionTask(), AssociativeRecallTask()):
         batch = task.sample(3, seed=0)

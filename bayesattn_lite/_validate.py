@@ -1,0 +1,121 @@
+"""Input checks shared by every public function, with one message format:
+
+    ValueError: lr: expected a positive finite number, got nan
+
+A scalar may be a Python number, a numpy scalar or a 0-d tensor or array (what ``x.sum()`` and
+``np.int64(3)`` give); a bool is never a number. Tensors are checked for shape, dtype and
+finiteness where NaN or inf would otherwise flow silently into a result.
+"""
+
+import math
+import numbers
+
+import numpy as np
+import torch
+
+
+def fail(what, expected, given):
+    """Raise the package's one kind of input error: what was expected, and what came instead."""
+    raise ValueError(f"{what}: expected {expected}, got {describe(given)}")
+
+
+def describe(value):
+    """A short description of a bad value for a message: its repr, or its shape for arrays."""
+    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0:
+        return f"{type(value).__name__} of shape {tuple(value.shape)} and dtype {value.dtype}"
+    if isinstance(value, str):
+        return repr(value)
+    text = repr(value)
+    return text if len(text) <= 80 else f"a {type(value).__name__}"
+
+
+def _scalar(value):
+    """The Python number inside ``value`` (numpy scalar, 0-d tensor or array), or None if none."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        if value.ndim != 0:
+            return None
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    return value
+
+
+def integer(what, value, minimum=None, maximum=None):
+    """An int (numpy and 0-d integers too) in [minimum, maximum], returned as a Python int."""
+    number = _scalar(value)
+    whole = isinstance(number, numbers.Integral)
+    in_range = whole and (minimum is None or number >= minimum) and (maximum is None or number <= maximum)
+    if not in_range:
+        bounds = ([f">= {minimum}"] if minimum is not None else []) + ([f"<= {maximum}"] if maximum is not None else [])
+        fail(what, "an int" + (" " + " and ".join(bounds) if bounds else ""), value)
+    return int(number)
+
+
+def seed(what, value, limit=2**63):
+    """A random seed: an int in [0, limit)."""
+    number = _scalar(value)
+    if not isinstance(number, numbers.Integral) or not 0 <= number < limit:
+        fail(what, f"an int in [0, {'2**63' if limit == 2**63 else limit})", value)
+    return int(number)
+
+
+def real(what, value, low=None, high=None, low_open=False, high_open=False):
+    """A finite real number in the interval given (bounds optional), returned as a Python float."""
+    number = _scalar(value)
+    ok = number is not None and math.isfinite(number)
+    if ok and low is not None:
+        ok = number > low if low_open else number >= low
+    if ok and high is not None:
+        ok = number < high if high_open else number <= high
+    if not ok:
+        if low is None and high is None:
+            expected = "a finite number"
+        else:
+            lo = "-inf" if low is None else low
+            hi = "inf" if high is None else high
+            expected = f"a number in {'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
+        fail(what, expected, value)
+    return float(number)
+
+
+def positive(what, value):
+    """A finite number > 0 (a learning rate, a variance, a step size)."""
+    number = _scalar(value)
+    if number is None or not math.isfinite(number) or number <= 0:
+        fail(what, "a positive finite number", value)
+    return float(number)
+
+
+def choice(what, value, options):
+    """One of ``options`` (names of schedules, architectures, optimizers, ...)."""
+    if not isinstance(value, str) or value not in options:
+        fail(what, f"one of {sorted(options) if not isinstance(options, (list, tuple)) else list(options)}", value)
+    return value
+
+
+def tensor(what, value, dims=None, floating=False, finite=True, convert=True):
+    """A torch tensor (numpy arrays are converted when ``convert``) with ``dims`` dimensions
+    (an int, a tuple of allowed counts, or None), a float dtype when ``floating``, and only
+    finite entries when ``finite`` (NaN in must not become NaN out without a word)."""
+    if isinstance(value, np.ndarray) and convert:
+        value = torch.from_numpy(value)
+    if not isinstance(value, torch.Tensor):
+        fail(what, "a torch.Tensor" + (" or numpy array" if convert else ""), type(value).__name__)
+    allowed = (dims,) if isinstance(dims, int) else dims
+    if allowed is not None and value.dim() not in allowed:
+        fail(what, f"{' or '.join(str(d) for d in allowed)} dimension(s)", value)
+    if floating and not value.is_floating_point():
+        fail(f"{what}.dtype", "a floating-point dtype (torch.float32 or torch.float64)", value.dtype)
+    if finite:
+        finite_values(what, value)
+    return value
+
+
+def finite_values(what, value):
+    """Raise when a float tensor holds NaN or inf, saying how many and where the first one is."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
+        bad = ~torch.isfinite(value)
+        if bad.any():
+            first = tuple(int(i) for i in bad.nonzero()[0].tolist())
+            fail(what, "finite values", f"{int(bad.sum())} NaN/inf entries (the first at index {first})")
+    return value
