@@ -34,18 +34,15 @@ What makes it fast (measured on a 2-core CPU; see benchmarks/sticky_markov.py):
    faster than the plain form for these shapes.
 """
 
-import hashlib
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from . import attention
+from . import _validate, attention, checkpoints
 from .attention import PARAM_NAMES
 from .train import TrainingDiverged, pick_device
 
@@ -66,34 +63,30 @@ def unstack(params, m):
     return {name: params[name][m] for name in PARAM_NAMES}
 
 
-def _fail(what, expected, given):
-    raise ValueError(f"{what}: expected {expected}, got {given}")
-
-
 def check_inputs(x, y, params):
     """Raise ValueError, naming what was expected, unless x, y and params fit M stacked models."""
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or not x.is_floating_point():
-        _fail("x", "a float tensor of shape (M models, N positions, d_x)", getattr(x, "shape", type(x).__name__))
+        _validate.fail("x", "a float tensor of shape (M models, N positions, d_x)", getattr(x, "shape", type(x).__name__))
     M, N, d_x = x.shape
     if N < 1:
-        _fail("x", "at least one position", tuple(x.shape))
+        _validate.fail("x", "at least one position", tuple(x.shape))
     missing = [name for name in PARAM_NAMES if name not in params]
     if missing:
-        _fail("params", f"a mapping with keys {PARAM_NAMES}", f"missing {missing}")
+        _validate.fail("params", f"a mapping with keys {PARAM_NAMES}", f"missing {missing}")
     W_Q, W_K, W_V, W_O = (params[name] for name in PARAM_NAMES)
     d_k, d_v = W_Q.shape[1], W_V.shape[1]
     expected = {"W_Q": (M, d_k, d_x), "W_K": (M, d_k, d_x), "W_V": (M, d_v, d_x), "W_O": (M, W_O.shape[1], d_v)}
     for name, shape in expected.items():
         W = params[name]
         if tuple(W.shape) != shape:
-            _fail(f"{name}.shape", f"{shape} (one matrix per model, matching x {tuple(x.shape)})", tuple(W.shape))
+            _validate.fail(f"{name}.shape", f"{shape} (one matrix per model, matching x {tuple(x.shape)})", tuple(W.shape))
         if W.dtype != x.dtype or W.device != x.device:
-            _fail(name, f"dtype {x.dtype} on {x.device} (those of x)", f"{W.dtype} on {W.device}")
+            _validate.fail(name, f"dtype {x.dtype} on {x.device} (those of x)", f"{W.dtype} on {W.device}")
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != (M, N) or y.is_floating_point():
-        _fail("y", f"an integer tensor of shape {(M, N)}", getattr(y, "shape", type(y).__name__))
+        _validate.fail("y", f"an integer tensor of shape {(M, N)}", getattr(y, "shape", type(y).__name__))
     n_classes = W_O.shape[1]
     if int(y.min()) < 0 or int(y.max()) >= n_classes:
-        _fail("y", f"class indices in [0, {n_classes - 1}]", f"values from {int(y.min())} to {int(y.max())}")
+        _validate.fail("y", f"class indices in [0, {n_classes - 1}]", f"values from {int(y.min())} to {int(y.max())}")
 
 
 LOG2E = 1.4426950408889634  # exp(s) = 2^(s log2 e): exp2 is several times faster than exp on CPUs
@@ -263,38 +256,19 @@ class BatchedRun:
 def _check_lrs(lrs, M):
     """{"W_Q": rate or (M,) rates, ...} -> {name: (M,) float64 tensor}; every matrix must be named."""
     if set(lrs) != set(PARAM_NAMES):
-        _fail("lrs", f"one entry per matrix {PARAM_NAMES} (a rate or one rate per model)", sorted(lrs))
+        _validate.fail("lrs", f"one entry per matrix {PARAM_NAMES} (a rate or one rate per model)", sorted(lrs))
     out = {}
     for name in PARAM_NAMES:
         rate = torch.as_tensor(lrs[name], dtype=torch.float64).reshape(-1)
         if rate.numel() == 1:
             rate = rate.expand(M)
         if rate.numel() != M or not bool(torch.isfinite(rate).all()) or bool((rate < 0).any()):
-            _fail(f"lrs[{name!r}]", f"a finite rate >= 0, or {M} of them (one per model)", lrs[name])
+            _validate.fail(f"lrs[{name!r}]", f"a finite rate >= 0, or {M} of them (one per model)", lrs[name])
         out[name] = rate.clone()
     return out
 
 
-def _fingerprint(x, y, params, lrs):
-    """A short hash of the run's inputs, so a checkpoint is never resumed into another run."""
-    h = hashlib.sha256()
-    for t in (x, y, *(params[n] for n in PARAM_NAMES), *(lrs[n] for n in PARAM_NAMES)):
-        h.update(t.detach().to("cpu").contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def _save(path, state):
-    """Atomic: write beside ``path``, then rename, so a crash mid-save keeps the old checkpoint."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.remove(tmp)
-        raise
+KIND = "batched.train"  # what a checkpoint of this loop says it is
 
 
 def _snapshot(params):
@@ -323,21 +297,23 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     ``checkpoint_path``, the run saves every ``checkpoint_every`` steps and on Ctrl-C, and (if
     ``resume``) continues from a checkpoint of the same inputs.
     """
+    x = _validate.tensor("x", x, 3, floating=True)
+    y = _validate.tensor("y", y, 2)
+    if not hasattr(params, "keys") or set(PARAM_NAMES) - set(params.keys()):
+        _validate.fail("params", f"a mapping with keys {PARAM_NAMES} (batched.stack of parameter dicts)", params)
     device = pick_device(device)
     x, y = x.to(device, dtype), y.to(device)
-    params = {name: params[name].to(device, dtype).clone() for name in PARAM_NAMES}
+    params = {name: _validate.tensor(name, params[name], 3).to(device, dtype).clone() for name in PARAM_NAMES}
     check_inputs(x, y, params)
     M = x.shape[0]
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        _fail("steps", "an int >= 1", steps)
-    if isinstance(record_every, bool) or not isinstance(record_every, (int, np.integer)) or record_every < 1:
-        _fail("record_every", "an int >= 1", record_every)
+    steps = _validate.integer("steps", steps, 1)
+    record_every = _validate.integer("record_every", record_every, 1)
     names = list(names) if names is not None else [f"model {m}" for m in range(M)]
     if len(names) != M:
-        _fail("names", f"{M} names (one per model)", len(names))
+        _validate.fail("names", f"{M} names (one per model)", len(names))
     lrs = _check_lrs(lrs, M)
     rate = {name: lrs[name].to(device, dtype).view(M, 1, 1) for name in PARAM_NAMES}
-    fingerprint = _fingerprint(x, y, params, lrs)
+    fingerprint = checkpoints.fingerprint(x, y, *(params[n] for n in PARAM_NAMES), *(lrs[n] for n in PARAM_NAMES), record_every)
 
     curves = torch.empty(3 + len(PARAM_NAMES), steps, M, dtype=torch.float64)   # loss, entropy, accuracy, |grad|^2
     snapshot_steps = sorted(set(range(0, steps, record_every)) | {steps})
@@ -345,10 +321,9 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     snapshots = {}
     start = 0
     if checkpoint_path and resume and os.path.exists(checkpoint_path):
-        ckpt = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-        if ckpt["fingerprint"] != fingerprint or ckpt["record_every"] != record_every:
-            raise ValueError(f"checkpoint {checkpoint_path} was written for another run (other data, "
-                             "weights, rates or record_every): delete it or pass resume=False")
+        ckpt = checkpoints.load(checkpoint_path, KIND, required=("fingerprint", "step", "params", "curves"))
+        checkpoints.refuse(checkpoint_path, fingerprint, ckpt, [] if ckpt["fingerprint"] == fingerprint else [
+            "other data, initial weights, rates or record_every (the fingerprint hashes them all)"])
         start = int(ckpt["step"])
         if start > steps:
             raise ValueError(f"checkpoint {checkpoint_path} is at step {start}, past steps={steps}: "
@@ -358,18 +333,17 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
         snapshots = {int(s): {n: ckpt["snapshots"][n][i] for n in PARAM_NAMES}
                      for i, s in enumerate(ckpt["snapshot_steps"].tolist()) if s <= start}
 
-    def save(done):
-        _save(checkpoint_path, {
-            "fingerprint": fingerprint, "record_every": record_every, "step": done,
+    def save_now():
+        checkpoints.save(checkpoint_path, {
+            "kind": KIND, "fingerprint": fingerprint, "record_every": record_every, "step": done,
             "params": {n: params[n].cpu() for n in PARAM_NAMES}, "curves": curves[:, :done].clone(),
             "snapshot_steps": torch.tensor(sorted(snapshots)),
             "snapshots": {n: torch.stack([snapshots[s][n] for s in sorted(snapshots)]) for n in PARAM_NAMES},
         })
 
-    show = progress and os.environ.get("BAYESATTN_PROGRESS", "1") != "0"
-    bar = tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not show, dynamic_ncols=True)
+    bar = checkpoints.progress_bar(start, steps, desc, progress)
     began, done = time.perf_counter(), start
-    try:
+    with checkpoints.saved_on_interrupt(checkpoint_path, save_now, lambda: done), bar:
         for step in bar:
             if step in snapshot_set:
                 snapshots[step] = _snapshot(params)
@@ -388,17 +362,10 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
             if step % 20 == 0:
                 bar.set_postfix(loss=f"{row[0].mean().item():.4f}", refresh=False)
             if checkpoint_path and done % checkpoint_every == 0 and done < steps:
-                save(done)
-    except KeyboardInterrupt:
-        if checkpoint_path:
-            save(done)
-            print(f"\ninterrupted: saved step {done} to {checkpoint_path}; run again to resume")
-        raise
-    finally:
-        bar.close()
+                save_now()
     snapshots[steps] = _snapshot(params)
     if checkpoint_path and done > start:
-        save(done)
+        save_now()
     final = evaluate(x, y, params, block_size)
     if not np.isfinite(final["loss"]).all():
         raise _diverged(steps, {"loss": final["loss"]}, names, lrs)

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import diagnostics, models, wind_tunnels
+from . import _validate, diagnostics, models, wind_tunnels
 from .train import pick_device, seed_everything, train
 
 # Training batches are drawn with seed DATA_SEED_BASE + seed * 2**24 + step: one stream per seed,
@@ -41,23 +41,13 @@ EVAL_SEED = 12345   # the held-out sequences every chapter scores on
 CURVE_SEED = 54321  # the held-out sequences of the learning curves (not the ones scored at the end)
 
 
-def _fail(what, expected, given):
-    raise ValueError(f"{what}: expected {expected}, got {given!r}")
-
-
 def _task(task, size="cpu"):
     """A wind tunnel object, from itself or its name."""
     if isinstance(task, str):
         return wind_tunnels.wind_tunnel(task, size)
     if not all(hasattr(task, a) for a in ("sample", "vocab_size", "n_classes", "name")):
-        _fail("task", f"a wind tunnel name {sorted(wind_tunnels.WIND_TUNNELS)} or task object", task)
+        _validate.fail("task", f"a wind tunnel name {sorted(wind_tunnels.WIND_TUNNELS)} or task object", task)
     return task
-
-
-def _check_seed(seed):
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**16:
-        _fail("seed", "an int in [0, 65536)", seed)
-    return int(seed)
 
 
 def task_loss(model, batch):
@@ -80,14 +70,12 @@ def train_on_task(arch, task, steps, seed=0, lr=3e-3, batch_size=32, device=None
     ``CURVE_SEED``, not the evaluation seed) every ``eval_every`` steps: the learning curve.
     """
     task = _task(task)
-    seed = _check_seed(seed)
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 0 <= steps < MAX_STEPS:
-        _fail("steps", f"an int in [0, {MAX_STEPS})", steps)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        _fail("batch_size", "an int >= 1", batch_size)
-    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, (int, np.integer))
-                                   or eval_every < 1 or eval_every % log_every):
-        _fail("eval_every", f"a positive multiple of log_every={log_every}", eval_every)
+    seed = _validate.seed("seed", seed, 2**16)
+    steps = _validate.integer("steps", steps, 0, MAX_STEPS - 1)
+    batch_size = _validate.integer("batch_size", batch_size, 1)
+    log_every = _validate.integer("log_every", log_every, 1)
+    if eval_every is not None and _validate.integer("eval_every", eval_every, 1) % log_every:
+        _validate.fail("eval_every", f"a positive multiple of log_every={log_every}", eval_every)
     device = pick_device(device)
     seed_everything(seed)
     model = models.build(arch, task.vocab_size, task.n_classes, **model_sizes).to(device)
@@ -117,8 +105,7 @@ def evaluate(model, task, n_seqs=256, seed=EVAL_SEED, **horizon):
     the exact posterior: the best any model can do) and "per_position_error_bits", a (T,) array.
     """
     task = _task(task)
-    if isinstance(n_seqs, bool) or not isinstance(n_seqs, (int, np.integer)) or n_seqs < 1:
-        _fail("n_seqs", "an int >= 1", n_seqs)
+    n_seqs = _validate.integer("n_seqs", n_seqs, 1)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -203,16 +190,15 @@ def compare(archs, task_names, seeds, steps, size="cpu", lr=3e-3, batch_size=32,
     """
     for arch in archs:
         if arch not in models.ARCHITECTURES:
-            _fail("archs", f"names from {models.ARCHITECTURES}", arch)
+            _validate.fail("archs", f"names from {models.ARCHITECTURES}", arch)
     for name in task_names:
         if name not in wind_tunnels.WIND_TUNNELS:
-            _fail("task_names", f"names from {sorted(wind_tunnels.WIND_TUNNELS)}", name)
+            _validate.fail("task_names", f"names from {sorted(wind_tunnels.WIND_TUNNELS)}", name)
     if size not in ("cpu", "paper"):
-        _fail("size", "'cpu' or 'paper'", size)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        _fail("workers", "an int >= 1", workers)
+        _validate.fail("size", "'cpu' or 'paper'", size)
+    workers = _validate.integer("workers", workers, 1)
     if workers > 1 and pick_device(device).type != "cpu":
-        _fail("workers", "1 on a GPU (worker processes are for CPU runs)", workers)
+        _validate.fail("workers", "1 on a GPU (worker processes are for CPU runs)", workers)
     horizons, model_sizes = dict(horizons or {}), dict(model_sizes or {})
     jobs = []
     for name in task_names:
@@ -220,7 +206,7 @@ def compare(archs, task_names, seeds, steps, size="cpu", lr=3e-3, batch_size=32,
         for arch in archs:
             sizes = _sizes(arch, task, size, horizons.get(name, []), model_sizes.get(arch))
             for seed in seeds:
-                jobs.append({"task": name, "size": size, "arch": arch, "seed": _check_seed(seed),
+                jobs.append({"task": name, "size": size, "arch": arch, "seed": _validate.seed("seed", seed, 2**16),
                              "steps": steps, "lr": lr, "batch_size": batch_size, "device": device,
                              "sizes": sizes, "horizons": horizons.get(name, []), "n_eval": n_eval,
                              "progress": progress, "keep_model": keep_models,
@@ -249,9 +235,9 @@ def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon"))
     """Mean, standard deviation (ddof=1; 0 for one seed), min, max and count of ``metric`` over the
     rows sharing ``by``: a dict keyed by the tuple of those fields, in first-seen order."""
     if not rows:
-        _fail("rows", "a non-empty list of rows from compare", rows)
+        _validate.fail("rows", "a non-empty list of rows from compare", rows)
     if metric not in rows[0]:
-        _fail("metric", f"one of {sorted(k for k, v in rows[0].items() if isinstance(v, float))}", metric)
+        _validate.fail("metric", f"one of {sorted(k for k, v in rows[0].items() if isinstance(v, float))}", metric)
     groups = {}
     for row in rows:
         groups.setdefault(tuple(row[k] for k in by), []).append(row[metric])
@@ -339,7 +325,7 @@ def train_converged(arch, task_name, seed, size="cpu", steps=None, device=None, 
     ``N_EVAL_PRETRAINED`` held-out sequences, at the trained horizon and the longer ones.
     """
     if arch not in models.ARCHITECTURES:
-        _fail("arch", f"one of {models.ARCHITECTURES}", arch)
+        _validate.fail("arch", f"one of {models.ARCHITECTURES}", arch)
     task = _task(task_name, size)
     steps = CONVERGED_STEPS[size][task.name] if steps is None else steps
     log_every = max(1, steps // 200)

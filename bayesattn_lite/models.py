@@ -31,33 +31,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import _validate
+
 ARCHITECTURES = ("transformer", "mamba", "lstm", "mlp")
 
 
 # ----------------------------------------------------------------------------- validation
 
-def _fail(what, expected, given):
-    raise ValueError(f"{what}: expected {expected}, got {given!r}")
-
-
-def _check_int(what, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        _fail(what, f"an int >= {minimum}", value)
-    return value
-
-
 def _check_tokens(tokens, vocab_size, max_len=None):
     """(B, T) integer tokens in [0, vocab_size); T >= 1 and at most max_len."""
     if not isinstance(tokens, torch.Tensor):
-        _fail("tokens", "a torch.LongTensor of shape (B, T)", type(tokens).__name__)
+        _validate.fail("tokens", "a torch.LongTensor of shape (B, T)", type(tokens).__name__)
     if tokens.dim() != 2 or tokens.shape[1] < 1:
-        _fail("tokens", "shape (B, T) with T >= 1", tuple(tokens.shape))
+        _validate.fail("tokens", "shape (B, T) with T >= 1", tuple(tokens.shape))
     if tokens.dtype not in (torch.int64, torch.int32):
-        _fail("tokens", "an integer tensor (torch.long)", tokens.dtype)
+        _validate.fail("tokens", "an integer tensor (torch.long)", tokens.dtype)
     if max_len is not None and tokens.shape[1] > max_len:
-        _fail("tokens", f"at most max_len={max_len} positions", tokens.shape[1])
+        _validate.fail("tokens", f"at most max_len={max_len} positions", tokens.shape[1])
     if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
-        _fail("tokens", f"values in [0, {vocab_size})",
+        _validate.fail("tokens", f"values in [0, {vocab_size})",
               f"values in [{tokens.min().item()}, {tokens.max().item()}]")
 
 
@@ -66,9 +58,9 @@ class _Model(nn.Module):
 
     def __init__(self, vocab_size, n_classes, d_model):
         super().__init__()
-        self.vocab_size = _check_int("vocab_size", vocab_size, 2)
-        self.n_classes = _check_int("n_classes", n_classes, 2)
-        self.d_model = _check_int("d_model", d_model)
+        self.vocab_size = _validate.integer("vocab_size", vocab_size, 2)
+        self.n_classes = _validate.integer("n_classes", n_classes, 2)
+        self.d_model = _validate.integer("d_model", d_model, 1)
         self.embed = nn.Embedding(vocab_size, d_model)
         self.max_len = None  # only models with position embeddings have a limit
 
@@ -82,7 +74,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
         if d_model % n_heads:
-            _fail("n_heads", f"a divisor of d_model={d_model}", n_heads)
+            _validate.fail("n_heads", f"a divisor of d_model={d_model}", n_heads)
         self.n_heads, self.d_head = n_heads, d_model // n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
@@ -119,9 +111,9 @@ class Transformer(_Model):
 
     def __init__(self, vocab_size, n_classes, d_model=64, n_layers=2, n_heads=4, max_len=512):
         super().__init__(vocab_size, n_classes, d_model)
-        _check_int("n_layers", n_layers)
-        _check_int("n_heads", n_heads)
-        self.max_len = _check_int("max_len", max_len)
+        _validate.integer("n_layers", n_layers, 1)
+        _validate.integer("n_heads", n_heads, 1)
+        self.max_len = _validate.integer("max_len", max_len, 1)
         self.pos = nn.Embedding(max_len, d_model)
         self.blocks = nn.ModuleList(_Block(d_model, CausalSelfAttention(d_model, n_heads))
                                     for _ in range(n_layers))
@@ -156,7 +148,7 @@ def selective_scan(a, b):
     Works on any device; a and b have the same shape (B, T, ...).
     """
     if a.shape != b.shape or a.dim() < 2:
-        _fail("selective_scan", "a and b of the same shape (B, T, ...)", (tuple(a.shape), tuple(b.shape)))
+        _validate.fail("selective_scan", "a and b of the same shape (B, T, ...)", (tuple(a.shape), tuple(b.shape)))
     T, offset = a.shape[1], 1
     while offset < T:
         # position t absorbs the composed segment ending at t - offset (zeros before the start)
@@ -257,8 +249,8 @@ class SelectiveSSM(_Model):
 
     def __init__(self, vocab_size, n_classes, d_model=64, n_layers=2, d_state=16):
         super().__init__(vocab_size, n_classes, d_model)
-        _check_int("n_layers", n_layers)
-        _check_int("d_state", d_state)
+        _validate.integer("n_layers", n_layers, 1)
+        _validate.integer("d_state", d_state, 1)
         self.blocks = nn.ModuleList(_SSMBlock(d_model, d_state) for _ in range(n_layers))
         self.norm_f, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, n_classes)
 
@@ -278,7 +270,7 @@ class LSTMModel(_Model):
 
     def __init__(self, vocab_size, n_classes, d_model=64, n_layers=1):
         super().__init__(vocab_size, n_classes, d_model)
-        _check_int("n_layers", n_layers)
+        _validate.integer("n_layers", n_layers, 1)
         self.lstm = nn.LSTM(d_model, d_model, num_layers=n_layers, batch_first=True)
         self.head = nn.Linear(d_model, n_classes)
 
@@ -294,9 +286,9 @@ class WindowMLP(_Model):
 
     def __init__(self, vocab_size, n_classes, d_model=64, window=8, hidden=256, max_len=512):
         super().__init__(vocab_size, n_classes, d_model)
-        self.window = _check_int("window", window)
-        _check_int("hidden", hidden)
-        self.max_len = _check_int("max_len", max_len)
+        self.window = _validate.integer("window", window, 1)
+        _validate.integer("hidden", hidden, 1)
+        self.max_len = _validate.integer("max_len", max_len, 1)
         self.pos = nn.Embedding(max_len, d_model)
         self.mlp = nn.Sequential(nn.Linear((window + 1) * d_model, hidden), nn.GELU(),
                                  nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, n_classes))
@@ -338,7 +330,7 @@ PAPER_SIZES = {
 
 def _check_name(name):
     if name not in MODELS:
-        _fail("architecture", f"one of {ARCHITECTURES}", name)
+        _validate.fail("architecture", f"one of {ARCHITECTURES}", name)
 
 
 def paper_sizes(name):
@@ -359,7 +351,7 @@ def sizes(name, scale="cpu", **overrides):
     it names: ``sizes("transformer", "paper", n_layers=1)`` keeps d_model 256."""
     _check_name(name)
     if scale not in ("cpu", "paper"):
-        _fail("scale", "'cpu' or 'paper'", scale)
+        _validate.fail("scale", "'cpu' or 'paper'", scale)
     return {**DEFAULT_SIZES[name], **(PAPER_SIZES[name] if scale == "paper" else {}), **overrides}
 
 

@@ -23,11 +23,11 @@ import fnmatch
 import math
 import os
 import random
-import tempfile
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+
+from . import _validate, checkpoints
 
 ROUTING_PATTERNS = ("*W_Q", "*W_K")  # queries and keys decide where a head looks; W_V, W_O what it reads
 
@@ -59,11 +59,6 @@ def seed_everything(seed):
 
 # ----------------------------------------------------------------------------- parameter groups
 
-def _check_positive(what, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{what}: expected a positive finite number, got {value!r}")
-
-
 def param_groups(model, lr, lr_multipliers=None):
     """Optimizer parameter groups with a learning rate per parameter, chosen by name.
 
@@ -76,10 +71,10 @@ def param_groups(model, lr, lr_multipliers=None):
         param_groups(head, 0.1, {"W_Q": 0.1, "W_K": 0.1})     # slow routing, fast content
         param_groups(model, 0.1, dict.fromkeys(ROUTING_PATTERNS, 0.1))  # same, any nesting
     """
-    _check_positive("lr", lr)
+    _validate.positive("lr", lr)
     lr_multipliers = dict(lr_multipliers or {})
     for pattern, factor in lr_multipliers.items():
-        _check_positive(f"lr_multipliers[{pattern!r}]", factor)
+        _validate.positive(f"lr_multipliers[{pattern!r}]", factor)
     named = list(model.named_parameters())
     names = [name for name, _ in named]
     for pattern in lr_multipliers:  # a typo would otherwise silently train at the base rate
@@ -189,19 +184,21 @@ def _set_rng_state(state):
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
+KIND = "train.train"  # what a checkpoint of this loop says it is
+CHECKPOINT_KEYS = ("model", "optimizer", "step", "history", "rng", "recipe")
+
+
 def _save_checkpoint(path, model, optimizer, next_step, history, rng, recipe):
-    """Write to a temp file beside ``path``, then rename: a crash mid-save keeps the old checkpoint."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
-    os.close(fd)
-    try:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": next_step,
-                    "history": history.to_dict(), "rng": rng, "recipe": recipe}, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.remove(tmp)
-        raise
+    checkpoints.save(path, {"kind": KIND, "fingerprint": _fingerprint(model, recipe),
+                            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": next_step,
+                            "history": history.to_dict(), "rng": rng, "recipe": recipe})
+
+
+def _fingerprint(model, recipe):
+    """The model's parameter names and shapes and the recipe (the steps only where they matter)."""
+    shapes = [(n, list(p.shape)) for n, p in model.state_dict().items()]
+    relevant = {k: v for k, v in recipe.items() if k != "steps" or recipe["schedule"] != "constant"}
+    return checkpoints.fingerprint(shapes, relevant)
 
 
 def _recipe_differences(saved, ours):
@@ -211,22 +208,19 @@ def _recipe_differences(saved, ours):
     return [f"{k}: checkpoint {saved.get(k)!r}, this run {ours[k]!r}" for k in keys if saved.get(k) != ours[k]]
 
 
-def _load_checkpoint(path, model, optimizer, device, recipe):
-    ckpt = torch.load(path, map_location=device, weights_only=True)
-    saved, ours = list(ckpt["model"]), list(model.state_dict())
+def _model_differences(saved, model):
+    """How the checkpoint's parameters differ from the model's, in words (another model, another size)."""
+    ours = model.state_dict()
     if sorted(saved) != sorted(ours):
-        raise ValueError(f"checkpoint {path} holds parameters {saved} but the model has {ours}; "
-                         "it was written for another model: delete it or pass resume=False")
-    shapes = [k for k, v in model.state_dict().items() if ckpt["model"][k].shape != v.shape]
-    if shapes:
-        raise ValueError(f"checkpoint {path} holds {shapes[0]} of shape {tuple(ckpt['model'][shapes[0]].shape)}, "
-                         f"the model's is {tuple(model.state_dict()[shapes[0]].shape)}: it was written for a "
-                         "model of another size: delete it or pass resume=False")
-    differences = _recipe_differences(ckpt.get("recipe", {}), recipe)
-    if differences:
-        raise ValueError(f"checkpoint {path} was written with another training recipe ("
-                         + "; ".join(differences) + "): resuming would mix two runs; "
-                         "train with the checkpoint's settings, or delete it or pass resume=False")
+        return [f"parameters: checkpoint {sorted(saved)}, this model {sorted(ours)} (another model)"]
+    return [f"{k}: checkpoint shape {tuple(saved[k].shape)}, this model {tuple(v.shape)} (another size)"
+            for k, v in ours.items() if saved[k].shape != v.shape]
+
+
+def _load_checkpoint(path, model, optimizer, device, recipe):
+    ckpt = checkpoints.load(path, KIND, device, required=CHECKPOINT_KEYS)
+    differences = _model_differences(ckpt["model"], model) or _recipe_differences(ckpt["recipe"], recipe)
+    checkpoints.refuse(path, _fingerprint(model, recipe), ckpt, differences)
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     _set_rng_state(ckpt["rng"])
@@ -254,11 +248,6 @@ def _make_optimizer(optimizer, groups, lr, weight_decay):
     return OPTIMIZERS[optimizer](groups, lr=lr, weight_decay=weight_decay)
 
 
-def _check_count(what, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{what}: expected an int >= {minimum}, got {value!r}")
-
-
 def _lrs(optimizer):
     """'lr=0.01' or 'lr=0.01 for W_Q+W_K+W_O, 0.1 for W_V': for the divergence messages."""
     groups = optimizer.param_groups
@@ -270,8 +259,9 @@ def _lrs(optimizer):
 def _grad_norm(model, optimizer, step):
     """Total L2 norm of the gradients; nan/inf anywhere raises TrainingDiverged naming the parameter."""
     grads = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
-    if not grads:
-        return 0.0
+    if not grads:  # nothing would change: say so instead of "training" with grad_norm 0
+        raise ValueError("loss_fn: expected a loss that depends on the model's parameters, got one whose "
+                         "gradient reaches none of them (is the model called inside loss_fn?)")
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for _, g in grads])).item()
     if not math.isfinite(norm):  # one sync per step; only look for the culprit when there is one
         name = next((n for n, g in grads if not torch.isfinite(g).all()), "some parameter")
@@ -288,6 +278,14 @@ def _clip(model, norm, max_norm):
         for p in model.parameters():
             if p.grad is not None:
                 p.grad.mul_(coef)
+
+
+def _check_loss(loss):
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        _validate.fail("loss_fn's loss", "a scalar tensor (or (loss, metrics))", loss)
+    if not loss.requires_grad:
+        _validate.fail("loss_fn's loss", "a tensor computed from the model's parameters (requires_grad=True)",
+                       "a tensor with requires_grad=False: is the model called inside loss_fn?")
 
 
 def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, groups=None,
@@ -317,17 +315,21 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
     optimizer's groups): a place to measure without putting the measurement in the loss. A dict
     it returns is logged with that step's metrics (at logged steps).
     """
-    _check_count("steps", steps, 0)
-    _check_count("log_every", log_every, 1)
-    _check_count("checkpoint_every", checkpoint_every, 1)
-    _check_count("warmup", warmup, 0)
-    _check_positive("lr", lr)
+    if not isinstance(model, torch.nn.Module):
+        _validate.fail("model", "a torch.nn.Module", type(model).__name__)
+    if not callable(loss_fn):
+        _validate.fail("loss_fn", "a function loss_fn(model, step) -> loss", loss_fn)
+    if on_step is not None and not callable(on_step):
+        _validate.fail("on_step", "a function on_step(model, step) -> dict or None", on_step)
+    steps = _validate.integer("steps", steps, 0)
+    log_every = _validate.integer("log_every", log_every, 1)
+    checkpoint_every = _validate.integer("checkpoint_every", checkpoint_every, 1)
+    warmup = _validate.integer("warmup", warmup, 0)
+    lr = _validate.positive("lr", lr)
     lr_factor(0, steps, schedule, warmup)  # checks the schedule's name
     if clip_grad_norm is not None:
-        _check_positive("clip_grad_norm", clip_grad_norm)
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or \
-            not (math.isfinite(weight_decay) and weight_decay >= 0):
-        raise ValueError(f"weight_decay: expected a finite number >= 0, got {weight_decay!r}")
+        _validate.positive("clip_grad_norm", clip_grad_norm)
+    weight_decay = _validate.real("weight_decay", weight_decay, 0)
     if groups is not None and lr_multipliers is not None:
         raise ValueError("pass either groups or lr_multipliers, not both")
     device = pick_device(device)
@@ -348,12 +350,15 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
         # RNGs too: after seeding
         start, history = _load_checkpoint(checkpoint_path, model, opt, device, recipe)
 
-    show = progress and os.environ.get("BAYESATTN_PROGRESS", "1") != "0"
-    bar = tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not show, dynamic_ncols=True)
+    bar = checkpoints.progress_bar(start, steps, desc, progress)
     # done and rng always describe the same moment, the end of the last completed step, so a
     # Ctrl-C inside loss_fn (which may have drawn from the RNGs already) saves a resumable state
     done, rng = start, (_rng_state() if checkpoint_path else None)
-    try:
+
+    def save_now():
+        _save_checkpoint(checkpoint_path, model, opt, done, history, rng, recipe)
+
+    with checkpoints.saved_on_interrupt(checkpoint_path, save_now, lambda: done), bar:
         for step in bar:
             opt.zero_grad(set_to_none=True)
             factor = lr_factor(step, steps, schedule, warmup)
@@ -361,6 +366,7 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
                 group["lr"] = base * factor
             out = loss_fn(model, step)
             loss, metrics = out if isinstance(out, tuple) else (out, {})
+            _check_loss(loss)
             loss_value = loss.item()
             if not math.isfinite(loss_value):
                 raise TrainingDiverged(
@@ -380,14 +386,7 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
             if step % 10 == 0 or done == steps:  # the postfix costs a string format; not every step
                 bar.set_postfix(loss=f"{loss_value:.4g}", refresh=False)
             if checkpoint_path and done % checkpoint_every == 0 and done < steps:
-                _save_checkpoint(checkpoint_path, model, opt, done, history, rng, recipe)
-    except KeyboardInterrupt:
-        if checkpoint_path:
-            _save_checkpoint(checkpoint_path, model, opt, done, history, rng, recipe)
-            print(f"\ninterrupted: saved step {done} to {checkpoint_path}; run train again to resume")
-        raise
-    finally:
-        bar.close()
+                save_now()
     if checkpoint_path and done > start:  # the end of the run (the loop skips its own last save)
-        _save_checkpoint(checkpoint_path, model, opt, done, history, rng, recipe)
+        save_now()
     return history

@@ -320,7 +320,7 @@ def test_resume_with_another_recipe_is_refused(tmp_path, change, named):
     path = tmp_path / "run.pt"
     train(make_head(), random_batch_loss, checkpoint_path=path, **{**recipe, "steps": 10})
     # resuming a cosine run to more steps changes its schedule: refused too (the case of "steps")
-    with pytest.raises(ValueError, match=f"another training recipe.*{named}"):
+    with pytest.raises(ValueError, match=f"written by another run.*{named}"):
         train(make_head(), random_batch_loss, checkpoint_path=path, **{**recipe, "steps": 10, **change}
               if "steps" not in change else {**recipe, **change})
 

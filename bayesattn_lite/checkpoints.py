@@ -1,0 +1,92 @@
+"""What both training loops (``train.train`` and ``batched.train``) share: atomic checkpoints
+that say which run wrote them, the progress bar, and saving on Ctrl-C.
+
+A checkpoint is a dict saved with ``torch.save``. Beside the loop's own state it holds ``kind``
+(which loop wrote it) and ``fingerprint`` (a short hash of what defines the run: model, data,
+recipe), so a file from another loop, another model or another recipe is refused with a message
+that names the file, what was expected and what the file holds, instead of resuming silently.
+"""
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+
+import torch
+from tqdm.auto import tqdm
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint that cannot be resumed into this run (damaged, another loop, another run)."""
+
+
+def fingerprint(*parts):
+    """A 16-hex-digit hash of tensors and JSON-able values: equal inputs give equal fingerprints."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, torch.Tensor):
+            h.update(part.detach().to("cpu").contiguous().numpy().tobytes())
+        else:
+            h.update(json.dumps(part, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def save(path, state):
+    """Write to a temp file beside ``path``, then rename: a crash mid-save keeps the old checkpoint."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        os.remove(tmp)
+        raise
+
+
+def load(path, kind, device="cpu", required=()):
+    """The checkpoint at ``path`` if it is a readable checkpoint of ``kind`` holding ``required``
+    keys; otherwise CheckpointMismatch saying why and what to do."""
+    advice = "delete it, choose another checkpoint_path, or pass resume=False"
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message
+        raise CheckpointMismatch(f"checkpoint {path}: expected a checkpoint written by bayesattn_lite, but it "
+                                 f"cannot be read ({type(exc).__name__}: {str(exc)[:120]}); it may be damaged "
+                                 f"or another kind of file: {advice}") from exc
+    if not isinstance(ckpt, dict) or ckpt.get("kind", kind) != kind or not all(k in ckpt for k in required):
+        found = ckpt.get("kind", "a dict without 'kind'") if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise CheckpointMismatch(f"checkpoint {path}: expected a checkpoint of {kind} with {list(required)}, "
+                                 f"got {found!s}: {advice}")
+    return ckpt
+
+
+def refuse(path, expected_fingerprint, ckpt, differences):
+    """Raise CheckpointMismatch when the run that wrote ``ckpt`` differs from this one."""
+    if differences:
+        raise CheckpointMismatch(
+            f"checkpoint {path} was written by another run (its fingerprint {ckpt.get('fingerprint')}, "
+            f"this run's {expected_fingerprint}): " + "; ".join(differences) + ". Resuming would mix two "
+            "runs: train with the checkpoint's settings, or delete it, choose another checkpoint_path, "
+            "or pass resume=False")
+
+
+def progress_bar(start, steps, desc, progress=True):
+    """A tqdm bar over range(start, steps); BAYESATTN_PROGRESS=0 silences every bar (CI, scripts)."""
+    show = progress and os.environ.get("BAYESATTN_PROGRESS", "1") != "0"
+    return tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not show, dynamic_ncols=True)
+
+
+@contextlib.contextmanager
+def saved_on_interrupt(path, save_now, done):
+    """On Ctrl-C inside the block, call ``save_now()`` (when there is a ``path``), say where the run
+    stopped (``done()`` gives the step) and re-raise, so the user can resume from there."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if path:
+            save_now()
+            print(f"\ninterrupted: saved step {done()} to {path}; run again to resume")
+        raise

@@ -1,0 +1,54 @@
+"""bayesattn_lite.checkpoints: the checkpoint, progress and Ctrl-C helpers both training loops share."""
+
+import pytest
+import torch
+
+from bayesattn_lite import attention, batched, checkpoints, train
+
+
+def test_fingerprint_is_equal_for_equal_runs_and_differs_otherwise():
+    a = checkpoints.fingerprint(torch.ones(3), {"lr": 0.1})
+    assert a == checkpoints.fingerprint(torch.ones(3), {"lr": 0.1})
+    assert a != checkpoints.fingerprint(torch.ones(3), {"lr": 0.2})
+    assert a != checkpoints.fingerprint(torch.zeros(3), {"lr": 0.1})
+
+
+def test_a_damaged_file_is_refused_with_its_name(tmp_path):
+    path = tmp_path / "run.pt"
+    path.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(checkpoints.CheckpointMismatch, match=r"run\.pt.*cannot be read.*damaged"):
+        checkpoints.load(path, "train.train")
+
+
+def test_a_checkpoint_of_the_other_loop_is_refused(tmp_path):
+    path = tmp_path / "run.pt"
+    checkpoints.save(path, {"kind": "batched.train", "step": 3})
+    with pytest.raises(checkpoints.CheckpointMismatch, match="expected a checkpoint of train.train.*batched.train"):
+        checkpoints.load(path, "train.train", required=("step",))
+
+
+def test_a_train_checkpoint_is_not_resumed_by_the_batched_loop(tmp_path):
+    path = tmp_path / "run.pt"
+    head = attention.AttentionHead(4, 3, 3, 2)
+    x, y = torch.randn(1, 5, 4), torch.randint(0, 2, (1, 5))
+    train.train(head, lambda m, step: torch.nn.functional.cross_entropy(m(x)[0], y[0]), 2,
+                checkpoint_path=path, progress=False)
+    params = batched.stack([{n: W.detach() for n, W in head.params().items()}])
+    with pytest.raises(checkpoints.CheckpointMismatch, match="batched.train"):
+        batched.train(x, y, params, {n: 0.1 for n in attention.PARAM_NAMES}, 2, checkpoint_path=path, progress=False)
+
+
+def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path):
+    path = tmp_path / "sub" / "run.pt"
+    checkpoints.save(path, {"kind": "x", "step": 1})
+    checkpoints.save(path, {"kind": "x", "step": 2})
+    assert checkpoints.load(path, "x")["step"] == 2
+    assert [p.name for p in path.parent.iterdir()] == ["run.pt"]
+
+
+def test_interrupt_saves_and_reraises(tmp_path, capsys):
+    saved = []
+    with pytest.raises(KeyboardInterrupt):
+        with checkpoints.saved_on_interrupt(tmp_path / "run.pt", lambda: saved.append(7), lambda: 7):
+            raise KeyboardInterrupt
+    assert saved == [7] and "saved step 7" in capsys.readouterr().out
