@@ -280,6 +280,23 @@ def em_vs_sgd(seeds=PAPER_SEEDS, steps=1000, T=2000, lr=0.01, value_lr_ratio=10.
 
 # ----------------------------------------------------------------------------- value trajectories
 
+# The small run of chapter 6's widget: its default settings, its size, and the choices it offers.
+SMALL_DEFAULTS = {"ratio": 10.0, "self_prob": 0.3, "lr": 0.01}
+SMALL_SIZE = {"seeds": (42, 2024, 1337), "T": 600, "steps": 1000}
+SMALL_RATIOS = (1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0)
+SMALL_RATES = (0.003, 0.01, 0.03, 0.1)
+
+
+def small_em_vs_sgd(ratio=SMALL_DEFAULTS["ratio"], self_prob=SMALL_DEFAULTS["self_prob"], lr=SMALL_DEFAULTS["lr"],
+                    device=None, **size):
+    """A small EM-vs-SGD run (3 seeds, T = 600, 1000 steps: a few seconds on a CPU), what chapter 6's
+    widget reruns when a control moves; ``size`` overrides seeds, T, steps."""
+    size = {**SMALL_SIZE, **size}
+    chain = StickyMarkovChain(self_prob=self_prob)
+    return em_vs_sgd(seeds=size["seeds"], steps=size["steps"], T=size["T"], lr=lr,
+                     value_lr_ratio=ratio, chain=chain, device=device, progress=False)
+
+
 def value_pca(trajectories, n_components=2):
     """Value trajectories of several schedules in one PCA basis, with their lengths.
 

@@ -9,8 +9,8 @@ task (``toy``), with everything the chapters measure recorded along the way.
                     values between snapshots); optionally the one-step "loop" measurements
 - ``run_seeds``     the same for several seeds
 - ``curves``        one metric of several runs as a (seeds, steps) array
-- ``draw_curves``   the four-panel figure of chapter 4 and its widget
-- ``explorer``      the ipywidgets panel: learning rate, value/routing rate ratio, steps
+(its figures are in ``plots``: ``specialisation_curves``, ``value_manifold``, ``one_step_loop``,
+``signal_attention_maps``; its widget in ``widgets.specialisation_explorer``)
 
 The loop measurements (``loop_every`` > 0) compare, at step t, what the paper's laws predict with
 what one optimizer step actually did (state at t+1), on the training batch itself:
@@ -28,15 +28,13 @@ import contextlib
 import math
 from dataclasses import asdict, dataclass, replace
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 from . import attention, diagnostics, tasks
 from .experiments import GROUPS
 from .attention import AttentionHead
-from .plots import COLORS
-from .train import History, TrainingDiverged, train
+from .train import History, pick_device, train
 
 
 @dataclass(frozen=True)
@@ -120,7 +118,7 @@ def probe_metrics(model, task, probe):
         "compat_raw": (alpha * g["b"]).sum(-1).sum().item(),  # sum_i u_i . g_i  (see chapter 4)
         "value_pc_share": float(diagnostics.pca(v.reshape(-1, v.shape[-1]), 1)["explained"][:task.n_sources - 1].sum()),
         # the size of the content pathway (|W_V mu_z|, mean over sources) and of the routing one
-        "proto_norm": (params["W_V"].double() @ task.means.T).norm(dim=0).mean().item(),
+        "proto_norm": (params["W_V"].double() @ task.means.to(params["W_V"].device).T).norm(dim=0).mean().item(),
         "routing_norm": (params["W_Q"].T @ params["W_K"]).norm().item(),
     }
     return metrics, (alpha, v)
@@ -142,7 +140,7 @@ def _loop_record(task, batch, p0, p1):
     pull = diagnostics.value_pull(a0, g0["u"])
     cos = []
     for z in range(task.n_sources):
-        mu = task.means[z].to(p0["W_V"].dtype)
+        mu = task.means[z].to(p0["W_V"])
         step = (p1["W_V"] - p0["W_V"]) @ mu
         target = pull[sig & (y == z)].sum(0)
         cos.append(torch.nn.functional.cosine_similarity(step, target, dim=0).item())
@@ -168,19 +166,28 @@ def _one_thread():
         torch.set_num_threads(before)
 
 
-def run(cfg=Config(), seed=0, loop_every=0, loop_until=300, progress=False):
-    """Train one head on the toy task and measure it (see the module docstring)."""
+def run(cfg=Config(), seed=0, loop_every=0, loop_until=300, progress=False, device="cpu"):
+    """Train one head on the toy task and measure it (see the module docstring).
+
+    ``device`` defaults to the CPU: at these sizes (a few thousand positions, an 8-wide head) a GPU
+    only adds overhead; "cuda" (or None: the GPU when there is one) runs everything there."""
     with _one_thread():
-        return _run(cfg, seed, loop_every, loop_until, progress)
+        return _run(cfg, seed, loop_every, loop_until, progress, pick_device(device))
 
 
-def _run(cfg, seed, loop_every, loop_until, progress):
+def _on(device, data):
+    """The tensors of a (x, y, is_signal) triple on ``device``."""
+    return tuple(t.to(device) for t in data)
+
+
+def _run(cfg, seed, loop_every, loop_until, progress, device):
     if not isinstance(cfg, Config):
         raise ValueError(f"cfg: expected a specialisation.Config, got {type(cfg).__name__}")
     if cfg.steps % cfg.log_every:
         raise ValueError(f"cfg.steps ({cfg.steps}) must be a multiple of cfg.log_every ({cfg.log_every})")
-    task, train_data, probe = make_data(cfg, seed)
-    model = make_model(cfg, seed)
+    task, cpu_train, cpu_probe = make_data(cfg, seed)
+    train_data, probe = _on(device, cpu_train), _on(device, cpu_probe)
+    model = make_model(cfg, seed).to(device)
     x, y, _ = train_data
     prev = {}  # the last snapshot, for the change rates
     loop_at = set(range(0, min(loop_until, cfg.steps - 1), loop_every)) if loop_every else set()
@@ -217,13 +224,13 @@ def _run(cfg, seed, loop_every, loop_until, progress):
         loss = attention.loss(x, y, m.params())
         return (loss, measure(step)) if step % cfg.log_every == 0 else loss
 
-    # device="cpu": at these sizes (a few thousand positions, 8-wide head) a GPU only adds overhead
     history = train(model, loss_fn, cfg.steps, lr=cfg.lr, lr_multipliers=lr_multipliers(cfg), seed=seed,
-                    log_every=cfg.log_every, progress=progress, desc=f"seed {seed}", device="cpu", on_step=on_step)
+                    log_every=cfg.log_every, progress=progress, desc=f"seed {seed}", device=device, on_step=on_step)
     with torch.no_grad():  # the state after the last step
         history.append(cfg.steps, loss=attention.loss(x, y, model.params()).item(), **measure(cfg.steps))
     value_rate_final = diagnostics.change_vs_final(torch.stack(values))
-    return Run(cfg, seed, model, task, train_data, probe, history, {k: np.array(v) for k, v in loop.items()},
+    # the record lives on the CPU, wherever it trained, so the analyses below never mix devices
+    return Run(cfg, seed, model.cpu(), task, cpu_train, cpu_probe, history, {k: np.array(v) for k, v in loop.items()},
                bought={g: np.array(b) for g, b in bought.items()}, value_rate_final=value_rate_final)
 
 
@@ -239,14 +246,6 @@ def curves(runs, key):
     return steps, np.stack([r.history[key] for r in runs])
 
 
-def band(ax, steps, values, color, label=None, log=False):
-    """Mean line and min-max band over seeds (rows of ``values``)."""
-    values = np.asarray(values, float)
-    mean = np.exp(np.nanmean(np.log(values), 0)) if log else np.nanmean(values, 0)
-    ax.fill_between(steps, np.nanmin(values, 0), np.nanmax(values, 0), color=color, alpha=0.2, lw=0)
-    ax.plot(steps, mean, color=color, label=label, lw=1.6)
-
-
 def reference_entropies(run_):
     """Mean attention entropy (nats) of uniform causal attention, and of ideal routing (uniform over
     the visible signal positions, or over all visible ones where none is a signal yet), on the probe."""
@@ -258,73 +257,6 @@ def reference_entropies(run_):
     ideal = torch.where(ideal.sum(-1, keepdim=True) > 0, ideal, visible.double())
     ideal = ideal / ideal.sum(-1, keepdim=True)
     return (diagnostics.attention_entropy(uniform).mean().item(), diagnostics.attention_entropy(ideal).mean().item())
-
-
-def draw_curves(fig, runs, color=None, label=None, axes=None):
-    """Four panels over training: probe loss and its KL to the Bayes posterior; attention entropy;
-    attended compatibility; share of value variance in the first K-1 principal components."""
-    color = color or COLORS["em" if runs[0].cfg.value_ratio != 1 else "sgd"]
-    if axes is None:
-        axes = fig.subplots(1, 4)
-    steps, _ = curves(runs, "loss")
-    band(axes[0], steps, curves(runs, "kl_bits")[1], color, label)
-    axes[0].set(title="distance to the Bayes posterior", ylabel="KL (bits)", xlabel="step")
-    band(axes[1], steps, curves(runs, "attn_entropy")[1], color, label)
-    uniform, ideal = reference_entropies(runs[0])
-    axes[1].axhline(uniform, color="0.6", ls=":", lw=1)
-    axes[1].axhline(ideal, color="0.6", ls="--", lw=1)
-    axes[1].text(steps[-1], uniform, "uniform", ha="right", va="bottom", fontsize=8, color="0.4")
-    axes[1].text(steps[-1], ideal, "ideal routing", ha="right", va="bottom", fontsize=8, color="0.4")
-    axes[1].set(title="attention entropy", ylabel="nats", xlabel="step")
-    band(axes[2], steps, curves(runs, "compat_cos")[1], color, label)
-    axes[2].axhline(0, color="0.6", lw=0.8)
-    axes[2].set(title=r"attended compatibility $E_\alpha[\cos(u_i, v_j)]$", xlabel="step")
-    band(axes[3], steps, curves(runs, "value_pc_share")[1], color, label)
-    axes[3].set(title=f"value variance in first {runs[0].task.n_sources - 1} PCs", xlabel="step", ylim=(0, 1.02))
-    if label:
-        axes[0].legend(fontsize=8)
-    return axes
-
-
-def explorer_figure(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
-    """Train ``cfg`` (default ``small_config()``) for ``seeds`` and draw ``draw_curves``: the widget's
-    figure, and the static figure of its default state."""
-    runs = run_seeds(cfg or small_config(), seeds)
-    fig = plt.figure(figsize=figsize)
-    draw_curves(fig, runs)
-    fig.tight_layout()
-    return fig, runs
-
-
-def explorer(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
-    """An ipywidgets panel: choose the learning rate, the value/routing rate ratio and the number of
-    steps; it retrains a small version (``small_config``) for ``seeds`` and redraws ``explorer_figure``."""
-    import ipywidgets
-    from IPython.display import display
-
-    cfg = cfg or small_config()
-
-    def update(lr, value_ratio, steps):
-        try:
-            fig, runs = explorer_figure(replace(cfg, lr=lr, value_ratio=value_ratio, steps=int(steps)), seeds, figsize)
-        except TrainingDiverged as e:  # too large a rate: say so instead of drawing nan curves
-            print(f"This run diverged: {e}")
-            return None
-        display(fig)
-        plt.close(fig)
-        return runs
-
-    style, layout = {"description_width": "initial"}, ipywidgets.Layout(width="420px")
-    return ipywidgets.interactive(
-        update,
-        lr=ipywidgets.FloatLogSlider(value=cfg.lr, base=10, min=-2, max=0.3, step=0.1, description="learning rate η",
-                                     continuous_update=False, style=style, layout=layout),
-        value_ratio=ipywidgets.FloatLogSlider(value=cfg.value_ratio, base=10, min=-1, max=1.5, step=0.25,
-                                              description="value / routing rate", continuous_update=False,
-                                              style=style, layout=layout),
-        steps=ipywidgets.IntSlider(value=cfg.steps, min=50, max=1000, step=50, description="steps",
-                                   continuous_update=False, style=style, layout=layout),
-    )
 
 
 def small_config(**changes):
@@ -364,68 +296,6 @@ def manifold(run_, model=None):
     radius = np.linalg.norm(p["projected"], axis=1)
     return {"projected": p["projected"], "share": float(p["explained"][:k].sum()), "entropy": entropy,
             "radius": radius, "spearman": diagnostics.spearman(radius, entropy)}
-
-
-def draw_manifold(axes, before, after, n_bins=8):
-    """Value clouds before and after training (PC plane, coloured by posterior entropy), and the mean
-    entropy as a function of the distance from the centre."""
-    vmax = float(np.log(before["projected"].shape[1] + 1))  # log K: K - 1 components were kept
-    for ax, m, title in ((axes[0], before, "values at initialisation"), (axes[1], after, "values after training")):
-        order = np.argsort(-m["entropy"])  # low-entropy points on top
-        sc = ax.scatter(m["projected"][order, 0], m["projected"][order, 1], c=m["entropy"][order], s=4,
-                        cmap="viridis", vmin=0, vmax=vmax, rasterized=True)
-        ax.set(title=f"{title}\n{m['share']:.0%} of variance in the first 2 PCs", xlabel="PC 1", ylabel="PC 2")
-        ax.set_aspect("equal", adjustable="datalim")
-    plt.colorbar(sc, ax=axes[1], fraction=0.046, pad=0.04, label="posterior entropy of $x_j$ alone (nats)")
-    for m, color, label in ((before, "0.6", "initialisation"), (after, COLORS["value"], "trained")):
-        r = m["radius"] / m["radius"].mean()
-        edges = np.quantile(r, np.linspace(0, 1, n_bins + 1))
-        idx = np.clip(np.searchsorted(edges, r, side="right") - 1, 0, n_bins - 1)
-        centres = [r[idx == b].mean() for b in range(n_bins)]
-        means = [m["entropy"][idx == b].mean() for b in range(n_bins)]
-        axes[2].plot(centres, means, "o-", color=color, label=f"{label} (Spearman {m['spearman']:.2f})")
-    axes[2].set(title="entropy against distance from the centre", xlabel="distance in the PC plane / its mean",
-                ylabel="mean posterior entropy (nats)")
-    axes[2].legend(fontsize=8)
-
-
-def draw_attention_maps(axes, alphas, is_signal, titles):
-    """Attention maps of one sequence, with the signal positions marked on the key axis."""
-    for ax, alpha, title in zip(axes, alphas, titles):
-        a = alpha.detach().cpu().numpy() if isinstance(alpha, torch.Tensor) else np.asarray(alpha)
-        im = ax.imshow(np.ma.masked_where(np.triu(np.ones_like(a), 1) > 0, a), cmap="viridis", vmin=0)
-        im.cmap.set_bad("0.92")
-        T = a.shape[0]
-        ax.set_xticks(range(T))
-        ax.set_xticklabels(["S" if s else "·" for s in is_signal.tolist()], fontsize=7)
-        for tick, s in zip(ax.get_xticklabels(), is_signal.tolist()):
-            tick.set_color(COLORS["value"] if s else "0.5")
-        ax.set(title=title, xlabel="key j (S: signal position)", ylabel="query i")
-        plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-
-
-def draw_loop(axes, runs, example=0):
-    """Left: for one run, the advantage flow into the signal positions at step t and the realised
-    change of attention mass on them from t to t+1. Right: per-pair and per-prototype agreement of
-    prediction and realised step over training, mean and min-max band over seeds."""
-    r = runs[example]
-    steps = r.loop["step"]
-    ax = axes[0]
-    ax.plot(steps, r.loop["flow"] / np.abs(r.loop["flow"]).max(), color=COLORS["key"],
-            label="advantage flow into signal keys at t")
-    ax.plot(steps, r.loop["dmass"] / np.abs(r.loop["dmass"]).max(), color=COLORS["query"], ls="--",
-            label="change of attention mass on them, t to t+1")
-    ax.axhline(0, color="0.7", lw=0.8)
-    ax.set(title=f"routing, seed {r.seed} (each curve / its max)", xlabel="step t")
-    ax.legend(fontsize=8)
-    ax = axes[1]
-    for key, color, label in (("prototype_cos", COLORS["value"], r"cos(move of $W_V\mu_z$, its pull)"),
-                              ("attn_pair_corr", COLORS["key"], r"corr(predicted, realised $\Delta\alpha_{ij}$)"),
-                              ("value_pair_corr", COLORS["error"], r"corr($\alpha_{ij}$, move of $v_j$ along $-u_i$)")):
-        band(ax, steps, np.stack([x.loop[key] for x in runs]), color, label)
-    ax.axhline(0, color="0.7", lw=0.8)
-    ax.set(title="one step: prediction against what happened", xlabel="step t", ylim=(-1.05, 1.05))
-    ax.legend(fontsize=8, loc="lower left")
 
 
 def timescales(run_, threshold=0.01, fraction=0.9):
@@ -603,18 +473,20 @@ def kernel_offdiagonal(x, params, n_seqs=16):
     return np.array(shares)
 
 
-def score_kernel_record(cfg, seed, every=10, until=300, kernel_at=(0, 100, 300), n_seqs=16):
+def score_kernel_record(cfg, seed, every=10, until=300, kernel_at=(0, 100, 300), n_seqs=16, keep=()):
     """Chapter 4's kernel measurements for one seed: ``score_step`` on the training batch at steps
     0, every, ... < until, and ``kernel_offdiagonal`` (mean over ``n_seqs`` sequences) at the steps
-    ``kernel_at``. Returns {"step": ..., each key of score_step: (n,) arrays, "offdiag": {step: share}}."""
+    ``kernel_at``. Returns {"step": ..., each key of score_step: (n,) arrays, "offdiag": {step: share},
+    "snapshots": {step: params} for the steps in ``keep`` (from the same training run)}."""
     loop = list(range(0, min(until, cfg.steps), every))
-    snaps = parameter_snapshots(cfg, seed, set(loop) | {t + 1 for t in loop} | set(kernel_at))
+    snaps = parameter_snapshots(cfg, seed, set(loop) | {t + 1 for t in loop} | set(kernel_at) | set(keep))
     _, (x, y, _), _ = make_data(cfg, seed)
     with _one_thread(), torch.no_grad():
         rows = [score_step(x, y, snaps[t], snaps[t + 1], cfg.lr) for t in loop]
         out = {key: np.array([r[key] for r in rows]) for key in rows[0]}
         out["step"] = np.array(loop)
         out["offdiag"] = {t: float(kernel_offdiagonal(x, snaps[t], n_seqs).mean()) for t in kernel_at}
+    out["snapshots"] = {t: snaps[t] for t in keep}
     return out
 
 
@@ -689,3 +561,26 @@ def oracle_heads(cfg, seed, temperatures=(0.25, 0.5, 1.0, 2.0)):
         best = min(fits, key=lambda c: fits[c][0])  # chosen on the training loss, not on the probe
         content = dict(fits[best][1], temperature=best)
     return {"signal": signal, "content": content}
+
+
+# ----------------------------------------------------------------------------- old names, for one release
+# The figures and the widget moved to the presentation modules (this module only computes). The
+# old names still work for one release; they are looked up only when used, so importing this module
+# never imports matplotlib.
+_MOVED = {"draw_curves": ("plots", "specialisation_curves"), "draw_manifold": ("plots", "value_manifold"),
+          "draw_attention_maps": ("plots", "signal_attention_maps"), "draw_loop": ("plots", "one_step_loop"),
+          "explorer_figure": ("widgets", "specialisation_figure"), "explorer": ("widgets", "specialisation_explorer")}
+
+
+def band(ax, steps, values, color, label=None, log=False):
+    """Old name of ``plots.seed_bands`` (median and min-max band; the median needs no log option)."""
+    import importlib
+    return importlib.import_module(".plots", __package__).seed_bands(ax, values, color, label, steps)
+
+
+def __getattr__(name):
+    if name in _MOVED:
+        import importlib
+        module, new = _MOVED[name]
+        return getattr(importlib.import_module(f".{module}", __package__), new)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

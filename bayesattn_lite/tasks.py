@@ -231,8 +231,9 @@ class SourcesTask:
             _validate.fail("x", f"shape (B, T, d_x={self.d_x})", x)
         x = x.to(torch.float64)
         var = self.noise ** 2
-        log_source = -((x[..., None, :] - self.means) ** 2).sum(-1) / (2 * var)       # (B, T, K)
-        log_distractor = -((x - self.distractor) ** 2).sum(-1, keepdim=True) / (2 * var)  # (B, T, 1)
+        means, distractor = self.means.to(x.device), self.distractor.to(x.device)  # x may be on a GPU
+        log_source = -((x[..., None, :] - means) ** 2).sum(-1) / (2 * var)       # (B, T, K)
+        log_distractor = -((x - distractor) ** 2).sum(-1, keepdim=True) / (2 * var)  # (B, T, 1)
         if self.signal_prob == 1:  # no distractors at all (log(1 - rho) would be log 0)
             return log_source
         return torch.logaddexp(math.log(self.signal_prob) + log_source,

@@ -142,24 +142,6 @@ def test_value_pca_shares_one_basis_and_measures_paths():
         experiments.value_pca({"a": straight[:1]})
 
 
-def test_widget_reuses_the_static_result_and_reports_divergence(monkeypatch):
-    import matplotlib
-    matplotlib.use("Agg")
-    from bayesattn_lite import sticky_widget
-    from bayesattn_lite.train import TrainingDiverged
-
-    small_result = sticky_widget.small_run(seeds=(3,), T=30, steps=20)
-    assert small_result.loss_sgd.shape == (1, 20)
-
-    def no_training(*args, **kwargs):
-        raise TrainingDiverged("step 3: the loss of 1 model(s) is nan/inf")
-    monkeypatch.setattr(sticky_widget, "small_run", no_training)
-    panel = sticky_widget.explorer(initial=small_result)   # the defaults are served from the cache
-    assert panel.result is small_result
-    panel.children[2].value = 0.1                          # a new setting: this one "diverges"
-    assert panel.result is None                            # a message, no figure of nan curves
-
-
 # ----------------------------------------------------------------------------- frame and precision
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,76 @@
+"""The package's shape: three tiers of flat modules, imports only downward, no cycles.
+
+1. concepts: what the paper is about, with no chapter and no figure in them;
+2. chapter experiments: compute what a chapter measures and return plain results;
+3. presentation and teaching: figures, widgets, exercise checks, problem sets, the grader.
+
+CONTRIBUTING.md draws the graph this test enforces.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "bayesattn_lite"
+
+TIERS = {
+    "concepts": ["_validate", "attention", "checkpoints", "tasks", "wind_tunnels", "models", "train",
+                 "batched", "em", "diagnostics", "monitor", "gradcheck", "toy"],
+    "experiments": ["specialisation", "experiments", "comparison", "distributed"],
+    "presentation": ["plots", "widgets", "checks", "assignments", "grading", "_sandbox", "sticky_widget"],
+}
+LEVEL = {module: level for level, modules in enumerate(TIERS.values()) for module in modules}
+PLOTTING = ("matplotlib", "ipywidgets", "IPython")
+
+
+def modules():
+    return sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+
+
+def imports(module, top_level_only=False):
+    """The package modules ``module`` imports (``from . import x``, ``from .x import y``), and the
+    outside packages, anywhere in the file or only at its top level."""
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    inside, outside = set(), set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            inside.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            outside.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            outside.update(a.name.split(".")[0] for a in node.names)
+    return inside, outside
+
+
+def test_every_module_has_a_tier():
+    assert set(modules()) == set(LEVEL), f"give these modules a tier: {set(modules()) ^ set(LEVEL)}"
+
+
+@pytest.mark.parametrize("module", modules())
+def test_imports_go_down_the_tiers(module):
+    """A module imports only its own tier or a lower one. (specialisation's forwarding of its old
+    figure names, kept for one release, goes through importlib on first use and is not an import.)"""
+    inside, outside = imports(module)
+    upward = sorted(m for m in inside if LEVEL[m] > LEVEL[module])
+    assert not upward, f"{module} ({list(TIERS)[LEVEL[module]]}) imports {upward} from a higher tier"
+    if LEVEL[module] < LEVEL["plots"]:
+        assert not outside & set(PLOTTING), f"{module} computes; it must not import {outside & set(PLOTTING)}"
+
+
+def test_no_import_cycles():
+    graph = {m: imports(m, top_level_only=True)[0] for m in modules()}
+    state = {}
+
+    def visit(m, path):
+        if state.get(m) == "open":
+            raise AssertionError(f"import cycle: {' -> '.join(path + [m])}")
+        if state.get(m) != "done":
+            state[m] = "open"
+            for n in sorted(graph[m]):
+                visit(n, path + [m])
+            state[m] = "done"
+
+    for m in graph:
+        visit(m, [])
