@@ -4,6 +4,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from . import specialisation
+
 # The Okabe-Ito palette: eight colours that stay distinct under the common colour-vision deficiencies.
 OKABE_ITO = {
     "blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
@@ -192,7 +194,8 @@ def seed_bands(ax, curves, color, label, steps=None, lw=1.6):
         raise ValueError(f"curves: expected shape (seeds, steps), got {c.shape}")
     x = np.arange(c.shape[1]) if steps is None else to_numpy(steps)
     ax.fill_between(x, c.min(axis=0), c.max(axis=0), color=color, alpha=0.2, lw=0)
-    ax.plot(x, np.median(c, axis=0), color=color, lw=lw, label=f"{label} (median, range of {c.shape[0]} seeds)")
+    text = None if label is None else f"{label} (median, range of {c.shape[0]} seeds)"
+    ax.plot(x, np.median(c, axis=0), color=color, lw=lw, label=text)
     return ax
 
 
@@ -285,3 +288,154 @@ def trajectories(ax, paths, color, label=None, ls="-", marker="o"):
         ax.plot(p[:, k, 0], p[:, k, 1], color=color, ls=ls, lw=1.4, label=label if k == 0 else None)
         ax.plot(p[0, k, 0], p[0, k, 1], marker=marker, mfc="white", mec=color, ms=6)
         ax.plot(p[-1, k, 0], p[-1, k, 1], marker=marker, color=color, ms=6)
+
+
+# ----------------------------------------------------------------------------- chapter 4: the score kernel
+
+def score_kernel_panels(axes, steps, agree_gradient, agree_kernel, kernel):
+    """Two panels for chapter 4's score kernel. Left: over training steps, the share of pairs whose
+    realised score change has the sign of -dL/ds (the pair's own gradient) and of the kernel's
+    first-order step -lr K dL/ds, median and range over seeds (rows of the two (seeds, steps) arrays),
+    with chance (1/2) dotted. Right: ``kernel``, the (pairs, pairs) score kernel of one sequence,
+    divided by the mean of its diagonal, on a signed scale."""
+    ax = axes[0]
+    seed_bands(ax, agree_gradient, COLORS["error"], r"sign of $-\partial L/\partial s_{ij}$", steps=steps)
+    seed_bands(ax, agree_kernel, COLORS["query"], r"sign of the first-order step $-\eta K \nabla_s L$", steps=steps)
+    ax.axhline(0.5, color="0.5", ls=":", lw=1)
+    ax.set(title="realised $\\Delta s_{ij}$ agrees in sign with ...", xlabel="step t", ylabel="share of pairs",
+           ylim=(0.4, 1.03))
+    ax.legend(fontsize=8, loc="center right")
+    k = to_numpy(kernel)
+    if k.ndim != 2 or k.shape[0] != k.shape[1]:
+        raise ValueError(f"kernel: expected a square (pairs, pairs) matrix, got shape {k.shape}")
+    k = k / np.abs(np.diag(k)).mean()
+    bound = float(np.abs(k).max())
+    im = axes[1].imshow(k, cmap="RdBu_r", vmin=-bound, vmax=bound, interpolation="nearest")
+    axes[1].set(title="score kernel of one sequence / its mean diagonal", xlabel="pair (i, j)", ylabel="pair (i', j')")
+    plt.colorbar(im, ax=axes[1], fraction=0.046, pad=0.04)
+    return axes
+
+
+# ----------------------------------------------------------------------------- chapters 4 and 5: one head on the hidden sources
+
+def specialisation_curves(fig, runs, color=None, label=None, axes=None):
+    """Four panels over training: probe loss and its KL to the Bayes posterior; attention entropy;
+    attended compatibility; share of value variance in the first K-1 principal components."""
+    color = color or COLORS["em" if runs[0].cfg.value_ratio != 1 else "sgd"]
+    if axes is None:
+        axes = fig.subplots(1, 4)
+    steps, _ = specialisation.curves(runs, "loss")
+    seed_bands(axes[0], specialisation.curves(runs, "kl_bits")[1], color, label, steps)
+    axes[0].set(title="distance to the Bayes posterior", ylabel="KL (bits)", xlabel="step")
+    seed_bands(axes[1], specialisation.curves(runs, "attn_entropy")[1], color, label, steps)
+    uniform, ideal = specialisation.reference_entropies(runs[0])
+    axes[1].axhline(uniform, color="0.6", ls=":", lw=1)
+    axes[1].axhline(ideal, color="0.6", ls="--", lw=1)
+    axes[1].text(steps[-1], uniform, "uniform", ha="right", va="bottom", fontsize=8, color="0.4")
+    axes[1].text(steps[-1], ideal, "ideal routing", ha="right", va="bottom", fontsize=8, color="0.4")
+    axes[1].set(title="attention entropy", ylabel="nats", xlabel="step")
+    seed_bands(axes[2], specialisation.curves(runs, "compat_cos")[1], color, label, steps)
+    axes[2].axhline(0, color="0.6", lw=0.8)
+    axes[2].set(title=r"attended compatibility $E_\alpha[\cos(u_i, v_j)]$", xlabel="step")
+    seed_bands(axes[3], specialisation.curves(runs, "value_pc_share")[1], color, label, steps)
+    axes[3].set(title=f"value variance in first {runs[0].task.n_sources - 1} PCs", xlabel="step", ylim=(0, 1.02))
+    if label:
+        axes[0].legend(fontsize=8)
+    return axes
+
+
+def value_manifold(axes, before, after, n_bins=8):
+    """Value clouds before and after training (PC plane, coloured by posterior entropy), and the mean
+    entropy as a function of the distance from the centre."""
+    vmax = float(np.log(before["projected"].shape[1] + 1))  # log K: K - 1 components were kept
+    for ax, m, title in ((axes[0], before, "values at initialisation"), (axes[1], after, "values after training")):
+        order = np.argsort(-m["entropy"])  # low-entropy points on top
+        sc = ax.scatter(m["projected"][order, 0], m["projected"][order, 1], c=m["entropy"][order], s=4,
+                        cmap="viridis", vmin=0, vmax=vmax, rasterized=True)
+        ax.set(title=f"{title}\n{m['share']:.0%} of variance in the first 2 PCs", xlabel="PC 1", ylabel="PC 2")
+        ax.set_aspect("equal", adjustable="datalim")
+    plt.colorbar(sc, ax=axes[1], fraction=0.046, pad=0.04, label="posterior entropy of $x_j$ alone (nats)")
+    for m, color, label in ((before, "0.6", "initialisation"), (after, COLORS["value"], "trained")):
+        binned(axes[2], m["radius"] / m["radius"].mean(), m["entropy"], n_bins, color=color,
+               label=f"{label} (Spearman {m['spearman']:.2f})")
+    axes[2].set(title="entropy against distance from the centre", xlabel="distance in the PC plane / its mean",
+                ylabel="mean posterior entropy (nats)")
+    axes[2].legend(fontsize=8)
+
+
+def signal_attention_maps(axes, alphas, is_signal, titles):
+    """Attention maps of one sequence, with the signal positions marked on the key axis."""
+    for ax, alpha, title in zip(axes, alphas, titles):
+        a = alpha.detach().cpu().numpy() if isinstance(alpha, torch.Tensor) else np.asarray(alpha)
+        im = ax.imshow(np.ma.masked_where(np.triu(np.ones_like(a), 1) > 0, a), cmap="viridis", vmin=0)
+        im.cmap.set_bad("0.92")
+        T = a.shape[0]
+        ax.set_xticks(range(T))
+        ax.set_xticklabels(["S" if s else "·" for s in is_signal.tolist()], fontsize=7)
+        for tick, s in zip(ax.get_xticklabels(), is_signal.tolist()):
+            tick.set_color(COLORS["value"] if s else "0.5")
+        ax.set(title=title, xlabel="key j (S: signal position)", ylabel="query i")
+        plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+
+
+def one_step_loop(axes, runs, example=0):
+    """Left: for one run, the advantage flow into the signal positions at step t and the realised
+    change of attention mass on them from t to t+1. Right: per-pair and per-prototype agreement of
+    prediction and realised step over training, mean and min-max band over seeds."""
+    r = runs[example]
+    steps = r.loop["step"]
+    ax = axes[0]
+    ax.plot(steps, r.loop["flow"] / np.abs(r.loop["flow"]).max(), color=COLORS["key"],
+            label="advantage flow into signal keys at t")
+    ax.plot(steps, r.loop["dmass"] / np.abs(r.loop["dmass"]).max(), color=COLORS["query"], ls="--",
+            label="change of attention mass on them, t to t+1")
+    ax.axhline(0, color="0.7", lw=0.8)
+    ax.set(title=f"routing, seed {r.seed} (each curve / its max)", xlabel="step t")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    for key, color, label in (("prototype_cos", COLORS["value"], r"cos(move of $W_V\mu_z$, its pull)"),
+                              ("attn_pair_corr", COLORS["key"], r"corr(predicted, realised $\Delta\alpha_{ij}$)"),
+                              ("value_pair_corr", COLORS["error"], r"corr($\alpha_{ij}$, move of $v_j$ along $-u_i$)")):
+        seed_bands(ax, np.stack([x.loop[key] for x in runs]), color, label, steps)
+    ax.axhline(0, color="0.7", lw=0.8)
+    ax.set(title="one step: prediction against what happened", xlabel="step t", ylim=(-1.05, 1.05))
+    ax.legend(fontsize=8, loc="lower left")
+
+
+# ----------------------------------------------------------------------------- chapter 6: EM-like against SGD
+
+def sticky_em_vs_sgd(fig, result):
+    """Loss curves (both schedules, exact Bayes level, held-out loss of the final weights as
+    diamonds at the right edge) and the speed-up per seed, on ``fig``."""
+    ax_loss, ax_speed = fig.subplots(1, 2, gridspec_kw={"width_ratios": (2.2, 1)})
+    seed_bands(ax_loss, result.loss_sgd, COLORS["sgd"], f"SGD, lr {result.lr:g}")
+    seed_bands(ax_loss, result.loss_em, COLORS["em"], f"EM-like, $W_V$ lr x{result.value_lr_ratio:g}")
+    ax_loss.axhline(float(np.mean(result.bayes_loss)), color="black", ls="--", lw=1, label="exact Bayes (mean)")
+    ax_loss.axhline(float(np.mean(result.final_loss_sgd)), color=COLORS["sgd"], ls=":", lw=1,
+                    label="SGD's final loss (mean)")
+    # a short sequence can be fitted below the Bayes level: the held-out loss shows what generalises
+    held = result.run.held_out()
+    for name, key in (("sgd", "sgd"), ("em", "em")):
+        ax_loss.scatter([result.steps * 1.02] * len(result.seeds), held[key]["loss"], color=COLORS[name],
+                        marker="D", s=14, clip_on=False, zorder=4)
+    ax_loss.scatter([], [], color="0.4", marker="D", s=14, label="final weights on a held-out sequence")
+    chain = result.run.chain
+    ax_loss.set(xlabel="step", ylabel="training loss (nats)",
+                title=f"stickiness {chain.self_prob:g} (diagonal {chain.transition_matrix[0, 0]:.2f}), "
+                      f"T = {result.T}")
+    fig.legend(*ax_loss.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=7)
+    strip(ax_speed, ["EM-like\nvs SGD"], [result.speedup], colors=[COLORS["em"]], reference=1.0,
+          ylabel="speed-up (SGD's steps / EM's)")
+    finite = result.speedup[np.isfinite(result.speedup)]
+    ax_speed.set_title(f"median {np.median(result.speedup):.2f}x" if len(finite) == len(result.speedup)
+                       else "EM never reached SGD's final loss on some seeds")
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
+    return ax_loss, ax_speed
+
+
+def message(fig, text):
+    """A figure that says ``text`` instead of drawing (e.g. why a widget's run diverged)."""
+    ax = fig.subplots()
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=10)
+    return ax

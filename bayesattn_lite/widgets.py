@@ -16,10 +16,14 @@ error signal u_i and the scores s_ij. The panel shows
   scores, s_i <- s_i - eta dL/ds_i.
 """
 
+from dataclasses import replace
+
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .plots import COLORS, to_numpy
+from . import experiments, plots, specialisation
+from .plots import COLORS, heatmap, to_numpy
+from .train import TrainingDiverged
 
 # Signed quantities use the two ends of the red-blue scale of plots.heatmap(signed=True):
 # red for positive, blue for negative.
@@ -213,4 +217,204 @@ def advantage_explorer(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES
         v_y=slider(values[moved, 1], -1.5, 1.5, 0.05, f"v_{moved}, coordinate 2"),
         u_angle_deg=slider(u_angle, -180.0, 180.0, 5.0, "angle of u_i (degrees)"),
         eta=slider(float(eta), 0.0, 10.0, 0.1, "learning rate η"),
+    )
+
+
+# ----------------------------------------------------------------------------- training snapshots (chapter 4)
+# A step slider over parameters recorded during training: for one sequence, the attention map alpha,
+# the advantage A_ij = E_{alpha_i}[b] - b_ij and the values v_j at the chosen step, the values drawn
+# in one fixed plane (the top two principal components of the last snapshot's values) with their
+# path so far, so that the slider shows the training as motion, not as before and after.
+
+def snapshot_states(snapshots, x, y, is_signal):
+    """What the snapshot panel shows, for every recorded step.
+
+    ``snapshots`` is {step: params} (the four matrices of ``attention``, e.g. from
+    ``specialisation.parameter_snapshots``); ``x`` (T, d_x), ``y`` (T,) and ``is_signal`` (T,) are one
+    sequence. Returns a dict: steps (n,), alpha (n, T, T), advantage (n, T, T) (0 where masked; the
+    gradient of this sequence's own mean loss), values (n, T, d_v), plane (n, T, 2) (the values in the
+    top two principal components of the last step's values), loss (n,), is_signal and y (T,).
+    """
+    from . import attention, diagnostics
+
+    if not snapshots:
+        raise ValueError("snapshots: expected a non-empty {step: params} dict")
+    if x.dim() != 2 or y.shape != x.shape[:1] or is_signal.shape != x.shape[:1]:
+        raise ValueError(f"x, y, is_signal: expected one sequence, (T, d_x), (T,) and (T,), got "
+                         f"{tuple(x.shape)}, {tuple(y.shape)} and {tuple(is_signal.shape)}")
+    steps = sorted(snapshots)
+    rows = []
+    for step in steps:
+        params = {name: p.detach().to(x.dtype) for name, p in snapshots[step].items()}
+        fw = attention.forward(x, params)
+        grads = attention.gradients(x, y, params)
+        loss = float(attention.loss(x, y, params))
+        rows.append((fw["alpha"], grads["advantage"], fw["v"], loss))
+    values = np.stack([to_numpy(r[2]) for r in rows])
+    pca = diagnostics.pca(values[-1], 2)  # one fixed plane: the last step's
+    plane = (values - pca["mean"]) @ pca["components"].T
+    return {"steps": np.array(steps), "alpha": np.stack([to_numpy(r[0]) for r in rows]),
+            "advantage": np.stack([to_numpy(r[1]) for r in rows]), "values": values, "plane": plane,
+            "loss": np.array([r[3] for r in rows]), "is_signal": to_numpy(is_signal) > 0, "y": to_numpy(y).astype(int)}
+
+
+def _mark_keys(ax, is_signal):
+    ax.set_xticks(range(len(is_signal)))
+    ax.set_xticklabels(["S" if s else "·" for s in is_signal], fontsize=7)
+    ax.set_yticks(range(0, len(is_signal), 5))
+
+
+def draw_snapshot_panel(fig_or_axes, states, index):
+    """Draw step number ``index`` of ``states`` (from ``snapshot_states``) on three axes: the attention
+    map, the advantage map (red: gradient descent raises the score) and the values in the fixed plane,
+    each value's path up to this step as a faint line. Returns the three axes."""
+    if isinstance(fig_or_axes, plt.Figure):
+        fig = fig_or_axes
+        axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": (1, 1, 1.1)})
+    else:
+        axes = list(fig_or_axes)
+        if len(axes) != 3:
+            raise ValueError(f"fig_or_axes: expected a Figure or 3 Axes, got {len(axes)} Axes")
+        fig = axes[0].figure
+    n = len(states["steps"])
+    if not 0 <= index < n:
+        raise ValueError(f"index: expected 0 <= index < {n} (one per recorded step), got {index}")
+    step, sig = int(states["steps"][index]), states["is_signal"]
+    T = len(sig)
+    hidden = np.triu(np.ones((T, T)), 1)
+    heatmap(axes[0], states["alpha"][index], title=f"attention $\\alpha_{{ij}}$, step {step}", mask=hidden,
+            xlabel="key j (S: signal position)")
+    axes[0].images[0].set_clim(0, 1)  # one scale for every step, so sharpening shows as colour
+    heatmap(axes[1], states["advantage"][index], title=f"advantage $A_{{ij}}$, step {step}", signed=True,
+            mask=hidden, xlabel="key j (S: signal position)")
+    for ax in axes[:2]:
+        _mark_keys(ax, sig)
+    ax = axes[2]
+    plane = states["plane"]
+    low, high = plane.reshape(-1, 2).min(0), plane.reshape(-1, 2).max(0)
+    pad = 0.08 * (high - low).max()
+    source_colors = [COLORS["query"], COLORS["key"], COLORS["value"], COLORS["em"], COLORS["error"]]
+    for j in range(T):
+        color = source_colors[states["y"][j] % len(source_colors)] if sig[j] else "0.6"
+        ax.plot(plane[:index + 1, j, 0], plane[:index + 1, j, 1], color=color, lw=0.8, alpha=0.5)
+        ax.scatter(*plane[index, j], color=color, s=28 if sig[j] else 12, zorder=3)
+    ax.set_xlim(low[0] - pad, high[0] + pad)
+    ax.set_ylim(low[1] - pad, high[1] + pad)
+    ax.set(title=f"values $v_j$ and their paths, step {step}\n(loss on this sequence {states['loss'][index]:.3f})",
+           xlabel="PC 1 of the final values", ylabel="PC 2")
+    fig.tight_layout()
+    return axes
+
+
+def snapshot_slider(states, index=0, figsize=(14.0, 4.2)):
+    """An ipywidgets step slider over ``states`` (from ``snapshot_states``): it redraws
+    ``draw_snapshot_panel`` at the chosen step. Returns the ``ipywidgets.interactive`` object; its
+    ``result`` is the index shown, its first child the slider (over the recorded steps)."""
+    import ipywidgets
+    from IPython.display import display
+
+    steps = [int(s) for s in states["steps"]]
+
+    def update(step):
+        i = steps.index(step)
+        fig = plt.figure(figsize=figsize)
+        draw_snapshot_panel(fig, states, i)
+        display(fig)
+        plt.close(fig)
+        return i
+
+    return ipywidgets.interactive(update, step=ipywidgets.SelectionSlider(
+        options=steps, value=steps[index], description="training step", continuous_update=False,
+        style={"description_width": "initial"}, layout=ipywidgets.Layout(width="520px")))
+
+
+# ----------------------------------------------------------------------------- chapter 4: the specialisation explorer
+
+def specialisation_figure(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
+    """Train ``cfg`` (default ``specialisation.small_config()``) for ``seeds`` and draw ``plots.specialisation_curves``: the widget's
+    figure, and the static figure of its default state."""
+    runs = specialisation.run_seeds(cfg or specialisation.small_config(), seeds)
+    fig = plt.figure(figsize=figsize)
+    plots.specialisation_curves(fig, runs)
+    fig.tight_layout()
+    return fig, runs
+
+
+def specialisation_explorer(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
+    """An ipywidgets panel: choose the learning rate, the value/routing rate ratio and the number of
+    steps; it retrains a small version (``specialisation.small_config``) for ``seeds`` and redraws ``specialisation_figure``."""
+    import ipywidgets
+    from IPython.display import display
+
+    cfg = cfg or specialisation.small_config()
+
+    def update(lr, value_ratio, steps):
+        try:
+            fig, runs = specialisation_figure(replace(cfg, lr=lr, value_ratio=value_ratio, steps=int(steps)), seeds, figsize)
+        except TrainingDiverged as e:  # too large a rate: say so instead of drawing nan curves
+            print(f"This run diverged: {e}")
+            return None
+        display(fig)
+        plt.close(fig)
+        return runs
+
+    style, layout = {"description_width": "initial"}, ipywidgets.Layout(width="420px")
+    return ipywidgets.interactive(
+        update,
+        lr=ipywidgets.FloatLogSlider(value=cfg.lr, base=10, min=-2, max=0.3, step=0.1, description="learning rate η",
+                                     continuous_update=False, style=style, layout=layout),
+        value_ratio=ipywidgets.FloatLogSlider(value=cfg.value_ratio, base=10, min=-1, max=1.5, step=0.25,
+                                              description="value / routing rate", continuous_update=False,
+                                              style=style, layout=layout),
+        steps=ipywidgets.IntSlider(value=cfg.steps, min=50, max=1000, step=50, description="steps",
+                                   continuous_update=False, style=style, layout=layout),
+    )
+
+
+# ----------------------------------------------------------------------------- chapter 6: the EM-vs-SGD explorer
+# Three controls: the value/routing rate ratio, the stickiness of the chain (the authors'
+# self-probability before renormalisation) and the base learning rate. Each change reruns a small
+# EM-vs-SGD experiment and redraws the loss curves and the speed-up per seed; the chapter draws
+# the default state as a static figure above the widget with the same drawing function.
+
+def sticky_explorer(initial=None, figsize=(10.0, 4.4), device=None):
+    """The ipywidgets panel: ratio, stickiness and base rate; reruns ``experiments.small_em_vs_sgd`` on release.
+
+    ``initial`` is the result of ``experiments.small_em_vs_sgd()`` at the defaults, if already computed (the
+    chapter's static figure): the panel then shows it instead of training it again. Results are
+    kept, so moving a control back costs nothing.
+    """
+    import ipywidgets
+    from IPython.display import display
+
+    style = {"description_width": "initial"}
+    layout = ipywidgets.Layout(width="420px")
+    cache, D = {}, experiments.SMALL_DEFAULTS
+    if initial is not None:
+        cache[(D["ratio"], D["self_prob"], D["lr"])] = initial
+
+    def update(ratio, self_prob, lr):
+        fig = plt.figure(figsize=figsize)
+        key = (float(ratio), round(float(self_prob), 6), float(lr))
+        try:
+            if key not in cache:
+                cache[key] = experiments.small_em_vs_sgd(ratio, self_prob, lr, device=device)
+            result = cache[key]
+            plots.sticky_em_vs_sgd(fig, result)
+        except TrainingDiverged as error:  # a clear message instead of nan curves
+            result = None
+            plots.message(fig, f"This setting diverged:\n{error}")
+        display(fig)
+        plt.close(fig)
+        return result
+
+    return ipywidgets.interactive(
+        update,
+        ratio=ipywidgets.SelectionSlider(options=experiments.SMALL_RATIOS, value=D["ratio"], continuous_update=False,
+                                         description="W_V rate / routing rate", style=style, layout=layout),
+        self_prob=ipywidgets.FloatSlider(value=D["self_prob"], min=0.0, max=0.9, step=0.05,
+                                         continuous_update=False, description="stickiness (self-probability)",
+                                         style=style, layout=layout),
+        lr=ipywidgets.SelectionSlider(options=experiments.SMALL_RATES, value=D["lr"], continuous_update=False,
+                                      description="base learning rate", style=style, layout=layout),
     )

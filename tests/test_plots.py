@@ -105,3 +105,16 @@ def test_qk_step_refuses_gradients_of_another_shape(ax):
     q, k, dq, dk, _ = example()
     with pytest.raises(ValueError, match="must match"):
         plots.qk_step(ax, q, k, dq[:2], dk, lr=1.0)
+
+
+def test_score_kernel_panels_draw_the_agreement_and_the_kernel():
+    fig, axes = plt.subplots(1, 2)
+    steps = np.arange(0, 50, 10)
+    agree = np.full((3, 5), 0.6)
+    kernel = np.array([[2.0, -1.0], [-1.0, 4.0]])
+    plots.score_kernel_panels(axes, steps, agree, agree + 0.3, kernel)
+    assert len(axes[0].lines) >= 3  # two medians and the chance line
+    assert np.allclose(axes[1].images[0].get_array(), kernel / 3.0)
+    with pytest.raises(ValueError, match="square"):
+        plots.score_kernel_panels(axes, steps, agree, agree, np.ones((2, 3)))
+    plt.close(fig)

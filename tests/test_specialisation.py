@@ -52,7 +52,7 @@ def test_value_ratio_sets_the_value_learning_rate():
 
 def test_draw_curves_draws_four_panels():
     fig = plt.figure()
-    axes = sp.draw_curves(fig, [sp.run(TINY, 0)])
+    axes = plots.specialisation_curves(fig, [sp.run(TINY, 0)])
     assert len(axes) == 4 and all(ax.lines for ax in axes)
     plt.close(fig)
 
@@ -120,3 +120,61 @@ def test_normalisation_check_attributes_the_loss_decrease_to_the_groups():
     assert all(0 < check[g] < 1 for g in ("routing", "values", "readout"))
     assert check["values_early"] <= check["values"]
     assert check["peak_value_final"] in (10, 20, 30, 40)
+
+
+# ----------------------------------------------------------------------------- chapter 4: score kernel, oracle heads
+
+def test_parameter_snapshots_are_the_weights_run_trains():
+    import torch
+    snaps = sp.parameter_snapshots(TINY, 0, [0, 10, TINY.steps])
+    assert sorted(snaps) == [0, 10, TINY.steps]
+    r = sp.run(TINY, 0)
+    assert torch.equal(snaps[TINY.steps]["W_Q"], r.model.W_Q.detach())
+    assert torch.equal(snaps[0]["W_V"], sp.make_model(TINY, 0).W_V.detach())
+    with pytest.raises(ValueError, match="at"):
+        sp.parameter_snapshots(TINY, 0, [TINY.steps + 1])
+
+
+def test_score_step_first_order_matches_a_small_step_and_the_kernel():
+    import torch
+    from bayesattn_lite import attention
+    task, (x, y, _), _ = sp.make_data(TINY, 0)
+    x = x.double()
+    p0 = {n: w.double() for n, w in sp._params(sp.make_model(TINY, 0)).items()}
+    lr = 1e-3
+    g = attention.gradients(x, y, p0)
+    p1 = {n: p0[n] - lr * g[n] for n in p0}
+    out = sp.score_step(x, y, p0, p1, lr)
+    assert out["kernel_error"] < 1e-2 and out["agree_kernel"] > 0.99
+    assert out["decrease"] > 0
+    assert 0.3 < out["agree_gradient"] < 1
+    # the first-order step of one sequence is the kernel of attention.score_kernel applied to dL/ds
+    g1 = attention.gradients(x[:1], y[:1], p0)
+    fw = attention.forward(x[:1], p0)
+    ds_kernel = attention.predicted_score_change(x[0], fw["q"][0], fw["k"][0], g1["s"][0], lr)
+    _, ds_jvp = torch.func.jvp(lambda a, b: sp._scores(x[0], a, b), (p0["W_Q"], p0["W_K"]),
+                               (-lr * g1["W_Q"], -lr * g1["W_K"]))
+    mask = attention.causal_mask(x.shape[1])
+    assert torch.allclose(ds_kernel[mask], ds_jvp[mask], atol=1e-12)
+
+
+def test_kernel_offdiagonal_is_a_share():
+    task, (x, _, _), _ = sp.make_data(TINY, 0)
+    shares = sp.kernel_offdiagonal(x, sp._params(sp.make_model(TINY, 0)), n_seqs=3)
+    assert shares.shape == (3,) and ((shares > 0) & (shares < 1)).all()
+
+
+def test_score_kernel_record_keeps_what_it_is_asked_for():
+    rec = sp.score_kernel_record(TINY, 0, every=10, until=30, kernel_at=(0, 20), n_seqs=2, keep=(0, 40))
+    assert list(rec["step"]) == [0, 10, 20]
+    assert set(rec["offdiag"]) == {0, 20} and set(rec["snapshots"]) == {0, 40}
+    assert ((rec["agree_gradient"] >= 0) & (rec["agree_gradient"] <= 1)).all()
+    assert (rec["decrease"] >= 0).all()
+
+
+def test_oracle_heads_beat_a_uniform_guess_and_choose_a_temperature():
+    out = sp.oracle_heads(TINY, 0, temperatures=(0.5, 1.0))
+    for name in ("signal", "content"):
+        assert 0 <= out[name]["kl"] < 1.0
+        assert out[name]["kl_by_position"].shape == (TINY.seq_len,)
+    assert out["content"]["temperature"] in (0.5, 1.0) and out["signal"]["temperature"] is None

@@ -105,3 +105,61 @@ def test_explorer_constructs_without_a_display_and_reacts_to_its_sliders():
     eta.value = 0.0
     assert np.array_equal(explorer.result["alpha_next"], explorer.result["alpha"])
     assert plt.get_fignums() == []  # the widget closes the figures it draws
+
+
+# ----------------------------------------------------------------------------- training snapshots (chapter 4)
+
+def _snapshot_states():
+    from bayesattn_lite import specialisation as sp
+    cfg = sp.Config(n_train=32, n_probe=4, steps=20, log_every=10, lr=0.5)
+    snaps = sp.parameter_snapshots(cfg, 0, [0, 10, 20])
+    _, _, (xp, yp, signal) = sp.make_data(cfg, 0)
+    return snaps, widgets.snapshot_states(snaps, xp[0], yp[0], signal[0]), xp[0]
+
+
+def test_snapshot_states_agree_with_the_head():
+    snaps, states, x = _snapshot_states()
+    assert list(states["steps"]) == [0, 10, 20]
+    fw = attention.forward(x, snaps[10])
+    np.testing.assert_allclose(states["alpha"][1], fw["alpha"].double().numpy(), atol=1e-6)
+    np.testing.assert_allclose(states["values"][2], attention.forward(x, snaps[20])["v"].double().numpy(), atol=1e-6)
+    assert states["plane"].shape == (3, x.shape[0], 2)
+    assert np.allclose(np.triu(states["advantage"][0], 1), 0)  # masked keys have no advantage
+    with pytest.raises(ValueError, match="one sequence"):
+        widgets.snapshot_states(snaps, x[None], states["y"], states["is_signal"])
+
+
+def test_snapshot_panel_and_slider_show_the_chosen_step():
+    _, states, _ = _snapshot_states()
+    axes = widgets.draw_snapshot_panel(plt.figure(), states, 1)
+    assert len(axes) == 3 and "step 10" in axes[0].get_title()
+    with pytest.raises(ValueError, match="index"):
+        widgets.draw_snapshot_panel(plt.figure(), states, 3)
+    slider = widgets.snapshot_slider(states)
+    assert slider.result == 0
+    slider.children[0].value = 20
+    assert slider.result == 2
+
+
+def test_sticky_explorer_reuses_the_static_result_and_reports_divergence(monkeypatch):
+    import matplotlib
+    matplotlib.use("Agg")
+    from bayesattn_lite import experiments
+    from bayesattn_lite.train import TrainingDiverged
+
+    small_result = experiments.small_em_vs_sgd(seeds=(3,), T=30, steps=20)
+    assert small_result.loss_sgd.shape == (1, 20)
+
+    def no_training(*args, **kwargs):
+        raise TrainingDiverged("step 3: the loss of 1 model(s) is nan/inf")
+    monkeypatch.setattr(experiments, "small_em_vs_sgd", no_training)
+    panel = widgets.sticky_explorer(initial=small_result)   # the defaults are served from the cache
+    assert panel.result is small_result
+    panel.children[2].value = 0.1                          # a new setting: this one "diverges"
+    assert panel.result is None                            # a message, no figure of nan curves
+
+
+def test_the_old_sticky_widget_names_forward():
+    from bayesattn_lite import experiments, plots, sticky_widget
+    assert sticky_widget.small_run is experiments.small_em_vs_sgd and sticky_widget.draw is plots.sticky_em_vs_sgd
+    assert sticky_widget.explorer is widgets.sticky_explorer
