@@ -135,3 +135,41 @@ def test_install_cell_fails_with_a_readable_message(tmp_path, monkeypatch, path)
     assert isinstance(error, RuntimeError), f"expected a RuntimeError, got {error!r}"
     for words in ("could not be installed", "not published yet", "no network", "BAYESATTN_LITE_SPEC"):
         assert words in str(error), words
+
+
+def package_exports():
+    """Every public function and class name of every bayesattn_lite module."""
+    import importlib
+    import inspect
+    import pkgutil
+    names = {}
+    for info in pkgutil.iter_modules(bayesattn_lite.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"bayesattn_lite.{info.name}")
+        for name, obj in vars(module).items():
+            if not name.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj)) \
+                    and getattr(obj, "__module__", "").startswith("bayesattn_lite"):
+                names.setdefault(name, f"{info.name}.{name}")
+    return names
+
+
+CHECKED = re.compile(r"checks\.check_\w+\(([^)]*)\)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapters_import_helpers_instead_of_pasting_them(path):
+    """A notebook that defines a function the package already has is a second copy that will drift.
+    Exempt: an exercise's own implementation, which the notebook hands to a checks.check_* function
+    (writing it is the exercise)."""
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    exercised = {name for args in CHECKED.findall(code) for name in re.findall(r"\w+", args)}
+    from bayesattn_lite import assignments
+    for assignment in assignments.ASSIGNMENTS.values():
+        for question in assignment.questions:
+            exercised.update(question.names)
+    exports = package_exports()
+    pasted = sorted(f"{name} (the package has {exports[name]})"
+                    for name in re.findall(r"^def (\w+)", code, re.M) if name in exports and name not in exercised)
+    assert not pasted, f"{path.name} defines functions the package exports; import them instead: {pasted}"
