@@ -22,15 +22,17 @@ import torch
 from . import attention, batched, diagnostics
 from .attention import PARAM_NAMES
 from .tasks import StickyMarkovChain
+from .train import em_like, rates
 
 PAPER_SEEDS = (42, 2024, 1337, 7777, 9999)
 D_K, D_V, INIT_STD = 10, 15, 0.1   # the authors' head: W_Q, W_K 20 -> 10, W_V 20 -> 15, W_O 15 -> 8
 HELD_OUT_OFFSET = 1_000_000        # the held-out sequence of seed s is chain.sample(T, s + this)
 
 
-def schedule(lr, W_Q=1.0, W_K=1.0, W_V=1.0, W_O=1.0):
-    """Learning rates per matrix: ``lr`` times a factor. ``schedule(0.01, W_V=10)`` is EM-like."""
-    return {"W_Q": lr * W_Q, "W_K": lr * W_K, "W_V": lr * W_V, "W_O": lr * W_O}
+def schedule(lr, **factors):
+    """Learning rates per matrix: ``lr`` times a factor (``train.rates``). ``schedule(0.01, W_V=10)``
+    is the EM-like schedule, ``train.rates(0.01, train.em_like())``."""
+    return rates(lr, factors)
 
 
 def init_model(seed, chain, dtype=torch.float32):
@@ -137,11 +139,11 @@ class ScheduleRun:
 def _check_schedules(schedules):
     if not isinstance(schedules, dict) or not schedules:
         raise ValueError(f"schedules: expected a non-empty dict name -> {{matrix: rate}}, got {schedules!r}")
-    for name, rates in schedules.items():
-        if not isinstance(rates, dict) or set(rates) != set(PARAM_NAMES):
+    for name, per_matrix in schedules.items():
+        if not isinstance(per_matrix, dict) or set(per_matrix) != set(PARAM_NAMES):
             raise ValueError(f"schedules[{name!r}]: expected a rate for each of {PARAM_NAMES} "
-                             f"(e.g. experiments.schedule(0.01, W_V=10)), got {rates!r}")
-        for matrix, rate in rates.items():
+                             f"(e.g. experiments.schedule(0.01, W_V=10)), got {per_matrix!r}")
+        for matrix, rate in per_matrix.items():
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (np.isfinite(rate) and rate >= 0):
                 raise ValueError(f"schedules[{name!r}][{matrix!r}]: expected a finite rate >= 0, got {rate!r}")
 
@@ -257,14 +259,12 @@ def em_vs_sgd(seeds=PAPER_SEEDS, steps=1000, T=2000, lr=0.01, value_lr_ratio=10.
     """
     if isinstance(value_lr_ratio, bool) or not isinstance(value_lr_ratio, (int, float)) or not value_lr_ratio > 0:
         raise ValueError(f"value_lr_ratio: expected a positive number, got {value_lr_ratio!r}")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (np.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr: expected a positive finite learning rate, got {lr!r}")
-    schedules = {"sgd": schedule(lr), "em": schedule(lr, W_V=value_lr_ratio)}
-    for name, rates in (extra_schedules or {}).items():
+    schedules = {"sgd": rates(lr), "em": rates(lr, em_like(value_lr_ratio))}
+    for name, extra in (extra_schedules or {}).items():
         if name in schedules:
             raise ValueError("extra_schedules: the names 'sgd' and 'em' are taken by the main comparison, "
                              f"got {name!r}")
-        schedules[name] = rates
+        schedules[name] = extra
     run = run_schedules(schedules, seeds, steps, T, chain=chain, device=device, **kwargs)
     steps_to, speedup = run.speedup("em", "sgd")
     return EMvsSGDResult(

@@ -67,6 +67,10 @@ class _Model(nn.Module):
 
 # ----------------------------------------------------------------------------- transformer
 
+# The probe points of every attention layer: identity modules a forward hook can read (``monitor``).
+PROBES = ("probe_q", "probe_k", "probe_v", "probe_alpha", "probe_g")
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention written out (no fused kernel), so every quantity of the
     paper passes through a probe: q, k, v, alpha and g = alpha v, before the output projection."""
@@ -78,8 +82,8 @@ class CausalSelfAttention(nn.Module):
         self.n_heads, self.d_head = n_heads, d_model // n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
-        self.probe_q, self.probe_k, self.probe_v = nn.Identity(), nn.Identity(), nn.Identity()
-        self.probe_alpha, self.probe_g = nn.Identity(), nn.Identity()
+        for probe in PROBES:
+            setattr(self, probe, nn.Identity())
 
     def forward(self, x):
         B, T, D = x.shape

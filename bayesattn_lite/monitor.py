@@ -50,9 +50,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import attention, diagnostics
+from . import attention, diagnostics, models
 
-PROBES = ("probe_q", "probe_k", "probe_v", "probe_alpha", "probe_g")
+PROBES = models.PROBES  # the probe points every attention layer of ``models`` carries
 SUMMARIES = ("positive_mass", "weighted_entropy", "entropy", "score_grad", "advantage_share", "u_norm",
              "frame_rate", "precision_rate")
 

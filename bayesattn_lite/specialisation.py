@@ -34,7 +34,7 @@ import torch
 from . import attention, diagnostics, tasks
 from .experiments import GROUPS
 from .attention import AttentionHead
-from .train import History, pick_device, train
+from .train import History, em_like, pick_device, rates, train
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,8 @@ def make_model(cfg, seed):
 
 
 def lr_multipliers(cfg):
-    return None if cfg.value_ratio == 1 else {"W_V": float(cfg.value_ratio)}
+    """The run's schedule: plain gradient descent, or EM-like with ``cfg.value_ratio``."""
+    return None if cfg.value_ratio == 1 else em_like(cfg.value_ratio)
 
 
 @dataclass
@@ -205,12 +206,12 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
         return metrics
 
     # plain gradient descent: a step lowers the loss by sum_g lr_g |grad_g L|^2 to first order
-    rates = {name: cfg.lr * (cfg.value_ratio if name == "W_V" else 1.0) for name in attention.PARAM_NAMES}
+    lrs = rates(cfg.lr, lr_multipliers(cfg))
     bought = {group: [] for group in GROUPS}
 
     def on_step(m, step):
         for group, names in GROUPS.items():
-            bought[group].append(sum(rates[n] * getattr(m, n).grad.pow(2).sum().item() for n in names))
+            bought[group].append(sum(lrs[n] * getattr(m, n).grad.pow(2).sum().item() for n in names))
 
     def loss_fn(m, step):
         if step in loop_at or step - 1 in loop_at:

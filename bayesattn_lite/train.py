@@ -59,6 +59,28 @@ def seed_everything(seed):
 
 # ----------------------------------------------------------------------------- parameter groups
 
+EM_LIKE_RATIO = 10.0  # the paper's EM-like schedule: W_V learns this many times faster than the rest
+
+
+def em_like(value_ratio=EM_LIKE_RATIO):
+    """The paper's EM-like schedule, as ``lr_multipliers``: the values' matrix W_V gets
+    ``value_ratio`` times the base rate, routing (W_Q, W_K) and readout (W_O) the base rate.
+    ``value_ratio=1`` is plain gradient descent."""
+    return {"W_V": _validate.positive("value_ratio", value_ratio)}
+
+
+def rates(lr, lr_multipliers=None, names=("W_Q", "W_K", "W_V", "W_O")):
+    """The learning rate of each matrix in ``names``: ``lr`` times its factor in ``lr_multipliers``
+    (e.g. ``em_like()``), 1 where none is given. ``rates(0.01, em_like())`` ->
+    {"W_Q": 0.01, "W_K": 0.01, "W_V": 0.1, "W_O": 0.01}."""
+    lr, factors = _validate.real("lr", lr, 0), dict(lr_multipliers or {})
+    unknown = set(factors) - set(names)
+    if unknown:
+        _validate.fail("lr_multipliers", f"factors for some of {list(names)}", sorted(unknown))
+    # a factor of 0 freezes a matrix (a control experiment); a negative one would climb the loss
+    return {name: lr * _validate.real(f"lr_multipliers[{name!r}]", factors.get(name, 1.0), 0) for name in names}
+
+
 def param_groups(model, lr, lr_multipliers=None):
     """Optimizer parameter groups with a learning rate per parameter, chosen by name.
 

@@ -153,21 +153,17 @@ def _train_module(model, loss_fn, steps, device, **kwargs):
 # ----------------------------------------------------------------------------- the configurations
 
 def head_on_sources(value_ratio, steps):
-    """ch4 / ch5: specialisation's head and task, trained by the foundation's loop on ``device``."""
+    """ch4 / ch5: the chapter's own run (``specialisation.run``), measurements included, on ``device``."""
     from bayesattn_lite import specialisation
 
     cfg = specialisation.small_config(steps=steps, log_every=steps, value_ratio=value_ratio)
 
     def run(device):
-        _, (x, y, _), (xp, yp, _) = specialisation.make_data(cfg, seed=0)
-        model = specialisation.make_model(cfg, seed=0)
-        x, y, xp, yp = (t.to(device) for t in (x, y, xp, yp))
-        seconds, problems = _train_module(
-            model, lambda m, step: attention.loss(x, y, m.params()), steps, device,
-            lr=cfg.lr, lr_multipliers=specialisation.lr_multipliers(cfg), seed=0)
-        with torch.no_grad():
-            metrics = {"train loss": attention.loss(x, y, model.params()).item(),
-                       "probe loss": attention.loss(xp, yp, model.params()).item()}
+        result, seconds = _timed(device, specialisation.run, cfg, 0, device=device)
+        device_used = {p.device.type for p in result.model.parameters()}
+        problems = [] if device_used == {"cpu"} else [f"the run's record is on {device_used}, not the CPU"]
+        metrics = {"train loss": float(result.history["loss"][-1]),
+                   "probe loss": float(result.history["probe_loss"][-1])}
         return Outcome(metrics, seconds, steps, problems)
 
     return run, RTOL_FLOAT32, [(attention, "loss")]
