@@ -1,20 +1,30 @@
 """bayesattn_lite: the helper package of the course "How gradient descent shapes attention".
 
-Every chapter imports it instead of pasting code. One idea per module:
+Every chapter imports it instead of pasting code. One idea per module, in three tiers that import
+only downward (CONTRIBUTING.md draws them):
 
-- ``attention``  the single head of the paper and its closed-form gradients (no autograd)
-- ``gradcheck``  autograd and finite-difference references to check those formulas against
-- ``train``      the one training loop: devices, seeds, parameter groups, history, checkpoints
-- ``toy``, ``specialisation``  chapter 4's task with a known posterior, and its training runs
-- ``diagnostics`` entropies, change rates, PCA, error in bits, Paper I's geometry
+concepts, with no chapter and no figure in them:
+- ``attention``   the single head of the paper, its closed-form gradients, the score-space kernel
+- ``gradcheck``   autograd and finite-difference references to check those formulas against
+- ``tasks``       tasks with an exact posterior (sticky Markov chain, hidden sources): sample + posterior
+- ``wind_tunnels`` Paper I's three wind tunnels
+- ``models``      Transformer, Mamba-style SSM, LSTM and MLP behind one interface, one size rule
+- ``train``       the one training loop: devices, seeds, parameter groups, the EM-like schedule
+- ``batched``     many single heads trained as one computation (closed form)
+- ``checkpoints`` what both loops share: checkpoints that name their run, progress, Ctrl-C
+- ``diagnostics`` the one entropy and KL, change rates, PCA, error in bits, Paper I's geometry
 - ``em``          EM for a Gaussian mixture, beside the head (chapter 5)
-- ``tasks``       the sticky Markov chain and the wind tunnels, each with its exact posterior
-- ``batched``, ``experiments``  many seeds and schedules trained as one computation (chapter 6)
-- ``models``      Transformer, Mamba-style SSM, LSTM and MLP behind one interface
-- ``comparison``, ``distributed``  training on the wind tunnels; the same under torchrun (DDP)
 - ``monitor``     records alpha, u, b and the advantage of a model during training (chapter 9)
+
+chapter experiments, which compute and return results:
+- ``specialisation`` (chapters 4-5), ``experiments`` (chapter 6), ``comparison`` and
+  ``distributed`` (chapters 7-9, on the wind tunnels; DDP under torchrun)
+
+presentation and teaching:
+- ``plots``, ``widgets``  figures and interactive panels used by the chapters
 - ``checks``, ``assignments``, ``grading``  exercise checks, student versions, the autograder
-- ``plots``, ``widgets``, ``sticky_widget``  figures and interactive panels used by the chapters
+
+``toy`` and ``sticky_widget`` are old names kept for one release; they forward to the new homes.
 """
 
 __version__ = "0.1.0"

@@ -14,9 +14,10 @@ import numpy as np
 import torch
 
 
-def fail(what, expected, given):
-    """Raise the package's one kind of input error: what was expected, and what came instead."""
-    raise ValueError(f"{what}: expected {expected}, got {describe(given)}")
+def fail(what, expected, given, described=False):
+    """Raise the package's one kind of input error: what was expected, and what came instead
+    (``given`` is the bad value, or with ``described`` already a description of it in words)."""
+    raise ValueError(f"{what}: expected {expected}, got {given if described else describe(given)}")
 
 
 def describe(value):
@@ -117,5 +118,5 @@ def finite_values(what, value):
         bad = ~torch.isfinite(value)
         if bad.any():
             first = tuple(int(i) for i in bad.nonzero()[0].tolist())
-            fail(what, "finite values", f"{int(bad.sum())} NaN/inf entries (the first at index {first})")
+            fail(what, "finite values", f"{int(bad.sum())} NaN/inf entries (the first at index {first})", described=True)
     return value

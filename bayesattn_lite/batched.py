@@ -255,8 +255,9 @@ class BatchedRun:
 
 def _check_lrs(lrs, M):
     """{"W_Q": rate or (M,) rates, ...} -> {name: (M,) float64 tensor}; every matrix must be named."""
-    if set(lrs) != set(PARAM_NAMES):
-        _validate.fail("lrs", f"one entry per matrix {PARAM_NAMES} (a rate or one rate per model)", sorted(lrs))
+    if not isinstance(lrs, dict) or set(lrs) != set(PARAM_NAMES):
+        _validate.fail("lrs", f"one entry per matrix {PARAM_NAMES} (a rate or one rate per model)",
+                       sorted(lrs) if isinstance(lrs, dict) else lrs)
     out = {}
     for name in PARAM_NAMES:
         rate = torch.as_tensor(lrs[name], dtype=torch.float64).reshape(-1)

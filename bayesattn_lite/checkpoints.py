@@ -67,8 +67,9 @@ def refuse(path, expected_fingerprint, ckpt, differences):
     """Raise CheckpointMismatch when the run that wrote ``ckpt`` differs from this one."""
     if differences:
         raise CheckpointMismatch(
-            f"checkpoint {path} was written by another run (its fingerprint {ckpt.get('fingerprint')}, "
-            f"this run's {expected_fingerprint}): " + "; ".join(differences) + ". Resuming would mix two "
+            f"checkpoint {path}: expected a checkpoint of this run (fingerprint {expected_fingerprint}), but it "
+            f"was written by another run (its fingerprint {ckpt.get('fingerprint')}): "
+            + "; ".join(differences) + ". Resuming would mix two "
             "runs: train with the checkpoint's settings, or delete it, choose another checkpoint_path, "
             "or pass resume=False")
 

@@ -188,6 +188,9 @@ def compare(archs, task_names, seeds, steps, size="cpu", lr=3e-3, batch_size=32,
     rows are identical to ``workers=1``); ``threads`` sets torch's thread count in each run
     (default: 1 in worker processes, unchanged otherwise).
     """
+    for what, names in (("archs", archs), ("task_names", task_names)):
+        if isinstance(names, str) or not isinstance(names, (list, tuple)) or not names:
+            _validate.fail(what, "a non-empty list of names (e.g. ['lstm'], not 'lstm')", names)
     for arch in archs:
         if arch not in models.ARCHITECTURES:
             _validate.fail("archs", f"names from {models.ARCHITECTURES}", arch)
@@ -234,7 +237,7 @@ def compare(archs, task_names, seeds, steps, size="cpu", lr=3e-3, batch_size=32,
 def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon")):
     """Mean, standard deviation (ddof=1; 0 for one seed), min, max and count of ``metric`` over the
     rows sharing ``by``: a dict keyed by the tuple of those fields, in first-seen order."""
-    if not rows:
+    if not isinstance(rows, (list, tuple)) or not rows:
         _validate.fail("rows", "a non-empty list of rows from compare", rows)
     if metric not in rows[0]:
         _validate.fail("metric", f"one of {sorted(k for k, v in rows[0].items() if isinstance(v, float))}", metric)
@@ -251,6 +254,8 @@ def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon"))
 
 def format_table(rows, metric="entropy_error_bits", horizon="trained", digits=3):
     """A text table, architectures down, tasks across, 'mean ± std' of ``metric`` over seeds."""
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) and "horizon" in r for r in rows):
+        _validate.fail("rows", "a list of rows from compare (dicts with 'arch', 'task', 'horizon')", rows)
     stats = summarise([r for r in rows if r["horizon"] == horizon], metric)
     archs = list(dict.fromkeys(k[0] for k in stats))
     names = list(dict.fromkeys(k[1] for k in stats))
@@ -414,7 +419,12 @@ PARTLY_FRACTION = 0.5
 
 def verdict(kl_per_seed, baseline_kl):
     """'learned', 'partly' or 'not learned' from the KL of every seed and the baseline's KL."""
-    worst = max(kl_per_seed) / baseline_kl
+    kls = [_validate.real("kl_per_seed", kl, 0) for kl in _validate.tensor(
+        "kl_per_seed", torch.as_tensor(kl_per_seed, dtype=torch.float64) if isinstance(kl_per_seed, (list, tuple, np.ndarray))
+        else kl_per_seed, 1).tolist()]
+    if not kls:
+        _validate.fail("kl_per_seed", "the KL of at least one seed", kl_per_seed)
+    worst = max(kls) / _validate.positive("baseline_kl", baseline_kl)
     return "learned" if worst <= LEARNED_FRACTION else "partly" if worst <= PARTLY_FRACTION else "not learned"
 
 

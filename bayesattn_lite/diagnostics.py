@@ -58,11 +58,22 @@ LOG2 = math.log(2.0)
 # ----------------------------------------------------------------------------- information
 # The one entropy and the one KL divergence of the package: every other measure calls these.
 
+def _check_distributions(name, probs, dim):
+    """Probabilities: entries in [0, 1] that sum to 1 along ``dim`` (float32 rounding allowed), or
+    all-zero rows, which stand for positions without a distribution (a wind tunnel's unscored ones)."""
+    sums = probs.sum(dim)
+    if probs.numel() and ((probs < 0).any() or (probs > 1 + 1e-6).any()
+                          or (((sums - 1).abs() > 1e-3) & (sums != 0)).any()):
+        _validate.fail(name, f"probability distributions along dim {dim} (entries in [0, 1] summing to 1)",
+                       f"sums from {sums.min().item():.4g} to {sums.max().item():.4g}", described=True)
+
+
 def entropy(probs, dim=-1, bits=False):
     """Shannon entropy -sum_k p_k log p_k along ``dim`` (0 log 0 = 0), in nats, or bits if ``bits``.
 
     Computed in float64; NaN or inf probabilities are an error, not a NaN result."""
     probs = _validate.tensor("probs", _tensor("probs", probs), floating=True).double()
+    _check_distributions("probs", probs, dim)
     h = -torch.xlogy(probs, probs).sum(dim)
     return h / LOG2 if bits else h
 
@@ -71,6 +82,7 @@ def kl_divergence(p, log_q, dim=-1, bits=False):
     """KL(p || q) = sum_k p_k (log p_k - log q_k) along ``dim``, from probabilities ``p`` and
     log-probabilities ``log_q`` (e.g. a model's log_softmax), in nats, or bits if ``bits``."""
     p = _validate.tensor("p", _tensor("p", p), floating=True).double()
+    _check_distributions("p", p, dim)
     log_q = _tensor("log_q", log_q).double()
     if log_q.shape != p.shape:
         _validate.fail("log_q", f"the shape of p {tuple(p.shape)}", log_q)
@@ -232,8 +244,7 @@ def settling_step(steps, rates, threshold):
     """The first step from which ``rates`` stays below ``threshold`` to the end (steps[0] if always,
     None if it is still above at the last step)."""
     steps, rates = _curve(steps, rates, "rates")
-    if not threshold > 0:
-        raise ValueError(f"threshold: expected a positive number, got {threshold!r}")
+    threshold = _validate.positive("threshold", threshold)
     above = np.nonzero(~(rates < threshold))[0]  # nan counts as "not settled"
     if len(above) == 0:
         return int(steps[0])
@@ -245,8 +256,8 @@ def settling_step(steps, rates, threshold):
 def progress_step(steps, curve, fraction):
     """The first step at which ``curve`` has covered ``fraction`` of its change from first to last value."""
     steps, curve = _curve(steps, curve, "curve")
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction: expected a number in (0, 1], got {fraction!r}")
+    fraction = _validate.real("fraction", fraction, 0, 1, low_open=True)
+    _sample("curve", curve)  # a NaN would make the share of progress meaningless
     total = curve[-1] - curve[0]
     if total == 0:
         return int(steps[0])
@@ -265,8 +276,8 @@ def pca(points, n_components=2):
     p = points.detach().to("cpu", torch.float64).numpy() if isinstance(points, torch.Tensor) else np.asarray(points, float)
     if p.ndim != 2 or p.shape[0] < 2:
         raise ValueError(f"points: expected shape (n >= 2, d), got {p.shape}")
-    if not 1 <= n_components <= min(p.shape):
-        raise ValueError(f"n_components: expected an int in [1, {min(p.shape)}], got {n_components!r}")
+    _sample("points", p)
+    n_components = _validate.integer("n_components", n_components, 1, min(p.shape))
     mean = p.mean(0)
     centred = p - mean
     # eigenvectors of the (d, d) scatter matrix, not an SVD of the (n, d) cloud: the same components,
@@ -280,11 +291,21 @@ def pca(points, n_components=2):
             "projected": (p - mean) @ components.T}
 
 
+def _sample(name, a):
+    """A flat float64 numpy copy of a sample (tensor, array or list of numbers), all finite."""
+    try:
+        a = (a.detach().to("cpu", torch.float64).numpy() if isinstance(a, torch.Tensor) else np.asarray(a, float)).ravel()
+    except (TypeError, ValueError):
+        _validate.fail(name, "a sample of numbers (a tensor, an array or a list)", a)
+    if not np.isfinite(a).all():
+        _validate.fail(name, "finite values", f"{int((~np.isfinite(a)).sum())} NaN/inf entries", described=True)
+    return a
+
+
 def _flat_pair(a, b):
-    a = (a.detach().to("cpu", torch.float64).numpy() if isinstance(a, torch.Tensor) else np.asarray(a, float)).ravel()
-    b = (b.detach().to("cpu", torch.float64).numpy() if isinstance(b, torch.Tensor) else np.asarray(b, float)).ravel()
+    a, b = _sample("a", a), _sample("b", b)
     if a.shape != b.shape or a.size < 2:
-        raise ValueError(f"expected two samples of the same size >= 2, got {a.size} and {b.size}")
+        raise ValueError(f"a, b: expected two samples of the same size >= 2, got {a.size} and {b.size}")
     return a, b
 
 

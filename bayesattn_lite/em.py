@@ -18,25 +18,25 @@ from dataclasses import dataclass
 
 import torch
 
+from . import _validate
+
 
 def _check_x(x):
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] < 1:
-        raise ValueError(f"x: expected a tensor of shape (n, d), got {getattr(x, 'shape', type(x).__name__)}")
+    x = _validate.tensor("x", x, 2, floating=True)
+    if x.shape[0] < 1:
+        _validate.fail("x", "a tensor of shape (n, d) with n >= 1 points", x)
     return x.to(torch.float64)
 
 
 def _check_means(means, d):
-    if not isinstance(means, torch.Tensor) or means.dim() != 2 or means.shape[1] != d:
-        raise ValueError(f"means: expected a tensor of shape (K, d={d}), got {getattr(means, 'shape', type(means).__name__)}")
+    means = _validate.tensor("means", means, 2, floating=True)
+    if means.shape[1] != d:
+        _validate.fail("means", f"a tensor of shape (K, d={d})", means)
     return means.to(torch.float64)
 
 
 def _check_variance(variance):
-    if isinstance(variance, torch.Tensor):
-        variance = variance.item()
-    if not (isinstance(variance, (int, float)) and math.isfinite(variance) and variance > 0):
-        raise ValueError(f"variance: expected a positive number, got {variance!r}")
-    return float(variance)
+    return _validate.positive("variance", variance)
 
 
 def _log_joint(x, means, variance, weights):
@@ -109,7 +109,10 @@ def fit(x, n_components, n_iter=30, init=None, variance=1.0, fit_variance=True, 
     """EM from ``init`` means (default: random data points). The variance starts at ``variance`` and is
     re-estimated each M-step unless ``fit_variance`` is False."""
     x = _check_x(x)
-    means = initial_means(x, n_components, seed) if init is None else _check_means(init, x.shape[1]).clone()
+    n_components = _validate.integer("n_components", n_components, 1, x.shape[0])
+    n_iter = _validate.integer("n_iter", n_iter, 1)
+    means = initial_means(x, n_components, _validate.seed("seed", seed)) if init is None \
+        else _check_means(init, x.shape[1]).clone()
     if means.shape[0] != n_components:
         raise ValueError(f"init: expected {n_components} means, got {means.shape[0]}")
     variance = _check_variance(variance)

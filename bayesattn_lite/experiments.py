@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import attention, batched, diagnostics
+from . import _validate, attention, batched, diagnostics
 from .attention import PARAM_NAMES
 from .tasks import StickyMarkovChain
 from .train import em_like, rates
@@ -259,7 +259,7 @@ def em_vs_sgd(seeds=PAPER_SEEDS, steps=1000, T=2000, lr=0.01, value_lr_ratio=10.
     """
     if isinstance(value_lr_ratio, bool) or not isinstance(value_lr_ratio, (int, float)) or not value_lr_ratio > 0:
         raise ValueError(f"value_lr_ratio: expected a positive number, got {value_lr_ratio!r}")
-    schedules = {"sgd": rates(lr), "em": rates(lr, em_like(value_lr_ratio))}
+    schedules = {"sgd": rates(_validate.positive("lr", lr)), "em": rates(lr, em_like(value_lr_ratio))}
     for name, extra in (extra_schedules or {}).items():
         if name in schedules:
             raise ValueError("extra_schedules: the names 'sgd' and 'em' are taken by the main comparison, "

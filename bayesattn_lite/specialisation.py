@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 
-from . import attention, diagnostics, tasks
+from . import _validate, attention, diagnostics, tasks
 from .experiments import GROUPS
 from .attention import AttentionHead
 from .train import History, em_like, pick_device, rates, train
@@ -184,8 +184,9 @@ def _on(device, data):
 def _run(cfg, seed, loop_every, loop_until, progress, device):
     if not isinstance(cfg, Config):
         raise ValueError(f"cfg: expected a specialisation.Config, got {type(cfg).__name__}")
-    if cfg.steps % cfg.log_every:
-        raise ValueError(f"cfg.steps ({cfg.steps}) must be a multiple of cfg.log_every ({cfg.log_every})")
+    log_every = _validate.integer("cfg.log_every", cfg.log_every, 1)
+    if _validate.integer("cfg.steps", cfg.steps, 1) % log_every:
+        _validate.fail("cfg.steps", f"a multiple of cfg.log_every={log_every}", cfg.steps)
     task, cpu_train, cpu_probe = make_data(cfg, seed)
     train_data, probe = _on(device, cpu_train), _on(device, cpu_probe)
     model = make_model(cfg, seed).to(device)

@@ -134,6 +134,7 @@ class StickyMarkovChain:
                   tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__)
         if not x.is_floating_point():
             _validate.fail("x.dtype", "a floating-point dtype", x.dtype)
+        _validate.finite_values("x", x)
 
     def posterior(self, x):
         """Exact p(y_t | x_0..x_t) for every t, by the forward filter; shape (..., T-1, n_symbols).

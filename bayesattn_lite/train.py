@@ -41,9 +41,9 @@ def pick_device(device=None):
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device {device!r} is not a device torch knows ({e})") from None
+        raise ValueError(f"device: expected None, 'cpu', 'cuda' or another device torch knows, got {device!r} ({e})") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device '{device}' was requested but CUDA is not available; "
+        raise ValueError(f"device: expected a device this machine has, got '{device}' but CUDA is not available; "
                          "use device=None or 'cpu'")
     return device
 
@@ -127,6 +127,8 @@ def lr_factor(step, steps, schedule="constant", warmup=0):
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
+    step, steps = _validate.integer("step", step, 0), _validate.integer("steps", steps, 0)
+    warmup = _validate.integer("warmup", warmup, 0)
     if step < warmup:
         return (step + 1) / warmup
     if schedule == "constant":
@@ -353,7 +355,8 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
         _validate.positive("clip_grad_norm", clip_grad_norm)
     weight_decay = _validate.real("weight_decay", weight_decay, 0)
     if groups is not None and lr_multipliers is not None:
-        raise ValueError("pass either groups or lr_multipliers, not both")
+        raise ValueError("groups, lr_multipliers: expected at most one of them (groups already hold the "
+                         "rates), got both")
     device = pick_device(device)
     model.to(device)
     # copies: torch.optim fills its defaults into the dicts it gets, and the caller may reuse them
