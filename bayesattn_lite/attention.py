@@ -21,13 +21,19 @@ Weights are stored as ``nn.Linear`` stores them, (out, in), so q = x @ W_Q.T.
     dL/dv_j = sum_i alpha_ij u_i
     dL/dW = sum_t (dL/d out_t) x_t^T for each projection
 
+``score_kernel`` and ``predicted_score_change`` (one sequence) give what a step on W_Q, W_K does
+to the scores: Delta s = -lr K : dL/ds, K the score-space kernel (chapter 3's lemma).
+
 Everything works on x of shape (T, d_x) or (B, T, d_x), float32 or float64, CPU or CUDA.
 """
 
 import math
+import numbers
 
 import torch
 from torch import nn
+
+from . import _validate
 
 PARAM_NAMES = ("W_Q", "W_K", "W_V", "W_O")
 
@@ -68,6 +74,9 @@ def _check_inputs(x, params, y=None):
         _fail("W_K.shape", f"({W_Q.shape[0]}, d_x): queries and keys share d_k", tuple(W_K.shape))
     if W_O.shape[1] != W_V.shape[0]:
         _fail("W_O.shape", f"(n_classes, d_v={W_V.shape[0]}) to read the values", tuple(W_O.shape))
+    # NaN in must not become NaN out without a word (a diverged run, a bad feature)
+    for name, t in (("x", x), *((n, params[n]) for n in PARAM_NAMES)):
+        _validate.finite_values(name, t.detach())
     if y is None:
         return
     if not isinstance(y, torch.Tensor) or y.dtype not in (torch.int64, torch.int32, torch.long):
@@ -85,7 +94,10 @@ def _check_inputs(x, params, y=None):
 
 def init_params(d_x, d_k, d_v, n_classes, std=0.1, seed=0, dtype=torch.float32, device="cpu"):
     """Gaussian N(0, std^2) weights, as in the paper's sticky-Markov model, reproducible by seed."""
-    gen = torch.Generator().manual_seed(seed)
+    d_x, d_k, d_v = (_validate.integer(n, v, 1) for n, v in (("d_x", d_x), ("d_k", d_k), ("d_v", d_v)))
+    n_classes = _validate.integer("n_classes", n_classes, 2)
+    std = _validate.positive("std", std)
+    gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
     shapes = {"W_Q": (d_k, d_x), "W_K": (d_k, d_x), "W_V": (d_v, d_x), "W_O": (n_classes, d_v)}
     return {name: (std * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype=dtype, device=device)
             for name, shape in shapes.items()}
@@ -172,6 +184,66 @@ def gradients(x, y, params, causal=True):
         "W_Q": outer_sum(dq, x), "W_K": outer_sum(dk, x), "W_V": outer_sum(dv, x),
         "W_O": outer_sum(dlogits, g),
     }
+
+
+# ----------------------------------------------------------------------------- score-space kernel
+
+def _check_sequence(x, q, k):
+    """Raise ValueError unless x (T, d_x), q and k (T, d_k) are finite float tensors of one sequence."""
+    for name, t in (("x", x), ("q", q), ("k", k)):
+        if not isinstance(t, torch.Tensor):
+            _fail(name, "a torch.Tensor", type(t).__name__)
+        if t.dtype not in (torch.float32, torch.float64):
+            _fail(f"{name}.dtype", "torch.float32 or torch.float64", t.dtype)
+        if t.dim() != 2:
+            _fail(name, "shape (T, d) for one sequence (no batch axis)", f"shape {tuple(t.shape)}")
+        if not torch.isfinite(t).all():
+            _fail(name, "finite values", "inf or nan")
+    if q.shape != k.shape:
+        _fail("k.shape", f"{tuple(q.shape)} (the shape of q: queries and keys share d_k)", tuple(k.shape))
+    if x.shape[0] != q.shape[0]:
+        _fail("q.shape", f"(T={x.shape[0]}, d_k): one query per row of x", tuple(q.shape))
+    if q.shape[1] == 0:
+        _fail("q.shape", "d_k >= 1", tuple(q.shape))
+
+
+def score_kernel(x, q, k):
+    """The score-space kernel of one sequence: how a step on W_Q, W_K moves every score.
+
+        K[i', j', i, j] = [(x_i . x_i')(k_j . k_j') + (x_j . x_j')(q_i . q_i')] / d_k
+
+    with s_ij = q_i . k_j / sqrt(d_k), q = x W_Q^T, k = x W_K^T. A gradient step of size lr on
+    W_Q and W_K moves the scores, to first order, by Delta s = -lr K : dL/ds (sum over i, j).
+    K = J J^T, J the Jacobian of the scores in (W_Q, W_K): reshaped to (T^2, T^2) it is PSD.
+    Shape (T, T, T, T), for x (T, d_x) and q, k (T, d_k).
+    """
+    _check_sequence(x, q, k)
+    xx = x @ x.T   # xx[i, i'] = x_i . x_i'
+    qq = q @ q.T
+    kk = k @ k.T
+    # first term: the W_Q route (k_j fixed, q_i moves with x_i); second: the W_K route
+    return (torch.einsum("ai,bj->abij", xx, kk) + torch.einsum("bj,ai->abij", xx, qq)) / q.shape[1]
+
+
+def predicted_score_change(x, q, k, ds, lr):
+    """Delta s_{i'j'} = -lr sum_ij K[i', j', i, j] dL/ds_ij: the first-order score change of one step.
+
+    ds is dL/ds of the sequence, (T, T) (0 where the causal mask forbids a pair); lr the step size.
+    """
+    _check_sequence(x, q, k)
+    T = x.shape[0]
+    if not isinstance(ds, torch.Tensor) or tuple(ds.shape) != (T, T):
+        given = getattr(ds, "shape", type(ds).__name__)
+        _fail("ds", f"a torch.Tensor of shape ({T}, {T}) (dL/ds of the sequence)", given)
+    if ds.dtype != x.dtype:
+        _fail("ds.dtype", f"{x.dtype} (the dtype of x)", ds.dtype)
+    if not torch.isfinite(ds).all():
+        _fail("ds", "finite values (0, not nan, where the causal mask forbids a pair)", "inf or nan")
+    if isinstance(lr, torch.Tensor) and lr.dim() == 0:
+        lr = lr.item()
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr):
+        _fail("lr", "a finite number", lr)
+    return -float(lr) * torch.einsum("abij,ij->ab", score_kernel(x, q, k), ds)
 
 
 # ----------------------------------------------------------------------------- nn.Module

@@ -175,3 +175,107 @@ def test_wrong_rank_and_missing_parameters():
     x, y, params = random_problem(None, 4, 5, 3, 2, 3, seed=0)
     bad(r"missing \['W_O'\]", params={k: W for k, W in params.items() if k != "W_O"})
     bad(r"torch.Tensor", x=[[0.0] * 5] * 4)
+
+
+# ----------------------------------------------------------------------------- score-space kernel
+
+def linear_pair_step(T, d_x, d_k, lr, seed, causal=True):
+    """One SGD step on an nn.Linear W_Q/W_K pair under the head's loss (W_V, W_O fixed), by autograd.
+
+    Returns x, q, k, dL/ds (before the step) and the realised change of the raw scores q_i . k_j / sqrt(d_k).
+    """
+    torch.manual_seed(seed)
+    x = torch.randn(T, d_x, dtype=torch.float64)
+    y = torch.randint(0, 3, (T,))
+    W_V, W_O = torch.randn(4, d_x, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64)
+    lin_q = torch.nn.Linear(d_x, d_k, bias=False).double()
+    lin_k = torch.nn.Linear(d_x, d_k, bias=False).double()
+
+    def raw_scores():
+        return lin_q(x) @ lin_k(x).T / math.sqrt(d_k)
+
+    s = raw_scores()
+    s.retain_grad()
+    masked = s.masked_fill(~attention.causal_mask(T), float("-inf")) if causal else s
+    logits = torch.softmax(masked, -1) @ (x @ W_V.T) @ W_O.T
+    torch.nn.functional.cross_entropy(logits, y).backward()
+    q, k = lin_q(x).detach(), lin_k(x).detach()
+    with torch.no_grad():
+        before = s.detach().clone()
+        torch.optim.SGD([lin_q.weight, lin_k.weight], lr=lr).step()
+        return x, q, k, s.grad, raw_scores() - before
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_kernel_predicts_the_score_change_of_an_sgd_step(causal):
+    errors = []
+    for lr in (1e-2, 5e-3):
+        x, q, k, ds, realised = linear_pair_step(6, 5, 3, lr, seed=4, causal=causal)
+        predicted = attention.predicted_score_change(x, q, k, ds, lr)
+        assert realised.abs().max() > 1e-6 * lr  # the step moves the scores: not a vacuous comparison
+        errors.append(float((predicted - realised).abs().max()))
+        assert gradcheck.relative_error(predicted, realised) < 10 * lr
+    # the only error is the second-order term lr^2 (Delta q_i . Delta k_j) / sqrt(d_k): halving lr quarters it
+    assert 3.9 < errors[0] / errors[1] < 4.1
+
+
+def test_kernel_is_the_gram_matrix_of_the_score_jacobian():
+    x, _, params = random_problem(None, 5, 4, 3, 2, 3, seed=6)
+    W_Q, W_K = params["W_Q"], params["W_K"]
+
+    def scores(W_Q, W_K):
+        return (x @ W_Q.T) @ (x @ W_K.T).T / math.sqrt(W_Q.shape[0])
+
+    J_Q, J_K = torch.autograd.functional.jacobian(scores, (W_Q, W_K))
+    J = torch.cat([J_Q.reshape(25, -1), J_K.reshape(25, -1)], dim=1)
+    K = attention.score_kernel(x, x @ W_Q.T, x @ W_K.T)
+    assert gradcheck.relative_error(K.reshape(25, 25), J @ J.T) < 1e-12
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kernel_is_symmetric_positive_semidefinite(seed):
+    T = 6
+    x, _, params = random_problem(None, T, 4, 2, 2, 3, seed=seed)
+    K = attention.score_kernel(x, x @ params["W_Q"].T, x @ params["W_K"].T).reshape(T * T, T * T)
+    assert torch.allclose(K, K.T, rtol=0, atol=1e-12)
+    eig = torch.linalg.eigvalsh(K)
+    assert eig.min() >= -1e-10
+    # rank <= 2 d_x d_k = 16 < 36: PSD with a null space, not positive definite, so the test has an edge
+    assert (eig > 1e-8 * eig.max()).sum() <= 2 * 4 * 2
+
+
+def test_kernel_diagonal_formula():
+    x, _, params = random_problem(None, 5, 4, 3, 2, 3, seed=2)
+    q, k = x @ params["W_Q"].T, x @ params["W_K"].T
+    K = attention.score_kernel(x, q, k)
+    i, j = torch.meshgrid(torch.arange(5), torch.arange(5), indexing="ij")
+    diagonal = K[i, j, i, j]
+    xn, qn, kn = (t.pow(2).sum(-1) for t in (x, q, k))
+    expected = (xn[:, None] * kn[None, :] + xn[None, :] * qn[:, None]) / 3
+    assert gradcheck.relative_error(diagonal, expected) < 1e-14
+    assert (diagonal > 0).all()
+
+
+def test_score_kernel_rejects_bad_inputs():
+    x = torch.randn(4, 5, dtype=torch.float64)
+    q, k = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
+    x_nan = x.clone()
+    x_nan[2, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"k.shape.*share d_k"):
+        attention.score_kernel(x, q, torch.randn(4, 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"q.shape.*T=4"):
+        attention.score_kernel(x, torch.randn(5, 3, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"one sequence \(no batch axis\)"):
+        attention.score_kernel(x[None], q, k)
+    with pytest.raises(ValueError, match=r"x: expected finite values"):
+        attention.score_kernel(x_nan, q, k)
+    with pytest.raises(ValueError, match=r"q.dtype"):
+        attention.score_kernel(x, q.long(), k)
+    with pytest.raises(ValueError, match=r"k: expected a torch.Tensor"):
+        attention.score_kernel(x, q, k.tolist())
+    with pytest.raises(ValueError, match=r"ds: expected a torch.Tensor of shape \(4, 4\)"):
+        attention.predicted_score_change(x, q, k, torch.zeros(4, 3, dtype=torch.float64), 0.1)
+    with pytest.raises(ValueError, match=r"ds: expected finite values"):
+        attention.predicted_score_change(x, q, k, torch.full((4, 4), float("nan"), dtype=torch.float64), 0.1)
+    with pytest.raises(ValueError, match=r"lr: expected a finite number"):
+        attention.predicted_score_change(x, q, k, torch.zeros(4, 4, dtype=torch.float64), float("inf"))
