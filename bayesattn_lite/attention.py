@@ -27,6 +27,7 @@ to the scores: Delta s = -lr K : dL/ds, K the score-space kernel (chapter 3's le
 Everything works on x of shape (T, d_x) or (B, T, d_x), float32 or float64, CPU or CUDA.
 """
 
+import functools
 import math
 import numbers
 
@@ -40,8 +41,8 @@ PARAM_NAMES = ("W_Q", "W_K", "W_V", "W_O")
 
 # ----------------------------------------------------------------------------- validation
 
-def _fail(what, expected, given):
-    raise ValueError(f"{what}: expected {expected}, got {given}")
+# this module describes what it got in words already ("shape (3, 4)"), so the text goes in as is
+_fail = functools.partial(_validate.fail, described=True)
 
 
 def _check_inputs(x, params, y=None):
