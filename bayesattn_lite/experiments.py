@@ -313,14 +313,11 @@ def value_pca(trajectories, n_components=2):
     for name, t in arrays.items():
         if t.ndim != 3 or t.shape[0] < 2:
             raise ValueError(f"trajectories[{name!r}]: expected shape (snapshots >= 2, n_symbols, d_v), got {t.shape}")
-    points = np.concatenate([t.reshape(-1, t.shape[-1]) for t in arrays.values()])
-    center = points.mean(axis=0)
-    _, singular, axes = np.linalg.svd(points - center, full_matrices=False)
-    variance = singular**2
+    fit = diagnostics.pca(np.concatenate([t.reshape(-1, t.shape[-1]) for t in arrays.values()]), n_components)
     out = {"projections": {}, "path_length": {}, "displacement": {}, "straightness": {},
-           "explained": variance[:n_components] / variance.sum()}
+           "explained": fit["explained"][:n_components]}
     for name, t in arrays.items():
-        out["projections"][name] = (t - center) @ axes[:n_components].T
+        out["projections"][name] = (t - fit["mean"]) @ fit["components"].T
         length = np.linalg.norm(np.diff(t, axis=0), axis=-1).sum(axis=0).mean()
         displacement = np.linalg.norm(t[-1] - t[0], axis=-1).mean()
         out["path_length"][name] = float(length)
