@@ -1,81 +1,99 @@
-"""The autograder: execute a submitted notebook, run each question's check, write a score report.
+"""The autograder: run a submitted notebook in a sandbox, decide each question in the grader, write reports.
 
-    python -m bayesattn_lite.grading SUBMISSION.ipynb --report REPORT.json [--timeout 60] [--assignment ID]
+    python -m bayesattn_lite.grading SUBMISSION.ipynb --report REPORT.json      # one submission
+    python -m bayesattn_lite.grading DIR --csv grades.csv [--reports DIR2]        # every .ipynb in DIR
+    options: --timeout 60 (s per cell)  --notebook-timeout 900  --memory 4096 (MiB)  --max-output 16 (MiB)
+             --assignment ID  --folder INSTRUCTOR_FOLDER  --self-test (grade instructor versions)
 
-What it does, in order:
+What it does, for each submission:
 
-1. reads the submission (never writes it): a file that is not a notebook gets a report saying so;
-2. finds the assignment from the notebook's metadata ``bayesattn_lite.assignment`` (set by the
-   instructor version and kept in the student version), else from the file name, else ``--assignment``;
-3. executes a copy in a fresh kernel, in a temporary folder, cell by cell with a time limit per cell
-   (a cell that runs too long is interrupted and the next one runs; errors do not stop execution);
-4. runs each question's check (``assignments.Question``) in the same kernel, on the objects the
-   learner defined, with ``bayesattn_lite.checks`` reloaded from disk so a notebook cannot replace it;
-5. prints a summary and writes REPORT.json (score, max_score, questions with points and feedback,
-   execution problems) and REPORT.md beside it, the same in words for the learner.
+1. reads the file (never writes it): a file that is not a notebook gets a report saying so;
+2. finds the assignment (``--assignment``, else the notebook metadata ``bayesattn_lite.assignment``, else
+   the file name), checks that the notebook has the assignment's question cells, and rejects an
+   instructor version (metadata ``version: instructor``, cells tagged ``instructor`` or solution
+   markers) unless ``--self-test``;
+3. executes the code cells in a fresh sandboxed kernel (``bayesattn_lite._sandbox``: a temporary folder,
+   its own user and namespaces when the grader runs as root, limits on time, memory and output); a
+   cell that runs too long is interrupted, and a kernel that does not stop is killed with everything
+   it started;
+4. decides each checked question **in the grader's own process**: the ``bayesattn_lite.checks``
+   function is called here, on stand-ins for the learner's objects. Calling a stand-in sends the
+   arguments to the kernel as data (numbers, arrays), runs the learner's function there and brings the
+   result back as data, rebuilt into plain tensors; a value (a string, a dict of numbers) is fetched
+   the same way. The notebook cannot reach the check, the comparison or the report, and nothing it
+   prints is read (its ``bayesattn_lite.checks`` is a stand-in: the checks' references stay here);
+5. a written answer (``Question.check is None``) is reported with its rubric and the learner's text
+   (the Markdown cells tagged ``answer-<id>``), points empty, for the instructor;
+6. writes REPORT.json and REPORT.md (for the learner); in a batch, one report per submission and a
+   gradebook CSV, whatever any submission did.
 
-Exit status 0 whenever a report was written, whatever the submission did; 2 when it could not be
-(bad arguments, unwritable report path). The kernel runs the learner's code with the grader's
-permissions: grade untrusted submissions inside a container (see the instructors' page).
+Exit status 0 whenever the reports were written; 2 when they could not be (bad arguments, an
+unwritable path).
 """
 
 import argparse
-import importlib
+import ast
+import csv
 import json
 import math
-import os
-import secrets
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from . import assignments
+from . import _sandbox, assignments, checks
 
-DEFAULT_TIMEOUT = 60  # seconds per cell
+DEFAULT_TIMEOUT = 60  # seconds per cell (and per call of a learner's function by a check)
+DEFAULT_NOTEBOOK_TIMEOUT = 900  # seconds for the whole submission, checks included
+DEFAULT_MEMORY = 4096  # MiB of address space for the kernel
+DEFAULT_MAX_OUTPUT = 16  # MiB the notebook may print before its kernel is killed
+MAX_NOTEBOOK = 20 * 2 ** 20  # bytes: a larger file is not executed
+MAX_ANSWER_TEXT = 20000  # characters of a written answer kept in the report
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+# What the kernel imports as bayesattn_lite.checks while a submission is graded: the notebook's own check
+# cells still run, but the checks and the reference computations inside them stay in the grader.
+KERNEL_CHECKS = '''"""Stand-in for bayesattn_lite.checks during grading: the grader runs the real checks itself."""
 
 
-# ----------------------------------------------------------------------------- inside the kernel
+class CheckResult:
+    def __init__(self, name, passed, message):
+        self.name, self.passed, self.message = name, passed, message
 
-def _kernel_check(marker, qid, check_name, names):
-    """Run in the submission's kernel: call ``checks.<check_name>`` on the learner's objects ``names``
-    and print one line ``marker + JSON`` with passed and feedback. Never raises."""
-    import __main__
+    def __bool__(self):
+        return self.passed
 
-    from . import checks
-    try:
-        checks = importlib.reload(checks)  # the notebook may have monkeypatched the module
-        missing = [n for n in names if not hasattr(__main__, n)]
-        if missing:
-            passed, feedback = False, (f"{' and '.join('`' + n + '`' for n in missing)} "
-                                       f"{'is' if len(missing) == 1 else 'are'} not defined: run the "
-                                       "question's cell, and keep the names the assignment gives.")
-        else:
-            result = getattr(checks, check_name)(*(getattr(__main__, n) for n in names))
-            passed, feedback = bool(result), (result.message if hasattr(result, "message") else str(result))
-            if "raised NotImplementedError" in feedback:  # a stub nobody filled in: say so, with its hint
-                hint = feedback.split("NotImplementedError: ", 1)[1].split(". It was called with", 1)[0]
-                feedback = f"not answered yet: the function still raises NotImplementedError ({hint})."
-    except BaseException as exc:  # noqa: BLE001 - the learner's objects may raise anything
-        passed, feedback = False, f"the check could not run: {type(exc).__name__}: {str(exc)[:300]}"
-    print(marker + json.dumps({"id": qid, "passed": passed, "feedback": feedback}))
+    def __repr__(self):
+        return f"{self.name}: {self.message}"
+
+
+def __getattr__(name):
+    if name.startswith("check_"):
+        def check(*args, **kwargs):
+            return CheckResult(name[len("check_"):], False, "decided by the grader, outside this notebook")
+        check.__name__ = name
+        return check
+    raise AttributeError(f"bayesattn_lite.checks has no {name!r} while a submission is graded")
+'''
 
 
 # ----------------------------------------------------------------------------- reading
 
-def _read(path):
-    """(notebook, None) or (None, a sentence saying why the file is not a readable notebook)."""
+def _read(source):
+    """(notebook, None) or (None, a sentence saying why it is not a readable notebook). ``source`` is a
+    path or the file's bytes."""
     import nbformat
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        raw = source if isinstance(source, bytes) else Path(source).read_bytes()
+    except OSError as exc:
         return None, f"the file could not be read: {type(exc).__name__}: {exc}"
+    if len(raw) > MAX_NOTEBOOK:
+        return None, f"the file is larger than {MAX_NOTEBOOK // 2 ** 20} MiB: not executed (clear the outputs)"
     try:
-        nb = nbformat.reads(text, as_version=4)
-    except Exception as exc:  # noqa: BLE001 - nbformat raises several kinds
+        nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - nbformat and the decoder raise several kinds
         return None, f"the file is not a Jupyter notebook (invalid JSON or notebook format): {str(exc)[:300]}"
-    if not isinstance(nb.get("cells"), list):
+    if not isinstance(nb.get("cells"), list) or not all(isinstance(c, dict) and "source" in c for c in nb.cells):
         return None, "the file is not a Jupyter notebook: it has no list of cells"
     return nb, None
 
@@ -85,150 +103,543 @@ def identify(nb, path, override=None):
     if override:
         return override if override in assignments.ASSIGNMENTS else None
     meta = (nb or {}).get("metadata", {}).get("bayesattn_lite", {}) if nb else {}
-    if meta.get("assignment") in assignments.ASSIGNMENTS:
+    if isinstance(meta, dict) and meta.get("assignment") in assignments.ASSIGNMENTS:
         return meta["assignment"]
     stem = Path(path).stem
-    return next((a for a in assignments.ASSIGNMENTS if stem.startswith(a)), None)
+    return next((a for a in sorted(assignments.ASSIGNMENTS, key=len, reverse=True) if stem.startswith(a)), None)
 
 
-# ----------------------------------------------------------------------------- executing
-
-def _error_line(cell):
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "error":
-            return f"{out.get('ename')}: {str(out.get('evalue', ''))[:200]}"
-    return None
+def _tags(cell):
+    tags = cell.get("metadata", {}).get("tags", [])
+    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
 
 
-def _execute(nb, assignment, timeout):
-    """Run the notebook's code cells, then the checks; return (results by question id, problems)."""
-    import nbformat
-    from nbclient import NotebookClient
+def instructor_signs(nb):
+    """Why ``nb`` looks like an instructor version (empty if it does not)."""
+    signs = []
+    meta = nb.get("metadata", {}).get("bayesattn_lite", {})
+    if isinstance(meta, dict) and meta.get("version") == "instructor":
+        signs.append("its metadata says bayesattn_lite.version = instructor")
+    tagged = sum(assignments.INSTRUCTOR_TAG in _tags(c) for c in nb.cells)
+    if tagged:
+        signs.append(f"{tagged} cell(s) tagged {assignments.INSTRUCTOR_TAG!r}")
+    marked = sum("BEGIN SOLUTION" in c.source or "END SOLUTION" in c.source for c in nb.cells)
+    if marked:
+        signs.append(f"{marked} cell(s) with BEGIN/END SOLUTION markers")
+    return signs
 
-    marker = f"@@grade-{secrets.token_hex(8)}@@"
-    problems, results = [], {}
-    code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    checks = [nbformat.v4.new_code_cell(
-        f"from bayesattn_lite.grading import _kernel_check\n"
-        f"_kernel_check({marker!r}, {q.id!r}, {q.check!r}, {tuple(q.names)!r})") for q in assignment.questions]
-    nb.cells.extend(checks)
-    os.environ.setdefault("BAYESATTN_PROGRESS", "0")
-    with tempfile.TemporaryDirectory(prefix="grading-") as work:
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                                interrupt_on_timeout=True, resources={"metadata": {"path": work}})
+
+def _written(question):
+    return getattr(question, "check", None) is None
+
+
+def _answer_tag(question):
+    return getattr(question, "answer_tag", f"answer-{question.id}")
+
+
+def _defined_names(nb):
+    """Names the code cells define (functions, classes, assignments, imports), by reading them."""
+    from IPython.core.inputtransformer2 import TransformerManager
+    names = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
         try:
-            with client.setup_kernel():
-                for number, (index, cell) in enumerate(code, start=1):
-                    start = time.monotonic()
-                    client.execute_cell(cell, index)
-                    if time.monotonic() - start >= timeout:
-                        problems.append(f"code cell {number} ran longer than {timeout} s and was interrupted")
-                    elif _error_line(cell):
-                        problems.append(f"code cell {number} raised {_error_line(cell)}")
-                for n, cell in enumerate(checks):
-                    start = time.monotonic()
-                    client.execute_cell(cell, len(nb.cells) - len(checks) + n)
-                    if time.monotonic() - start >= timeout:
-                        problems.append(f"the check of {assignment.questions[n].id} ran longer than {timeout} s")
-                    for out in cell.get("outputs", []):
-                        for line in str(out.get("text", "")).splitlines():
-                            if line.startswith(marker):
-                                found = json.loads(line[len(marker):])
-                                results[found["id"]] = found
-        except Exception as exc:  # noqa: BLE001 - a dead kernel, a kernel that would not start, ...
-            problems.append(f"execution stopped: {type(exc).__name__}: {str(exc).strip()[:300]}")
-    return results, problems
+            tree = ast.parse(TransformerManager().transform_cell(cell.source))
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
 
 
-# ----------------------------------------------------------------------------- the report
+def _mentioned_names(nb):
+    """Every identifier the code cells mention, also in strings: an unanswered stub such as
+    ``raise NotImplementedError("results = ...")`` still shows which question its cell is."""
+    import re
+    return {w for c in nb.cells if c.cell_type == "code" for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", c.source)}
 
-def grade(path, assignment_id=None, timeout=DEFAULT_TIMEOUT):
-    """The report of one submission as a dict (see the module docstring). Never raises on a bad submission."""
+
+def structure_problems(nb, assignment):
+    """What the notebook lacks of the assignment's questions: a code cell defining (or, unanswered,
+    naming) each checked question's objects, a Markdown cell tagged ``answer-<id>`` for each written answer."""
+    defined = _defined_names(nb) | _mentioned_names(nb)
+    tags = {t for c in nb.cells if c.cell_type == "markdown" for t in _tags(c)}
+    missing = []
+    for q in assignment.questions:
+        if _written(q):
+            if _answer_tag(q) not in tags:
+                missing.append(f"{q.id}: no Markdown cell tagged {_answer_tag(q)!r} (the written answer)")
+        else:
+            absent = [n for n in q.names if n not in defined]
+            if absent:
+                missing.append(f"{q.id}: no code cell defines {', '.join('`' + n + '`' for n in absent)}")
+    checked = [q for q in assignment.questions if not _written(q)]
+    if checked and all(any(m.startswith(f"{q.id}:") for m in missing) for q in checked):
+        return [f"this notebook does not look like {assignment.id} ({assignment.title}): none of its question "
+                "cells was found; is it the right file, or pass --assignment"]
+    return [f"the notebook does not match the assignment: {m}" for m in missing]
+
+
+def written_answer(nb, question):
+    """The learner's text for a written question: its Markdown cells tagged ``answer-<id>``, joined."""
+    text = "\n\n".join(c.source for c in nb.cells if c.cell_type == "markdown" and _answer_tag(question) in _tags(c))
+    return text[:MAX_ANSWER_TEXT] + (" [...]" if len(text) > MAX_ANSWER_TEXT else "")
+
+
+# ----------------------------------------------------------------------------- the learner's objects
+
+class _Remote:
+    """Stands in, in the grader, for a function of the learner: calling it runs the function in the
+    kernel on the arguments (sent as data) and returns its result (rebuilt from data)."""
+
+    def __init__(self, sandbox, name, timeout):
+        self._sandbox, self.__name__, self._timeout = sandbox, name, timeout
+        self.stub = None  # the message of a NotImplementedError the learner's function raised
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            args = args + tuple(kwargs.values())  # checks call positionally; keep the order given
+        try:
+            return self._sandbox.call(self.__name__, args, self._timeout)
+        except NotImplementedError as exc:
+            self.stub = str(exc)
+            raise
+
+    def __repr__(self):
+        return f"<your function {self.__name__}>"
+
+
+def _learner_objects(sandbox, names, timeout):
+    """Stand-ins for ``names``: a _Remote for a callable, the fetched data for a value. Returns
+    (objects, None) or (None, a sentence for the learner)."""
+    objects, missing = [], []
+    for name in names:
+        kind = sandbox.describe(name, timeout)
+        if kind == "missing":
+            missing.append(name)
+        elif kind == "callable":
+            objects.append(_Remote(sandbox, name, timeout))
+        else:
+            objects.append(sandbox.fetch(name, timeout))
+    if missing:
+        return None, (f"{' and '.join('`' + n + '`' for n in missing)} {'is' if len(missing) == 1 else 'are'} "
+                      "not defined: run the question's cell, and keep the names the assignment gives.")
+    return objects, None
+
+
+def _decide(sandbox, question, timeout):
+    """(passed, feedback) of one checked question: the check runs here, on stand-ins."""
+    check = getattr(checks, question.check, None)
+    if not callable(check):
+        return False, f"the grader has no check {question.check!r}: tell your instructor."
+    try:
+        objects, problem = _learner_objects(sandbox, question.names, timeout)
+        if problem:
+            return False, problem
+        result = check(*objects)
+        passed = bool(result) and getattr(result, "passed", True) is True
+        feedback = str(getattr(result, "message", result))
+    except Exception as exc:  # noqa: BLE001 - a learner's object may make a check fail in any way
+        return False, f"the check could not run: {type(exc).__name__}: {str(exc)[:300]}"
+    stubs = [o.stub for o in objects if isinstance(o, _Remote) and o.stub is not None]
+    if stubs and not passed:  # a stub nobody filled in: say so, with its hint
+        feedback = f"not answered yet: the function still raises NotImplementedError ({stubs[0][:300]})."
+    return passed, feedback
+
+
+# ----------------------------------------------------------------------------- one submission
+
+def _isolation(info):
+    """The report's account of how the kernel was isolated, with a warning where it is weak."""
+    out = dict(info)
+    warnings = []
+    if not info.get("container"):
+        warnings.append("the grader is not running in a container: run it in one without network "
+                        "(see the instructors' page) to grade submissions you do not trust")
+    if info.get("kernel_user") == "the grader's user":
+        warnings.append("the grader is not root, so the kernel runs as the grader's user: it can read the "
+                        "instructor notebooks and write what the grader can write (the package's files are "
+                        "checked and restored after each submission)")
+    elif info.get("namespaces") != "mount+network" and not info.get("container"):
+        warnings.append(f"no mount/network namespace ({info.get('namespaces')}): the kernel has the network, and "
+                        "nothing is hidden from it beyond file permissions (keep the instructor notebooks mode 600)")
+    out["warnings"] = warnings
+    return out
+
+
+def _run(nb, assignment, limits, hide):
+    """Execute the notebook and decide its questions; (results by question id, problems, isolation)."""
+    results, problems = {}, []
+    timeout = limits["timeout"]
+    with _sandbox.Sandbox(PACKAGE_DIR, hide=hide, notebook_timeout=limits["notebook_timeout"],
+                          memory_mb=limits["memory"], max_output_mb=limits["max_output"],
+                          replace={"checks.py": KERNEL_CHECKS}) as box:
+        number = 0
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            number += 1  # as the learner counts code cells, empty ones included
+            if not cell.source.strip():
+                continue
+            run = box.execute(cell.source, timeout)
+            if run.status == "dead":
+                problems.append(f"execution stopped at code cell {number}: {box.dead}")
+                break
+            if run.status == "interrupted":
+                problems.append(f"code cell {number} ran longer than {timeout:g} s and was interrupted")
+            elif run.status == "error":
+                problems.append(f"code cell {number} raised {run.error}")
+        for q in assignment.questions:
+            if _written(q):
+                continue
+            if box.dead:
+                results[q.id] = (False, f"not checked: the kernel was stopped ({box.dead})")
+                continue
+            results[q.id] = _decide(box, q, timeout)
+        if box.dead and not any(p.startswith("execution stopped") for p in problems):
+            problems.append(f"execution stopped while checking: {box.dead}")
+        info = _isolation(box.info)
+    return results, problems, info
+
+
+def _question_entry(q, found, nb):
+    if _written(q):
+        return {"id": q.id, "title": q.title, "manual": True, "points": None, "max_points": q.points,
+                "passed": None, "rubric": getattr(q, "rubric", ""),
+                "answer": written_answer(nb, q) if nb is not None else "",
+                "instructor_points": None,
+                "feedback": "a written answer: your instructor grades it with the rubric"}
+    passed, feedback = found
+    return {"id": q.id, "title": q.title, "manual": False, "points": q.points if passed else 0,
+            "max_points": q.points, "passed": passed, "feedback": feedback}
+
+
+def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, self_test=False,
+          notebook_timeout=DEFAULT_NOTEBOOK_TIMEOUT, memory=DEFAULT_MEMORY, max_output=DEFAULT_MAX_OUTPUT,
+          hide=()):
+    """The report of one submission as a dict. ``source`` is a path or the file's bytes (then ``name``
+    is its name). Never raises on a bad submission."""
     started = time.monotonic()
-    nb, problem = _read(path)
-    report = {"submission": str(path), "assignment": None, "score": 0, "max_score": 0,
-              "questions": [], "problems": [] if problem is None else [problem]}
-    aid = identify(nb, path, assignment_id)
+    name = str(name or source)
+    nb, problem = _read(source)
+    report = {"submission": name, "assignment": None, "status": "graded", "score": 0, "max_score": 0,
+              "automatic_max": 0, "manual_pending": 0, "questions": [],
+              "problems": [] if problem is None else [problem], "reference_calls": [],
+              "limits": {"timeout": timeout, "notebook_timeout": notebook_timeout, "memory_mib": memory,
+                         "max_output_mib": max_output}}
+    if problem:
+        report["status"] = "unreadable"
+    aid = identify(nb, name, assignment_id)
     if aid is None:
+        report["status"] = "unknown assignment" if report["status"] == "graded" else report["status"]
         report["problems"].append("could not tell which assignment this is: the notebook metadata names none "
                                   f"and the file name matches none of {sorted(assignments.ASSIGNMENTS)}; "
                                   "pass --assignment")
-        aid = assignment_id if assignment_id in assignments.ASSIGNMENTS else None
-    if aid is None:
         report["seconds"] = round(time.monotonic() - started, 1)
         return report
     assignment = assignments.ASSIGNMENTS[aid]
     report["assignment"], report["title"] = aid, assignment.title
     report["max_score"] = sum(q.points for q in assignment.questions)
+    report["automatic_max"] = sum(q.points for q in assignment.questions if not _written(q))
     results = {}
     if nb is not None:
+        signs = instructor_signs(nb)
+        if signs and not self_test:
+            report["status"] = "rejected"
+            report["problems"].append("rejected: this is an instructor version (" + "; ".join(signs) + "), not a "
+                                      "submission. Hand in the student version with your answers; an "
+                                      "instructor checks an instructor version with --self-test.")
+            nb = None
+        else:
+            report["problems"] += structure_problems(nb, assignment)
+    if nb is not None:
+        report["reference_calls"] = _reference_calls(nb, aid)
+        limits = {"timeout": timeout, "notebook_timeout": notebook_timeout, "memory": memory,
+                  "max_output": max_output}
         try:
-            results, problems = _execute(nb, assignment, timeout)
+            results, problems, report["isolation"] = _run(nb, assignment, limits, hide)
+            report["problems"] += problems
         except Exception as exc:  # noqa: BLE001 - the grader reports, it does not crash
-            results, problems = {}, [f"the grader failed to execute the notebook: {type(exc).__name__}: {exc}"]
-        report["problems"] += problems
+            report["problems"].append(f"the grader could not run the notebook: {type(exc).__name__}: {str(exc)[:300]}")
     for q in assignment.questions:
-        found = results.get(q.id)
-        if found is None:
-            found = {"passed": False, "feedback": "not checked: the notebook did not get that far "
-                                                  "(see the problems above)" if nb is not None else
-                                                  "not checked: the file could not be read"}
-        report["questions"].append({"id": q.id, "title": q.title, "points": q.points if found["passed"] else 0,
-                                    "max_points": q.points, "passed": found["passed"],
-                                    "feedback": found["feedback"]})
-    report["score"] = sum(q["points"] for q in report["questions"])
+        found = results.get(q.id) or (False, "not checked: " + (
+            "the notebook did not get that far (see the problems above)" if report["status"] == "graded" else
+            "the submission was rejected" if report["status"] == "rejected" else "the file could not be read"))
+        report["questions"].append(_question_entry(q, found, nb))
+    report["score"] = sum(q["points"] or 0 for q in report["questions"])
+    report["manual_pending"] = sum(q["max_points"] for q in report["questions"] if q["manual"])
     report["seconds"] = round(time.monotonic() - started, 1)
     return report
 
 
+def _reference_calls(nb, aid):
+    """Uses of the package's reference functions in the learner's cells (``assignments``, if it has them)."""
+    scan = getattr(assignments, "notebook_reference_calls", None)
+    if scan is None:
+        return []
+    try:
+        return list(scan(nb, aid))
+    except Exception as exc:  # noqa: BLE001 - a scan that fails must not cost the grade
+        return [f"the scan for reference calls failed: {type(exc).__name__}: {str(exc)[:200]}"]
+
+
+# ----------------------------------------------------------------------------- the package on disk
+
+class _PackageGuard:
+    """The package's source files as they were when grading started. When the kernel runs as the
+    grader's user it could rewrite them (a later grader run would import the change): after each
+    submission, ``restore`` puts back any changed, removed or added .py file and empties __pycache__."""
+
+    def __init__(self, folder=PACKAGE_DIR):
+        self.folder = folder
+        self.files = {p: p.read_bytes() for p in folder.rglob("*.py") if "__pycache__" not in p.parts}
+
+    def restore(self):
+        """Put the package back; the relative paths of what had changed (empty when nothing did)."""
+        changed = []
+        current = {p for p in self.folder.rglob("*.py") if "__pycache__" not in p.parts}
+        for path in sorted(current - set(self.files)):
+            changed.append(str(path.relative_to(self.folder)))
+            path.unlink(missing_ok=True)
+        for path, data in self.files.items():
+            try:
+                same = path.read_bytes() == data
+            except OSError:
+                same = False
+            if not same:
+                changed.append(str(path.relative_to(self.folder)))
+                path.write_bytes(data)
+        if changed:
+            for cache in self.folder.rglob("__pycache__"):
+                for f in cache.iterdir():
+                    f.unlink(missing_ok=True)
+        return changed
+
+
+# ----------------------------------------------------------------------------- reports
+
 def markdown(report):
     """The report in words, for the learner."""
     lines = [f"# Grading report: {report.get('title') or report['submission']}", "",
-             f"**Score: {report['score']} / {report['max_score']}**", ""]
+             f"**Score: {report['score']} / {report['max_score']}**"]
+    if report.get("manual_pending"):
+        lines.append(f"({report['manual_pending']} of these points are written answers your instructor grades.)")
+    lines.append("")
     if report["questions"]:
         lines += ["| Question | Points | Feedback |", "|---|---|---|"]
         for q in report["questions"]:
-            mark = "✅" if q["passed"] else "❌"
+            mark = "📝" if q.get("manual") else "✅" if q["passed"] else "❌"
+            points = "to grade" if q["points"] is None else q["points"]
             feedback = q["feedback"].replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {mark} {q['id']}: {q['title']} | {q['points']} / {q['max_points']} | {feedback} |")
+            lines.append(f"| {mark} {q['id']}: {q['title']} | {points} / {q['max_points']} | {feedback} |")
         lines.append("")
     if report["problems"]:
         lines += ["## Problems while running your notebook", ""] + [f"- {p}" for p in report["problems"]] + [""]
+    written = [q for q in report["questions"] if q.get("manual")]
+    if written:
+        lines += ["## Your written answers (as your instructor reads them)", ""]
+        for q in written:
+            lines += [f"### {q['id']}: {q['title']}", "", q.get("answer") or "*(no cell tagged answer-" + q["id"] + ")*", ""]
+    if report.get("reference_calls"):
+        lines += ["## Uses of the course's reference functions (your instructor will look at these)", ""]
+        lines += [f"- {c}" for c in report["reference_calls"]] + [""]
     return "\n".join(lines)
+
+
+def gradescope_results(report):
+    """The report in Gradescope's autograder format (``/autograder/results/results.json``): the checked
+    questions as tests; written answers are left to Gradescope's manual grading."""
+    tests = [{"name": f"{q['id']}: {q['title']}", "score": q["points"], "max_score": q["max_points"],
+              "output": q["feedback"], "visibility": "visible"} for q in report["questions"] if not q.get("manual")]
+    output = "\n".join(["Problems while running your notebook:"] + [f"- {p}" for p in report["problems"]]
+                       ) if report["problems"] else ""
+    return {"score": report["score"], "output": output, "tests": tests}
 
 
 def summary_line(report):
     return (f"{report['submission']}: {report['score']} / {report['max_score']} "
-            f"({report['assignment'] or 'unknown assignment'}); "
-            + "; ".join(f"{q['id']} {q['points']}/{q['max_points']}" for q in report["questions"])
+            f"({report['assignment'] or 'unknown assignment'}, {report.get('status', 'graded')}); "
+            + "; ".join(f"{q['id']} {'manual' if q.get('manual') else q['points']}/{q['max_points']}"
+                        for q in report["questions"])
             + (f"; {len(report['problems'])} problem(s)" if report["problems"] else ""))
+
+
+def _write_report(report, path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
+
+
+def gradebook_rows(reports):
+    """The CSV header and one row per report: totals, each question's points (empty for a written
+    answer, with a ``<id>_manual`` column for the instructor), problems and reference calls."""
+    ids, manual = [], []
+    for r in reports:
+        for q in r["questions"]:
+            if q["id"] not in ids:
+                ids.append(q["id"])
+            if q.get("manual") and q["id"] not in manual:
+                manual.append(q["id"])
+    header = (["submission", "assignment", "status", "score", "max_score", "manual_pending"]
+              + [c for qid in ids for c in ([qid, f"{qid}_manual"] if qid in manual else [qid])]
+              + ["problems", "reference_calls", "report"])
+    rows = []
+    for r in reports:
+        by_id = {q["id"]: q for q in r["questions"]}
+        row = {"submission": r["submission"], "assignment": r["assignment"] or "", "status": r.get("status", ""),
+               "score": r["score"], "max_score": r["max_score"], "manual_pending": r.get("manual_pending", 0),
+               "problems": " | ".join(p.replace("\n", " ")[:500] for p in r["problems"]),
+               "reference_calls": " | ".join(r.get("reference_calls", [])), "report": r.get("report", "")}
+        for qid in ids:
+            q = by_id.get(qid)
+            row[qid] = "" if q is None or q["points"] is None else q["points"]
+            if qid in manual:
+                row[f"{qid}_manual"] = ""  # for the instructor
+        rows.append([row[h] for h in header])
+    return header, rows
+
+
+def grade_many(paths, reports_dir, csv_path, **options):
+    """Grade every file of ``paths``; write one report each into ``reports_dir`` and the gradebook
+    ``csv_path``. Every file is read before the first is run, so a submission cannot change another."""
+    guard = _PackageGuard() if not _sandbox.privileged() else None
+    reports_dir.mkdir(parents=True, exist_ok=True)  # now, so that the kernels' namespace covers it
+    sources = {}
+    for path in paths:
+        try:
+            sources[path] = path.read_bytes()
+        except OSError as exc:
+            sources[path] = exc
+    reports, used = [], set()
+    for path in paths:
+        stem = path.stem
+        while stem in used:
+            stem += "_"
+        used.add(stem)
+        out = reports_dir / f"{stem}.json"
+        source = sources[path]
+        try:
+            if isinstance(source, Exception):
+                raise source
+            report = grade(source, name=str(path), **options)
+        except Exception as exc:  # noqa: BLE001 - a batch never stops at one submission
+            report = _internal_error(str(path), options.get("assignment_id"), exc)
+        if guard is not None:
+            changed = guard.restore()
+            if changed:
+                report["status"] = "tampered"
+                report["score"] = 0
+                report["problems"].append("the submission changed the grader's package on disk ("
+                                          + ", ".join(changed) + "): restored, and the submission gets 0")
+        report["report"] = str(out)
+        reports.append(report)
+        _write_report(report, out)
+        print(summary_line(report), flush=True)
+    for report in reports:  # again, now that no kernel is left: what a submission wrote is overwritten
+        _write_report(report, Path(report["report"]))
+    header, rows = gradebook_rows(reports)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return reports
+
+
+def _internal_error(name, assignment_id, exc):
+    return {"submission": name, "assignment": assignment_id, "status": "grader error", "score": 0, "max_score": 0,
+            "automatic_max": 0, "manual_pending": 0, "questions": [], "reference_calls": [],
+            "problems": [f"internal grader error: {type(exc).__name__}: {exc}", traceback.format_exc(limit=3)]}
+
+
+# ----------------------------------------------------------------------------- the command line
+
+def _positive(text):
+    value = float(text)
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bayesattn_lite.grading", description=__doc__.splitlines()[0])
-    parser.add_argument("submission", type=Path, help="the submitted notebook (.ipynb); it is never modified")
-    parser.add_argument("--report", type=Path, required=True, help="where to write the JSON report (REPORT.md beside it)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds allowed per cell")
+    parser.add_argument("submission", type=Path, help="a submitted notebook (.ipynb), or a folder of them")
+    parser.add_argument("--report", type=Path, help="one submission: where to write the JSON report (.md beside it)")
+    parser.add_argument("--csv", type=Path, help="a folder: where to write the gradebook CSV")
+    parser.add_argument("--reports", type=Path, help="a folder: where to write the reports "
+                                                     "(default: <csv name>_reports beside the CSV)")
+    parser.add_argument("--timeout", type=_positive, default=DEFAULT_TIMEOUT, help="seconds allowed per cell")
+    parser.add_argument("--notebook-timeout", type=_positive, default=DEFAULT_NOTEBOOK_TIMEOUT,
+                        help="seconds allowed per submission, checks included")
+    parser.add_argument("--memory", type=_positive, default=DEFAULT_MEMORY, help="MiB of memory for the kernel")
+    parser.add_argument("--max-output", type=_positive, default=DEFAULT_MAX_OUTPUT,
+                        help="MiB a notebook may print before its kernel is killed")
     parser.add_argument("--assignment", choices=sorted(assignments.ASSIGNMENTS), help="override the detection")
+    parser.add_argument("--folder", type=Path, help="the instructor notebooks' folder, hidden from the kernel "
+                                                    "(default: the package's book/assignments, if it exists)")
+    parser.add_argument("--gradescope", type=Path, help="one submission: also write Gradescope's results.json here")
+    parser.add_argument("--self-test", action="store_true", help="accept instructor versions (to check that "
+                                                                 "they get full marks)")
     args = parser.parse_args(argv)
-    if not (args.timeout > 0 and math.isfinite(args.timeout)):
-        parser.error(f"--timeout: expected a positive number of seconds, got {args.timeout}")
+    batch = args.submission.is_dir()
+    if batch and not args.csv:
+        parser.error("grading a folder needs --csv GRADES.csv")
+    if not batch and not args.report:
+        parser.error("grading one notebook needs --report REPORT.json")
+    folder = args.folder or assignments.FOLDER
+    if args.folder:
+        assignments.FOLDER = args.folder.resolve()  # the instructor versions, for the reference-call scan
+    options = {"assignment_id": args.assignment, "timeout": args.timeout, "self_test": args.self_test,
+               "notebook_timeout": args.notebook_timeout, "memory": int(args.memory), "max_output": args.max_output}
+    if batch:
+        reports_dir = args.reports or args.csv.with_name(args.csv.stem + "_reports")
+        hide = [folder, args.submission, reports_dir, args.csv]
+        paths = sorted(p for p in args.submission.iterdir() if p.suffix == ".ipynb" and p.is_file())
+        try:
+            reports = grade_many(paths, reports_dir, args.csv, hide=hide, **options)
+        except OSError as exc:
+            print(f"could not write the reports or {args.csv}: {exc}", file=sys.stderr)
+            return 2
+        warnings = {w for r in reports for w in r.get("isolation", {}).get("warnings", [])}
+        for w in sorted(warnings):
+            print(f"warning: {w}", file=sys.stderr)
+        import resource
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1024 if sys.platform != "darwin" else 2 ** 20)
+        print(f"{len(reports)} submission(s); gradebook: {args.csv}; reports: {reports_dir}; "
+              f"grader peak memory: {peak} MiB")
+        return 0
+    hide = [folder, args.submission, args.report.parent if args.report.parent != Path(".") else None]
+    guard = _PackageGuard() if not _sandbox.privileged() else None
     try:
-        report = grade(args.submission, args.assignment, args.timeout)
+        report = grade(args.submission, args.assignment, args.timeout, self_test=args.self_test,
+                       notebook_timeout=args.notebook_timeout, memory=int(args.memory),
+                       max_output=args.max_output, hide=hide)
     except Exception as exc:  # noqa: BLE001 - last resort: still write a report
-        report = {"submission": str(args.submission), "assignment": args.assignment, "score": 0, "max_score": 0,
-                  "questions": [], "problems": [f"internal grader error: {type(exc).__name__}: {exc}",
-                                                traceback.format_exc(limit=3)]}
+        report = _internal_error(str(args.submission), args.assignment, exc)
+    if guard is not None and guard.restore():
+        report["status"], report["score"] = "tampered", 0
+        report["problems"].append("the submission changed the grader's package on disk: restored; 0 points")
     try:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        args.report.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
+        _write_report(report, args.report)
+        if args.gradescope:
+            args.gradescope.parent.mkdir(parents=True, exist_ok=True)
+            args.gradescope.write_text(json.dumps(gradescope_results(report), indent=2, ensure_ascii=False) + "\n",
+                                       encoding="utf-8")
     except OSError as exc:
         print(f"could not write the report to {args.report}: {exc}", file=sys.stderr)
         return 2
     print(summary_line(report))
+    for w in report.get("isolation", {}).get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
     print(f"report: {args.report} and {args.report.with_suffix('.md')}")
     return 0
+
 
 
 if __name__ == "__main__":

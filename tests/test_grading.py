@@ -1,94 +1,361 @@
-"""The autograder on a correct submission (the instructor version), an unanswered one (the student
-version) and broken ones: a syntax error, an endless loop, a dying kernel, a file that is not a notebook.
-Every case gets a report and exit status 0; the submission file is never modified."""
+"""The autograder against the submissions a clever student might hand in.
 
+One batch (``python -m bayesattn_lite.grading DIR --csv``) grades, in a subprocess, the untouched
+student version of problem set 1, a correct submission, broken ones and one submission per cheat of
+issue 15; every cheat must score no more than the untouched student version. The grader runs from a
+copy of the package and of the instructor folder (files mode 600) in a temporary folder, so a cheat
+that manages to write "the package on disk" could only change that copy, never the repository.
+
+The single-submission command, the instructor self-test and files that are not notebooks are
+tested on their own. As root the grader gives each kernel a user id and namespaces of its own; run
+the file with BAYESATTN_GRADER_NO_ROOT=1 to test the plain-user mode (what CI runs without root).
+"""
+
+import csv
 import hashlib
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from bayesattn_lite import grading
+from bayesattn_lite import _sandbox, assignments, grading
 from bayesattn_lite.assignments import ASSIGNMENTS
 
 PS1 = ASSIGNMENTS["ps1_derivations"]
+PACKAGE = Path(grading.__file__).resolve().parent
+ROOT = _sandbox.privileged()  # the grader isolates more as root
+TOKEN = f"bal-test-{os.getpid()}-{int(time.time())}"  # in the command line of a cheat's background process
+TIMEOUT, NOTEBOOK_TIMEOUT, MAX_OUTPUT = 15, 60, 16  # generous: the test machine may be busy  # seconds per cell, per submission; MiB of output
 
+
+# ----------------------------------------------------------------------------- submissions
+
+def _student(assignment=PS1):
+    return nbformat.read(assignment.student_path, as_version=4)
+
+
+def _solved(assignment=PS1):
+    """A correct submission: the instructor version as a student hands it in (no instructor cells, no
+    solution markers, student metadata)."""
+    nb = nbformat.read(assignment.instructor_path, as_version=4)
+    nb.cells = [c for c in nb.cells if assignments.INSTRUCTOR_TAG not in c.metadata.get("tags", [])]
+    for cell in nb.cells:
+        cell.source = "\n".join(line for line in cell.source.split("\n")
+                                if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.metadata["bayesattn_lite"] = {"assignment": assignment.id, "version": "student"}
+    return nb
+
+
+def _plus(nb, source, at=None):
+    """``nb`` with one more code cell (at the end, after every question, unless ``at``)."""
+    cell = nbformat.v4.new_code_cell(source)
+    nb.cells.insert(len(nb.cells) if at is None else at, cell)
+    return nb
+
+
+ALWAYS_PASS = """
+import bayesattn_lite.checks as _c
+for _n in dir(_c):
+    if _n.startswith("check_"):
+        setattr(_c, _n, lambda *a, _n=_n: _c.CheckResult(_n, True, "matches the reference on 5 random inputs."))
+"""
+
+CHEATS = {
+    # the grader's in-kernel check function (the old design), and every check, replaced
+    "c_replace_check": ALWAYS_PASS + """
+import bayesattn_lite.grading as _g
+_g._kernel_check = lambda marker, qid, *a: print(marker + '{"id": "%s", "passed": true, "feedback": "ok"}' % qid)
+""",
+    # a hook that prints pass lines after every execution, the checks' included
+    "c_post_run_cell": """
+import json
+def _hook(*args):
+    for q in ("q1", "q2", "q3", "q4", "q5", "q6"):
+        print("@@grade-0123456789abcdef@@" + json.dumps({"id": q, "passed": True, "feedback": "ok"}))
+        print(f"✅ {q}: matches the reference on 5 random inputs.")
+get_ipython().events.register("post_run_cell", _hook)
+get_ipython().events.register("post_execute", _hook)
+""",
+    # reloading the checks made harmless first
+    "c_reload_disabled": "import importlib\nimportlib.reload = lambda module: module\n" + ALWAYS_PASS,
+    # a tensor whose allclose is always true
+    "c_tensor_subclass": """
+import torch
+class Liar(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("allclose", "isclose", "equal"):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+def biased_qk_gradients(q, k, *rest):
+    return torch.zeros_like(q).as_subclass(Liar), torch.zeros_like(k).as_subclass(Liar)
+def value_update_basis(W_O):
+    return torch.zeros(W_O.shape[1], W_O.shape[0] - 1, dtype=W_O.dtype).as_subclass(Liar)
+""",
+}
+
+
+CHEATS["c_check_internals"] = """
+from bayesattn_lite import checks as _c
+def biased_qk_gradients(q, k, v, u, tau, slope):  # the check's own reference, called from the notebook
+    spec = _c._biased_spec()
+    inputs = dict(zip(spec.signature, (q, k, v, u, tau, slope)))
+    return tuple(o.compute(inputs) for o in spec.outputs)
+"""
+
+
+def _instructor_cheat(paths):
+    """Run the solution cells of the instructor notebook: at the path the package gives, and ``paths``."""
+    return f"""
+import json
+from bayesattn_lite import assignments as _a
+for _p in [str(_a.ASSIGNMENTS["ps1_derivations"].instructor_path)] + {paths!r}:
+    try:
+        _nb = json.load(open(_p))
+    except OSError as exc:
+        print("cannot read", _p, exc)
+        continue
+    for _cell in _nb["cells"]:
+        if _cell["cell_type"] == "code" and "solution" in _cell["metadata"].get("tags", []):
+            exec("".join(_cell["source"]), globals())
+"""
+
+
+def _background_cheat(report, csv_path):
+    """A process that detaches (new session, parent gone) and keeps rewriting the report and the CSV."""
+    loop = (f"import sys, time\nfor _ in range(1200):\n    for p in ({str(report)!r}, {str(csv_path)!r}):\n"
+            "        try:\n            open(p, 'w').write('{\"score\": 10}')\n        except OSError:\n"
+            "            pass\n    time.sleep(0.1)\n")
+    return f"""
+import subprocess, sys
+subprocess.Popen(["sh", "-c", 'setsid "$0" -c "$1" "$2" </dev/null >/dev/null 2>&1 &',
+                  sys.executable, {loop!r}, {TOKEN!r}])
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)", {TOKEN!r}], start_new_session=True)
+"""
+
+
+def _edit_checks_cheat(grader_checks):
+    """Append an always-passing check to checks.py: the kernel's copy and the grader's."""
+    return f"""
+import bayesattn_lite.checks as _c
+for _p in [_c.__file__, {str(grader_checks)!r}]:
+    try:
+        with open(_p, "a") as _f:
+            _f.write("\\ndef check_biased_qk_gradients(fn):\\n    return CheckResult('x', True, 'ok')\\n")
+        print("wrote", _p)
+    except OSError as exc:
+        print("cannot write", _p, exc)
+"""
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A copy of the package and of the instructor folder (files mode 600) for the grader to run from."""
+    root = tmp_path_factory.mktemp("course")
+    shutil.copytree(PACKAGE, root / "bayesattn_lite", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(assignments.FOLDER, root / "book" / "assignments")
+    for path in (root / "book" / "assignments").iterdir():
+        path.chmod(0o600)
+    return root
+
+
+def _digest(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def batch(course, tmp_path_factory):
+    """Grade the folder of submissions once; every test below reads its reports and CSV."""
+    work = tmp_path_factory.mktemp("batch")
+    subs, reports, csv_path = work / "submissions", work / "reports", work / "grades.csv"
+    subs.mkdir()
+    folder = course / "book" / "assignments"
+    grader_checks = course / "bayesattn_lite" / "checks.py"
+    wanted = {
+        "a_student": _student(),
+        "a_student_ps2": _student(ASSIGNMENTS["ps2_dynamics"]),
+        "a_student_ps3": _student(ASSIGNMENTS["ps3_experiment"]),
+        "b_instructor": nbformat.read(PS1.instructor_path, as_version=4),
+        "c_instructor_solution": _plus(_student(), _instructor_cheat([str(folder / "ps1_derivations.ipynb")]
+                                                                     if ROOT else [])),
+        "c_background": _plus(_student(), _background_cheat(reports / "c_background.json", csv_path)),
+        "c_edit_checks": _plus(_student(), _edit_checks_cheat(grader_checks)),
+        "c_sigint": _plus(_student(), "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                      "while True:\n    pass"),
+        "c_output_lines": _plus(_student(), "for _ in range(300):\n    print('x' * 2 ** 20)"),
+        "d_dies": _plus(_solved(), "import os\nos._exit(1)", at=3),
+        "d_loop": _plus(_plus(_solved(), "while True:\n    pass", at=3), "big = bytearray(8 * 2 ** 30)", at=3),
+        "z_good": _solved(),  # graded after the cheats: a later student is not affected by them
+    }
+    wanted.update({name: _plus(_student(), source) for name, source in CHEATS.items()})
+    for name, nb in wanted.items():
+        nbformat.write(nb, subs / f"{name}.ipynb")
+    (subs / "e_not_a_notebook.ipynb").write_text("{ this is not json")
+    before = {p.name: _digest(p) for p in subs.iterdir()}
+    checks_before = _digest(grader_checks)
+    env = {**os.environ, "PYTHONPATH": str(course)}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "bayesattn_lite.grading", str(subs), "--csv", str(csv_path),
+                           "--reports", str(reports), "--timeout", str(TIMEOUT),
+                           "--notebook-timeout", str(NOTEBOOK_TIMEOUT), "--max-output", str(MAX_OUTPUT)],
+                          capture_output=True, text=True, env=env, cwd=str(work), timeout=900)
+    seconds = time.monotonic() - start
+    time.sleep(1.5)  # a surviving background process would rewrite a report in this time
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    data = {p.stem: json.loads(p.read_text()) for p in reports.glob("*.json")}
+    return {"done": done, "seconds": seconds, "rows": rows, "reports": data, "subs": subs, "before": before,
+            "checks_before": checks_before, "grader_checks": grader_checks, "folder": folder}
+
+
+def _score(batch, name):
+    report = batch["reports"][name]
+    return report["score"]
+
+
+# ----------------------------------------------------------------------------- the batch
+
+def test_the_batch_finishes_with_a_row_and_a_report_for_every_submission(batch):
+    done = batch["done"]
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = sorted(p.stem for p in batch["subs"].iterdir())
+    assert sorted(Path(r["submission"]).stem for r in batch["rows"]) == names
+    assert sorted(batch["reports"]) == names
+    for row in batch["rows"]:
+        report = batch["reports"][Path(row["submission"]).stem]
+        assert int(row["score"]) == report["score"] and int(row["max_score"]) == report["max_score"]
+    # the submissions are read, never written
+    assert {p.name: _digest(p) for p in batch["subs"].iterdir()} == batch["before"]
+    print(f"batch of {len(names)} submissions: {batch['seconds']:.0f} s; {done.stdout.strip().splitlines()[-1]}")
+
+
+def test_the_gradebook_has_points_per_question_and_manual_columns(batch):
+    row = next(r for r in batch["rows"] if Path(r["submission"]).stem == "z_good")
+    written = [q for q in PS1.questions if q.check is None]
+    checked = [q for q in PS1.questions if q.check is not None]
+    for q in checked:
+        assert row[q.id] == str(q.points)
+    for q in written:
+        assert row[q.id] == "" and row[f"{q.id}_manual"] == ""
+    report = batch["reports"]["z_good"]
+    assert report["score"] == sum(q.points for q in checked) and report["problems"] == []
+    assert report["manual_pending"] == sum(q.points for q in written)
+    for q in report["questions"]:
+        if q["manual"]:
+            assert q["points"] is None and q["rubric"] and q["instructor_points"] is None
+
+
+def test_the_student_versions_get_zero(batch):
+    for name in ("a_student", "a_student_ps2", "a_student_ps3"):
+        report = batch["reports"][name]
+        assert report["status"] == "graded" and report["score"] == 0, report
+        assert all(q["manual"] or q["feedback"].startswith("not answered yet") or "not defined" in q["feedback"]
+                   for q in report["questions"]), name
+        assert not any("does not match" in p for p in report["problems"]), report["problems"]
+
+
+def test_an_instructor_version_handed_in_is_rejected(batch):
+    report = batch["reports"]["b_instructor"]
+    assert report["status"] == "rejected" and report["score"] == 0
+    assert "instructor version" in report["problems"][0]
+
+
+@pytest.mark.parametrize("cheat", sorted(CHEATS) + ["c_instructor_solution", "c_edit_checks", "c_background"])
+def test_a_cheat_scores_no_more_than_the_untouched_student_version(batch, cheat):
+    assert _score(batch, cheat) <= _score(batch, "a_student") == 0, batch["reports"][cheat]
+
+
+def test_the_instructor_notebooks_are_out_of_the_kernels_reach(batch):
+    report = batch["reports"]["c_instructor_solution"]
+    assert report["score"] == 0
+    if ROOT:  # covered by an empty, unreadable mount in the kernel's namespace
+        assert str(batch["folder"]) in report["isolation"]["hidden"]
+        assert report["isolation"]["namespaces"] == "mount+network"
+
+
+def test_editing_checks_on_disk_is_impossible_or_undone_and_later_students_are_unaffected(batch):
+    assert _digest(batch["grader_checks"]) == batch["checks_before"]
+    report = batch["reports"]["c_edit_checks"]
+    assert report["score"] == 0
+    if not ROOT:  # the kernel could write the file: the grader restored it and says so
+        assert report["status"] == "tampered"
+    good = batch["reports"]["z_good"]
+    assert good["score"] == good["automatic_max"] > 0
+
+
+def test_no_process_of_a_submission_survives_and_reports_stay_written(batch):
+    alive = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if TOKEN.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                alive.append(pid)
+        except OSError:
+            pass
+    assert alive == []
+    report = batch["reports"]["c_background"]  # read after the batch ended and 1.5 s more
+    assert report["submission"].endswith("c_background.ipynb") and report["score"] == 0
+
+
+def test_a_cell_that_ignores_sigint_is_killed_and_the_submission_gets_a_report(batch):
+    report = batch["reports"]["c_sigint"]
+    assert any("did not stop on an interrupt" in p for p in report["problems"]), report["problems"]
+    assert report["seconds"] < NOTEBOOK_TIMEOUT + 20
+    assert all("not checked" in q["feedback"] for q in report["questions"] if not q["manual"])
+
+
+def test_300_mb_of_output_is_capped(batch):
+    report = batch["reports"]["c_output_lines"]
+    assert report["score"] == 0
+    assert any("printed more than" in p or "output too large" in p for p in report["problems"]), report["problems"]
+    peak = re.search(r"grader peak memory: (\d+) MiB", batch["done"].stdout)
+    assert peak and int(peak.group(1)) < 700, batch["done"].stdout[-500:]
+
+
+def test_a_dying_kernel_an_endless_loop_and_a_memory_hog_still_get_reports(batch):
+    dies = batch["reports"]["d_dies"]
+    assert dies["score"] == 0 and any("execution stopped" in p for p in dies["problems"])
+    loop = batch["reports"]["d_loop"]
+    assert any(f"longer than {TIMEOUT}" in p for p in loop["problems"])
+    assert any("MemoryError" in p for p in loop["problems"])  # 8 GiB: over the kernel's memory limit
+    assert loop["score"] == loop["automatic_max"] > 0  # interrupted, then the rest ran
+
+
+def test_a_file_that_is_not_a_notebook_gets_a_row(batch):
+    report = batch["reports"]["e_not_a_notebook"]
+    assert report["status"] == "unreadable" and report["score"] == 0
+    assert "not a Jupyter notebook" in report["problems"][0]
+
+
+# ----------------------------------------------------------------------------- one submission
 
 def _grade(tmp_path, submission, *extra):
     report = tmp_path / "out" / "report.json"
-    before = hashlib.sha256(submission.read_bytes()).hexdigest()
+    before = _digest(submission)
     assert grading.main([str(submission), "--report", str(report), *extra]) == 0
-    assert hashlib.sha256(submission.read_bytes()).hexdigest() == before, "the submission was modified"
+    assert _digest(submission) == before, "the submission was modified"
     data = json.loads(report.read_text())
     md = report.with_suffix(".md").read_text()
     assert f"Score: {data['score']} / {data['max_score']}" in md
     return data, md
 
 
-def _variant(tmp_path, name, change):
-    """A copy of the instructor version of problem set 1, changed by ``change(cells)``."""
-    nb = nbformat.read(PS1.instructor_path, as_version=4)
-    change(nb.cells)
-    path = tmp_path / name
-    nbformat.write(nb, path)
-    return path
-
-
-def _code_cell_defining(cells, name):
-    return next(c for c in cells if c.cell_type == "code" and f"def {name}(" in c.source)
-
-
-def test_the_instructor_version_gets_full_marks(tmp_path, capsys):
-    data, md = _grade(tmp_path, PS1.instructor_path)
-    assert data["assignment"] == "ps1_derivations"
-    assert data["score"] == data["max_score"] == sum(q.points for q in PS1.questions) == 10
-    assert [q["id"] for q in data["questions"]] == ["q1", "q2", "q3", "q4"]
-    assert all(q["passed"] and q["points"] == q["max_points"] for q in data["questions"])
-    assert data["problems"] == []
-    assert "10 / 10" in capsys.readouterr().out
-
-
-def test_the_student_version_gets_zero_and_says_what_is_missing(tmp_path):
-    data, md = _grade(tmp_path, PS1.student_path)
-    assert data["score"] == 0 and data["max_score"] == 10
-    for q in data["questions"]:
-        assert not q["passed"] and q["feedback"].startswith("not answered yet")
-    assert "u = (softmax(logits) - onehot(y)) @ W_O / T" in data["questions"][0]["feedback"]
-
-
-def test_a_wrong_answer_and_a_syntax_error_cost_only_their_questions(tmp_path):
-    def change(cells):
-        cell = _code_cell_defining(cells, "error_signal")
-        cell.source = cell.source.replace("- torch.nn.functional.one_hot", "+ torch.nn.functional.one_hot")
-        _code_cell_defining(cells, "score_gradient").source = "def score_gradient(alpha, b:\n    return alpha"
-
-    data, md = _grade(tmp_path, _variant(tmp_path, "answers.ipynb", change), "--assignment", "ps1_derivations")
-    points = {q["id"]: q["points"] for q in data["questions"]}
-    assert points == {"q1": 0, "q2": 0, "q3": 3, "q4": 2} and data["score"] == 5
-    assert "score_gradient" in data["questions"][1]["feedback"] and "not defined" in data["questions"][1]["feedback"]
-    assert any("SyntaxError" in p for p in data["problems"])
-
-
-def test_an_endless_loop_is_interrupted_and_grading_goes_on(tmp_path):
-    def change(cells):
-        cells.insert(3, nbformat.v4.new_code_cell("while True:\n    pass"))
-
-    data, _ = _grade(tmp_path, _variant(tmp_path, "loop.ipynb", change), "--assignment", "ps1_derivations",
-                     "--timeout", "5")
-    assert any("longer than 5" in p for p in data["problems"])
-    assert data["score"] == 10
-
-
-def test_a_dying_kernel_still_gets_a_report(tmp_path):
-    def change(cells):
-        cells.insert(3, nbformat.v4.new_code_cell("import os\nos._exit(1)"))
-
-    data, md = _grade(tmp_path, _variant(tmp_path, "dies.ipynb", change), "--assignment", "ps1_derivations")
-    assert data["score"] == 0 and data["max_score"] == 10
-    assert any("execution stopped" in p for p in data["problems"])
-    assert "Problems while running your notebook" in md
+def test_the_instructor_version_gets_full_marks_as_a_self_test(tmp_path, capsys):
+    data, md = _grade(tmp_path, PS1.instructor_path, "--self-test", "--folder", str(assignments.FOLDER))
+    checked = [q for q in data["questions"] if not q["manual"]]
+    assert data["status"] == "graded" and data["problems"] == []
+    assert checked and all(q["passed"] and q["points"] == q["max_points"] for q in checked)
+    assert data["score"] == data["automatic_max"] == sum(q.points for q in PS1.questions if q.check is not None)
+    assert data["max_score"] == sum(q.points for q in PS1.questions)
+    assert f"{data['score']} / {data['max_score']}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("content", ["{ this is not json", json.dumps({"cells": "no"}), ""])
@@ -101,7 +368,7 @@ def test_a_file_that_is_not_a_notebook_gets_a_report_from_the_command_line(tmp_p
     assert done.returncode == 0, done.stderr
     data = json.loads(report.read_text())
     assert data["assignment"] == "ps1_derivations"  # from the file name
-    assert data["score"] == 0 and data["max_score"] == 10
+    assert data["score"] == 0 and data["max_score"] == sum(q.points for q in PS1.questions)
     assert "not a Jupyter notebook" in data["problems"][0]
     assert bad.read_text() == content
 
@@ -114,7 +381,54 @@ def test_an_unknown_assignment_is_reported(tmp_path):
     assert "--assignment" in data["problems"][0]
 
 
+def test_a_notebook_of_another_assignment_is_reported(tmp_path):
+    path = tmp_path / "x.ipynb"
+    nbformat.write(_student(ASSIGNMENTS["ps2_dynamics"]), path)
+    data, _ = _grade(tmp_path, path, "--assignment", "ps1_derivations", "--notebook-timeout", "30")
+    assert any("does not look like ps1_derivations" in p for p in data["problems"])
+    assert data["score"] == 0
+
+
 def test_an_unwritable_report_path_exits_2(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert grading.main([str(tmp_path / "x.ipynb"), "--report", str(blocker / "sub" / "r.json")]) == 2
+
+
+def test_the_data_channel_rebuilds_plain_values():
+    import numpy as np
+    import torch
+
+    from bayesattn_lite import _sandbox
+
+    class Sub(torch.Tensor):
+        pass
+
+    value = {"a": (1, 2.5, float("nan"), None, True, "text"), 3: [np.arange(3), np.float64(0.5)],
+             "t": torch.arange(6, dtype=torch.float64).reshape(2, 3).as_subclass(Sub), "o": object()}
+    back = _sandbox.decode(json.loads(json.dumps(_sandbox.encode(value))))
+    assert back["a"][:2] == (1, 2.5) and np.isnan(back["a"][2]) and back["a"][3:] == (None, True, "text")
+    assert type(back["t"]) is torch.Tensor and torch.equal(back["t"], torch.arange(6.).reshape(2, 3).double())
+    assert isinstance(back[3][0], np.ndarray) and back[3][1] == 0.5
+    assert type(back["o"]).__name__ == "object"
+    for bad in (["tensor", "float64", [2], "AAAA"], ["eval", "1"], ["int", "1" * 40], "x", ["list", "no"]):
+        with pytest.raises(ValueError):
+            _sandbox.decode(bad)
+
+
+def test_gradescope_results_and_the_learners_report_from_a_report():
+    report = {"submission": "s.ipynb", "assignment": "ps1_derivations", "title": "PS1", "status": "graded",
+              "score": 3, "max_score": 5, "manual_pending": 2, "problems": ["code cell 2 raised X: y"],
+              "reference_calls": [],
+              "questions": [{"id": "q1", "title": "a", "manual": False, "points": 3, "max_points": 3,
+                             "passed": True, "feedback": "matches"},
+                            {"id": "q2", "title": "b", "manual": True, "points": None, "max_points": 2,
+                             "passed": None, "rubric": "1 pt: secret criterion", "answer": "Because **x**.",
+                             "instructor_points": None, "feedback": "a written answer"}]}
+    gs = grading.gradescope_results(report)
+    assert gs["score"] == 3 and [t["name"] for t in gs["tests"]] == ["q1: a"]  # written answers: graded by hand
+    assert gs["tests"][0]["max_score"] == 3 and "code cell 2 raised" in gs["output"]
+    md = grading.markdown(report)
+    assert "Because **x**." in md and "secret criterion" not in md and "to grade / 2" in md
+    header, rows = grading.gradebook_rows([report])
+    assert header[header.index("q2") + 1] == "q2_manual" and rows[0][header.index("q2")] == ""

@@ -1,0 +1,763 @@
+"""The grader's sandbox: one fresh, limited Jupyter kernel per submission, and the data channel to it.
+
+Private to ``bayesattn_lite.grading``. What it enforces, and how:
+
+- **A fresh folder.** ``home/`` (the kernel's working folder, HOME, TMPDIR, IPYTHONDIR, Jupyter and
+  matplotlib folders), ``io/`` (the answers the kernel writes for the grader) and ``ipc/`` (its
+  sockets) in a new temporary folder, plus ``pkg/``, a read-only copy of this package that the kernel
+  imports (PYTHONPATH), so the paths the package knows (``assignments.FOLDER``) lead to nothing.
+  The copy's ``checks.py`` is a stand-in (``grading.KERNEL_CHECKS``): the checks, and the references
+  inside them, run in the grader only.
+- **Another user** (grader running as root, Linux). The kernel gets a user id of its own, used by no
+  other process (a random uid, no groups): it cannot write the package, the instructor notebooks, the
+  submissions or the reports (all owned by root), and every process it starts is found by that uid and
+  killed at the end. Not root: the kernel runs as the grader's user; see ``isolation()``.
+- **Namespaces** (root). A new mount namespace in which the instructor folder, the submissions and
+  the reports are covered by empty, unreadable tmpfs mounts, and a new network namespace without
+  network (the kernel talks to the grader over Unix sockets, which live in the file system).
+- **Limits**: address space (RLIMIT_AS), file size, processes (root: per uid), core dumps; time per
+  cell and per notebook, enforced by the grader (SIGINT, then SIGKILL of everything); output counted
+  on the grader's side and the kernel killed past a cap; one message is at most MAX_MESSAGE bytes
+  (ZeroMQ drops a larger one, and the grader treats the broken connection as "output too large").
+- **A supervisor** between the grader and the kernel: a small process (stdlib only, ``python -I -S``)
+  that sets all this up, forks the kernel in a new session, is the "child subreaper" of everything the
+  kernel starts (a process that detaches with setsid or a double fork is re-parented to it, not to
+  init), and kills them all when the grader says stop or goes away.
+
+Nothing the kernel prints is read as a verdict. The grader asks the kernel for data only
+(``call``/``fetch``): the request goes in the code of a silent execute request, the answer comes back
+as a JSON file in ``io/`` under a random name, read with a size cap and strict parsing (``decode``
+accepts numbers, strings, lists, dicts and arrays of numbers, nothing else).
+"""
+
+import builtins
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MiB = 2 ** 20
+MAX_MESSAGE = 4 * MiB  # one ZeroMQ message from the kernel; larger ones are dropped (connection reset)
+MAX_ANSWER = 8 * MiB  # one answer file (what a check gets back from one call; JSON, so parsing costs ~10x)
+KERNEL_START = 60  # seconds for the kernel to start and answer kernel_info
+
+
+# ----------------------------------------------------------------------------- where we run
+
+def in_container():
+    """True when this process looks like it runs in a container (Docker, Podman, Kubernetes, LXC)."""
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv") or os.environ.get("container"):
+        return True
+    try:
+        text = Path("/proc/1/cgroup").read_text()
+    except OSError:
+        return False
+    return any(word in text for word in ("docker", "kubepods", "containerd", "lxc", "libpod"))
+
+
+def privileged():
+    """True when the grader can give the kernel a user of its own (root on Linux). The environment
+    variable BAYESATTN_GRADER_NO_ROOT=1 makes root behave as a plain user (to test that mode)."""
+    return (sys.platform.startswith("linux") and os.geteuid() == 0
+            and os.environ.get("BAYESATTN_GRADER_NO_ROOT") != "1")
+
+
+# ----------------------------------------------------------------------------- the data codec
+# One source, executed here (grader) and sent to the kernel: what crosses is JSON built from plain
+# values; arrays travel as raw little-endian bytes with their dtype and shape.
+
+CODEC = r'''
+import base64 as _b64, json as _json, sys as _sys
+
+_DTYPES = ("float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
+_MAX_DEPTH, _MAX_ITEMS = 12, 100000
+
+
+def _enc(x, depth=0):
+    if depth > _MAX_DEPTH:
+        return ["opaque", "a structure nested too deep"]
+    if x is None:
+        return ["none"]
+    if x is True or x is False:
+        return ["bool", bool(x)]
+    if type(x) is int:
+        return ["int", str(x)] if abs(x) < 10 ** 30 else ["opaque", "int"]
+    if type(x) is float:
+        return ["float", x.hex()]
+    if type(x) is str:
+        return ["str", x]
+    if type(x) in (list, tuple):
+        if len(x) > _MAX_ITEMS:
+            return ["opaque", type(x).__name__]
+        return [type(x).__name__, [_enc(v, depth + 1) for v in x]]
+    if type(x) is dict:
+        if len(x) > _MAX_ITEMS:
+            return ["opaque", "dict"]
+        return ["dict", [[_enc(k, depth + 1), _enc(v, depth + 1)] for k, v in x.items()]]
+    torch = _sys.modules.get("torch")
+    np = _sys.modules.get("numpy")
+    if torch is not None and isinstance(x, torch.Tensor):
+        t = torch.Tensor.detach(x).cpu().contiguous()
+        t = t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t
+        dtype = str(t.dtype).replace("torch.", "")
+        if dtype not in _DTYPES:
+            return ["opaque", "a tensor of dtype " + dtype]
+        return ["tensor", dtype, list(t.shape), _b64.b64encode(t.numpy().astype(t.numpy().dtype.newbyteorder("<"), copy=False).tobytes()).decode()]
+    if np is not None and isinstance(x, (np.ndarray, np.generic)):
+        a = np.ascontiguousarray(x)
+        if str(a.dtype) not in _DTYPES:
+            return ["opaque", "a numpy array of dtype " + str(a.dtype)]
+        kind = "ndarray" if isinstance(x, np.ndarray) else "npscalar"
+        return [kind, str(a.dtype), list(a.shape), _b64.b64encode(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()).decode()]
+    return ["opaque", type(x).__name__]
+
+
+def _array(dtype, shape, data):
+    import numpy as np
+    if dtype not in _DTYPES or not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
+        raise ValueError("bad array")
+    raw = _b64.b64decode(data.encode("ascii"), validate=True)
+    count = 1
+    for s in shape:
+        count *= s
+    if count * np.dtype(dtype).itemsize != len(raw):
+        raise ValueError("array size does not match its shape")
+    return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)
+
+
+_OPAQUE = {}
+
+
+def _opaque(name):
+    """A stand-in whose type has the kernel object's type name, so a check can say "got Foo"."""
+    name = "".join(c for c in str(name) if c.isalnum() or c in "_ ")[:60] or "object"
+    if name not in _OPAQUE:
+        _OPAQUE[name] = type(name.replace(" ", "_"), (), {"__repr__": lambda self, n=name: "<" + n + ">"})
+    return _OPAQUE[name]()
+
+
+def _dec(v, depth=0):
+    if depth > _MAX_DEPTH + 1 or not isinstance(v, list) or not v or not isinstance(v[0], str):
+        raise ValueError("malformed data")
+    kind = v[0]
+    if kind == "none" and len(v) == 1:
+        return None
+    if kind == "bool" and len(v) == 2 and isinstance(v[1], bool):
+        return v[1]
+    if kind == "int" and len(v) == 2 and isinstance(v[1], str) and len(v[1]) <= 32:
+        return int(v[1])
+    if kind == "float" and len(v) == 2 and isinstance(v[1], str) and len(v[1]) <= 40:
+        return float.fromhex(v[1])
+    if kind == "str" and len(v) == 2 and isinstance(v[1], str):
+        return v[1]
+    if kind in ("list", "tuple") and len(v) == 2 and isinstance(v[1], list) and len(v[1]) <= _MAX_ITEMS:
+        items = [_dec(x, depth + 1) for x in v[1]]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict" and len(v) == 2 and isinstance(v[1], list) and len(v[1]) <= _MAX_ITEMS:
+        out = {}
+        for pair in v[1]:
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise ValueError("malformed dict")
+            key = _dec(pair[0], depth + 1)
+            if not isinstance(key, (str, int, float, bool, type(None), tuple)):
+                raise ValueError("unhashable dict key")
+            out[key] = _dec(pair[1], depth + 1)
+        return out
+    if kind in ("tensor", "ndarray", "npscalar") and len(v) == 4 and isinstance(v[1], str) and isinstance(v[3], str):
+        a = _array(v[1], v[2], v[3])
+        if kind == "ndarray":
+            return a.copy()
+        if kind == "npscalar":
+            return a.reshape(()).copy()[()]
+        import torch
+        return torch.from_numpy(a.copy())
+    if kind == "opaque" and len(v) == 2:
+        return _opaque(v[1])
+    raise ValueError("unknown data kind " + repr(kind)[:40])
+'''
+
+_codec = {}
+exec(compile(CODEC, "<bayesattn_lite codec>", "exec"), _codec)
+encode, decode = _codec["_enc"], _codec["_dec"]
+
+# Run in the kernel (user namespace) for every request; defines one function and calls it.
+HELPER = r'''
+def _bal_answer(op, name, payload, out, _codec_src):
+    import os as _os, json as _json
+    codec = {}
+    exec(_codec_src, codec)
+    ns = globals()
+    try:
+        if name not in ns:
+            result = ["missing"]
+        elif op == "describe":
+            result = ["callable" if callable(ns[name]) else "value"]
+        elif op == "fetch":
+            result = ["ok", codec["_enc"](ns[name])]
+        else:
+            args = codec["_dec"](_json.loads(payload))
+            result = ["ok", codec["_enc"](ns[name](*args))]
+    except BaseException as exc:
+        result = ["raised", type(exc).__name__, str(exc)[:2000]]
+    tmp = out + ".part"
+    with open(tmp, "w") as f:
+        _json.dump(result, f)
+    _os.replace(tmp, out)
+'''
+
+
+class RemoteError(Exception):
+    """The learner's code raised in the kernel (its type and message, as text)."""
+
+
+def remote_exception(type_name, message):
+    """An exception to raise in the grader for the learner's ``type_name: message``. A built-in
+    Exception keeps its class (a check can tell NotImplementedError); anything else, even a
+    KeyboardInterrupt or SystemExit, becomes an Exception subclass of the same name."""
+    cls = getattr(builtins, type_name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except TypeError:
+            pass
+    safe = "".join(c for c in type_name if c.isalnum() or c == "_")[:60] or "Error"
+    return type(safe, (RemoteError,), {})(message)
+
+
+# ----------------------------------------------------------------------------- the supervisor
+
+SUPERVISOR = r'''
+import ctypes, json, os, resource, select, signal, sys, time
+
+cfg = json.loads(sys.argv[1])
+
+
+def say(*words):
+    try:
+        os.write(1, (" ".join(str(w) for w in words) + "\n").encode())
+    except OSError:
+        pass
+
+
+libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+if libc is not None:
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of the kernel come to us
+namespaces, hidden = "none", []
+if cfg["uid"] is not None and libc is not None:
+    if libc.unshare(0x00020000 | 0x40000000) == 0:  # CLONE_NEWNS | CLONE_NEWNET
+        namespaces = "mount+network"
+        libc.mount(b"none", b"/", None, (1 << 14) | (1 << 18), None)  # MS_REC | MS_PRIVATE
+        # Python under a folder the kernel's user cannot enter (/root/.pyenv): bind the installation
+        # to a staging folder, cover that folder with an empty tmpfs, bind the installation back at
+        # its own path (nothing else of the folder), drop the staging mount
+        BIND = 4096 | (1 << 14)  # MS_BIND | MS_REC
+        for n, (_, target) in enumerate(cfg["expose"]):
+            libc.mount(target.encode(), ("%s/%d" % (cfg["stage"], n)).encode(), None, BIND, None)
+        for ancestor in sorted({a for a, _ in cfg["expose"]}, key=len):
+            libc.mount(b"tmpfs", ancestor.encode(), b"tmpfs", 0, b"size=64k,mode=755")
+        for n, (_, target) in enumerate(cfg["expose"]):
+            os.makedirs(target, exist_ok=True)
+            libc.mount(("%s/%d" % (cfg["stage"], n)).encode(), target.encode(), None, BIND, None)
+            libc.umount2(("%s/%d" % (cfg["stage"], n)).encode(), 2)  # MNT_DETACH
+        for path in cfg["hide"]:
+            if os.path.isdir(path):
+                ok = libc.mount(b"tmpfs", path.encode(), b"tmpfs", 0, b"size=4k,mode=000") == 0
+            elif os.path.exists(path):
+                ok = libc.mount(b"/dev/null", path.encode(), None, 4096, None) == 0  # MS_BIND
+            else:
+                continue
+            if ok:
+                hidden.append(path)
+    else:
+        namespaces = "unavailable (errno %d)" % ctypes.get_errno()
+say("namespaces", json.dumps({"namespaces": namespaces, "hidden": hidden}))
+
+pid = os.fork()
+if pid == 0:
+    try:
+        os.setsid()
+        for name, value in cfg["rlimits"].items():
+            resource.setrlimit(getattr(resource, name), (value, value))
+        log = os.open(cfg["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, 4096)
+        os.chdir(cfg["cwd"])
+        if cfg["uid"] is not None:
+            os.setgroups([])
+            os.setgid(cfg["uid"])
+            os.setuid(cfg["uid"])
+        os.umask(0o077)
+        os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
+    except BaseException as exc:
+        os.write(2, ("supervisor: could not start the kernel: %r\n" % (exc,)).encode())
+    os._exit(127)
+say("pid", pid)
+
+
+def ours():
+    """Our children (the kernel and every orphan it left) and, as root, every process of its uid."""
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/status" % entry) as f:
+                status = f.read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        ppid = int(fields.get("PPid", "0").split()[0] or 0)
+        uids = {int(u) for u in fields.get("Uid", "").split()}
+        if ppid == os.getpid() or (cfg["uid"] is not None and cfg["uid"] in uids):
+            found.append(int(entry))
+    return found
+
+
+def reap():
+    global pid
+    while True:
+        try:
+            done, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done == 0:
+            return
+        if done == pid:
+            say("exit", status)
+            pid = None
+
+
+def clean():
+    if pid is not None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    killed, quiet = set(), 0
+    for _ in range(500):
+        found = ours()
+        for p in found:
+            try:
+                os.kill(p, signal.SIGKILL)
+                killed.add(p)
+            except OSError:
+                pass
+        reap()
+        quiet = quiet + 1 if not found else 0
+        if quiet >= 3 and not ours():
+            break
+        time.sleep(0.02)
+    say("clean", len(killed))
+
+
+signal.signal(signal.SIGTERM, lambda *a: (clean(), os._exit(0)))
+while True:
+    ready, _, _ = select.select([0], [], [], 0.2)
+    reap()
+    if ready:
+        line = os.read(0, 4096)
+        if not line or line.strip() == b"stop":
+            clean()
+            os._exit(0)
+'''
+
+
+# ----------------------------------------------------------------------------- the sandbox
+
+class ExecResult:
+    """What one execute request did: status is "ok", "error", "interrupted" (ran past its time and
+    stopped on SIGINT) or "dead" (the kernel is gone: see ``Sandbox.dead``)."""
+
+    def __init__(self, status, error=None, seconds=0.0):
+        self.status, self.error, self.seconds = status, error, seconds
+
+
+class Sandbox:
+    """A kernel for one submission. Use as a context manager; ``execute`` runs code, ``describe``,
+    ``fetch`` and ``call`` exchange data with the learner's namespace."""
+
+    def __init__(self, package_dir, hide=(), notebook_timeout=600, memory_mb=4096, max_output_mb=16,
+                 grace=5.0, replace=None):
+        self.package_dir = Path(package_dir)
+        self.replace = dict(replace or {})  # file of the package copy -> the text the kernel gets instead
+        self.hide = [str(Path(p).resolve()) for p in hide if p]
+        self.deadline = time.monotonic() + notebook_timeout
+        self.memory_mb, self.max_output = memory_mb, int(max_output_mb * MiB)
+        self.grace = grace
+        self.output_bytes = 0
+        self.dead = None  # a sentence once the kernel is gone
+        self.info = {"container": in_container(), "kernel_user": None, "namespaces": "none", "hidden": []}
+        self.root = None
+        self.proc = None
+        self.kc = None
+        self._lines = b""
+        self.kernel_pid = None
+
+    # --------------------------------------------------------------------- start and stop
+
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _start(self):
+        uid = (1_000_000 + secrets.randbelow(1_000_000_000)) if privileged() else None
+        self.root = Path(tempfile.mkdtemp(prefix="bal-grade-"))
+        os.chmod(self.root, 0o711)  # the kernel may enter by name, not list
+        home, io, ipc = (self.root / n for n in ("home", "io", "ipc"))
+        for d in (home, io, ipc, home / "tmp"):
+            d.mkdir(mode=0o700)
+            if uid is not None:
+                os.chown(d, uid, uid)
+        pkg = self.root / "pkg"
+        shutil.copytree(self.package_dir, pkg / self.package_dir.name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for name, text in self.replace.items():
+            (pkg / self.package_dir.name / name).write_text(text, encoding="utf-8")
+        for path in [pkg, *pkg.rglob("*")]:  # read-only for everyone, also for a same-uid kernel
+            os.chmod(path, 0o555 if path.is_dir() else 0o444)
+        self.io = io
+        from jupyter_client.connect import write_connection_file
+        conn = str(self.root / "kernel.json")
+        write_connection_file(conn, transport="ipc", ip=str(ipc / "k"), key=secrets.token_hex(16).encode(),
+                              shell_port=1, iopub_port=2, stdin_port=3, control_port=4, hb_port=5)
+        os.chmod(conn, 0o644)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+               "TMPDIR": str(home / "tmp"), "IPYTHONDIR": str(home / ".ipython"),
+               "JUPYTER_CONFIG_DIR": str(home / ".jupyter"), "JUPYTER_DATA_DIR": str(home / ".jupyter-data"),
+               "JUPYTER_RUNTIME_DIR": str(home / ".jupyter-runtime"), "MPLCONFIGDIR": str(home / ".matplotlib"),
+               "MPLBACKEND": "Agg", "PYTHONPATH": str(pkg), "PYTHONNOUSERSITE": "1",
+               "PYTHONDONTWRITEBYTECODE": "1", "BAYESATTN_PROGRESS": "0"}
+        rlimits = {"RLIMIT_AS": self.memory_mb * MiB, "RLIMIT_CORE": 0, "RLIMIT_FSIZE": 256 * MiB}
+        if uid is not None:
+            rlimits["RLIMIT_NPROC"] = 512  # per uid: this kernel's own, threads included
+        keep = [self.root, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent]
+        hide = [h for h in self.hide if not any(k.resolve() == Path(h) or Path(h) in k.resolve().parents
+                                                for k in keep)]  # never cover the sandbox or Python
+        expose = _unreachable([sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
+                              ) if uid is not None else []
+        for n in range(len(expose)):
+            (self.root / "stage" / str(n)).mkdir(parents=True)
+        config = {"uid": uid, "hide": hide, "expose": expose, "stage": str(self.root / "stage"), "rlimits": rlimits, "log": str(self.root / "kernel.log"),
+                  "cwd": str(home), "env": env,
+                  "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", conn,
+                           "--HistoryManager.enabled=False"]}
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", SUPERVISOR, json.dumps(config)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     start_new_session=True, cwd=str(self.root))
+        setup = json.loads(self._read_line("namespaces", 30))
+        self.info.update(kernel_user=("its own user id" if uid is not None else "the grader's user"),
+                         namespaces=setup["namespaces"], hidden=setup["hidden"])
+        self.kernel_pid = int(self._read_line("pid", 30))
+        self._connect(conn)
+
+    def _read_line(self, word, timeout):
+        """The rest of the supervisor's next line starting with ``word``."""
+        import select
+        end = time.monotonic() + timeout
+        while True:
+            while b"\n" in self._lines:
+                line, self._lines = self._lines.split(b"\n", 1)
+                head, _, rest = line.decode().partition(" ")
+                if head == word:
+                    return rest
+                if head == "exit":
+                    self.dead = "the kernel exited while starting"
+            left = end - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"the sandbox did not start (no {word!r} from the supervisor)")
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if ready:
+                chunk = os.read(self.proc.stdout.fileno(), 4096)
+                if not chunk:
+                    raise RuntimeError("the sandbox's supervisor exited while starting")
+                self._lines += chunk
+
+    def _connect(self, conn):
+        import zmq
+        from jupyter_client.blocking import BlockingKernelClient
+        self.ctx = zmq.Context()
+        self.ctx.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        self.ctx.setsockopt(zmq.RCVHWM, 64)
+        self.ctx.setsockopt(zmq.LINGER, 0)
+        self.kc = BlockingKernelClient(context=self.ctx)
+        self.kc.load_connection_file(conn)
+        self.kc.start_channels(hb=False)  # no heartbeat: the supervisor says when the kernel exits
+        self.iopub, self.shell = self.kc.iopub_channel.socket, self.kc.shell_channel.socket
+        self.monitor = self.iopub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        end = time.monotonic() + min(KERNEL_START, max(1.0, self.deadline - time.monotonic()))
+        while True:  # kernel_info until it answers (a busy machine may take a while)
+            msg_id = self.kc.kernel_info()
+            if self._reply_to(msg_id, min(2.0, max(0.1, end - time.monotonic()))):
+                break
+            self._read_supervisor()
+            if self.dead or time.monotonic() >= end:
+                log = self._log_tail()
+                raise RuntimeError("the kernel did not start" + (" (it exited)" if self.dead else " in time")
+                                   + (f": {log}" if log else ""))
+        time.sleep(0.1)  # let the iopub subscription settle, then drop the start-up messages
+        while self.kc.iopub_channel.msg_ready():
+            self.kc.iopub_channel.get_msg(timeout=0)
+
+    def _reply_to(self, msg_id, timeout):
+        """Wait up to ``timeout`` s for the shell reply to ``msg_id``; True if it came."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.kc.shell_channel.msg_ready() or self.shell.poll(int(1000 * max(0.01, end - time.monotonic()))):
+                msg = self.kc.shell_channel.get_msg(timeout=0)
+                if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                    return True
+        return False
+
+    def _read_supervisor(self):
+        """Read what the supervisor said, without waiting; an "exit" line means the kernel is gone."""
+        import select
+        while select.select([self.proc.stdout], [], [], 0)[0]:
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            self._lines += chunk
+            if not chunk:
+                break
+        if self._kernel_exited() or self.proc.poll() is not None:
+            self.dead = self.dead or "the kernel exited"
+
+    def _kernel_exited(self):
+        """True when the supervisor has said ``exit <status>`` (its lines are words, never paths)."""
+        return any(line.startswith(b"exit ") for line in self._lines.split(b"\n"))
+
+    def _log_tail(self):
+        try:
+            return (self.root / "kernel.log").read_text(errors="replace")[-300:].strip()
+        except OSError:
+            return ""
+
+    def kill(self, reason):
+        """Stop the kernel and everything it started; later requests answer "dead" with ``reason``."""
+        if self.dead is None:
+            self.dead = reason
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b"stop\n")
+                self.proc.stdin.flush()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.kernel_pid is not None:  # the supervisor may have been killed (same uid): do it here
+            try:
+                os.killpg(self.kernel_pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self):
+        self.kill(self.dead or "closed")
+        if self.kc is not None:
+            try:
+                self.monitor.close(0)
+                self.kc.stop_channels()
+                self.ctx.destroy(0)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        if self.root is not None:
+            for path in [self.root, *self.root.rglob("*")] if self.root.exists() else []:
+                try:  # our own read-only copy, and whatever modes the kernel left
+                    if not path.is_symlink():
+                        os.chmod(path, 0o700)
+                except OSError:
+                    pass
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # --------------------------------------------------------------------- executing
+
+    def execute(self, code, timeout, silent=False):
+        """Run ``code``; at most ``timeout`` s (and never past the notebook's deadline), then SIGINT,
+        then after ``grace`` s everything is killed."""
+        import zmq
+        if self.dead:
+            return ExecResult("dead", self.dead)
+        start = time.monotonic()
+        msg_id = self.kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
+                                 stop_on_error=False)
+        end = min(start + timeout, self.deadline)
+        interrupted, replied, idle, error = False, False, False, None
+        poller = zmq.Poller()
+        for sock in (self.iopub, self.shell, self.monitor):
+            poller.register(sock, zmq.POLLIN)
+        poller.register(self.proc.stdout, zmq.POLLIN)
+        while not (replied and idle):
+            now = time.monotonic()
+            if now >= end:
+                if interrupted or now >= self.deadline:
+                    why = ("the notebook ran past its time limit" if now >= self.deadline else
+                           f"a cell ran longer than {timeout:g} s and did not stop on an interrupt (SIGINT)")
+                    self.kill(why + ": the kernel and its processes were killed")
+                    return ExecResult("dead", self.dead, time.monotonic() - start)
+                interrupted = True
+                try:
+                    os.kill(self.kernel_pid, signal.SIGINT)
+                except OSError:
+                    pass
+                end = min(now + self.grace, self.deadline)
+            events = dict(poller.poll(max(1, int(1000 * min(0.5, end - now)))))
+            if self.monitor in events:
+                self.monitor.recv_multipart()
+                self.kill(f"the kernel sent a message over {MAX_MESSAGE // MiB} MiB (output too large): "
+                          "it was killed")
+                return ExecResult("dead", self.dead, time.monotonic() - start)
+            if self.proc.stdout.fileno() in events or self.proc.stdout in events:
+                chunk = os.read(self.proc.stdout.fileno(), 4096)
+                self._lines += chunk
+                if self._kernel_exited() or not chunk:
+                    self.kill("the kernel died (it exited or was killed, e.g. out of memory)")
+                    return ExecResult("dead", self.dead, time.monotonic() - start)
+            while self.kc.iopub_channel.msg_ready():
+                msg = self.kc.iopub_channel.get_msg(timeout=0)
+                self.output_bytes += _size(msg.get("content", {}))
+                if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                    continue
+                kind, content = msg["msg_type"], msg["content"]
+                if kind == "status" and content.get("execution_state") == "idle":
+                    idle = True
+                elif kind == "error" and error is None:
+                    error = f"{str(content.get('ename'))[:80]}: {str(content.get('evalue', ''))[:200]}"
+            if self.output_bytes > self.max_output:
+                self.kill(f"the notebook printed more than {self.max_output / MiB:g} MiB: the kernel was killed "
+                          "(print less, e.g. shapes or a few values)")
+                return ExecResult("dead", self.dead, time.monotonic() - start)
+            while self.kc.shell_channel.msg_ready():
+                msg = self.kc.shell_channel.get_msg(timeout=0)
+                if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                    replied = True
+                    if msg["content"].get("status") == "error" and error is None:
+                        c = msg["content"]
+                        error = f"{str(c.get('ename'))[:80]}: {str(c.get('evalue', ''))[:200]}"
+        seconds = time.monotonic() - start
+        if interrupted:
+            return ExecResult("interrupted", error, seconds)
+        return ExecResult("error" if error else "ok", error, seconds)
+
+    # --------------------------------------------------------------------- data
+
+    def _request(self, op, name, payload, timeout):
+        """Ask the kernel's helper; the decoded JSON answer, or raise RemoteError."""
+        out = self.io / f"{secrets.token_hex(12)}.json"
+        code = (HELPER + f"\n_bal_answer({op!r}, {name!r}, {payload!r}, {str(out)!r}, {CODEC!r})\n"
+                "del _bal_answer\n")
+        result = self.execute(code, timeout, silent=True)
+        if result.status == "dead":
+            raise RemoteError(f"the kernel is no longer running ({self.dead})")
+        if result.status == "interrupted":
+            raise TimeoutError(f"it ran longer than {timeout:g} s and was interrupted")
+        try:
+            fd = os.open(out, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            raise RemoteError("no answer came back from the kernel"
+                              + (f" ({result.error})" if result.error else "")) from None
+        try:
+            import stat
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ANSWER:
+                raise RemoteError(f"the answer is larger than {MAX_ANSWER // MiB} MiB or not a file")
+            with os.fdopen(fd, "rb") as f:
+                fd = None
+                raw = f.read(MAX_ANSWER + 1)
+        finally:
+            if fd is not None:
+                os.close(fd)
+            try:
+                os.unlink(out)
+            except OSError:
+                pass
+        try:
+            answer = json.loads(raw.decode("utf-8"), parse_constant=_reject)
+        except (ValueError, UnicodeDecodeError):
+            raise RemoteError("the kernel's answer is not valid data") from None
+        if not isinstance(answer, list) or not answer or not isinstance(answer[0], str):
+            raise RemoteError("the kernel's answer is not valid data")
+        return answer
+
+    def describe(self, name, timeout):
+        """"callable", "value" or "missing"."""
+        answer = self._request("describe", name, "", timeout)
+        if answer[0] == "raised":
+            raise remote_exception(*_raised(answer))
+        if answer[0] not in ("callable", "value", "missing"):
+            raise RemoteError("the kernel's answer is not valid data")
+        return answer[0]
+
+    def fetch(self, name, timeout):
+        """The value of ``name`` in the learner's namespace, rebuilt from data."""
+        return self._value(self._request("fetch", name, "", timeout))
+
+    def call(self, name, args, timeout):
+        """``name(*args)`` in the kernel; arguments and result cross as data."""
+        return self._value(self._request("call", name, json.dumps(encode(tuple(args))), timeout))
+
+    @staticmethod
+    def _value(answer):
+        if answer[0] == "raised":
+            raise remote_exception(*_raised(answer))
+        if answer[0] == "missing":
+            raise NameError("it is not defined")
+        if answer[0] != "ok" or len(answer) != 2:
+            raise RemoteError("the kernel's answer is not valid data")
+        try:
+            return decode(answer[1])
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            raise RemoteError(f"the kernel's answer is not valid data ({exc})") from None
+
+
+def _unreachable(paths):
+    """[(ancestor, path)] for each of ``paths`` below a folder that another user cannot enter (no
+    execute bit for others): the kernel's user needs them (Python itself) and the supervisor binds them
+    back inside the kernel's mount namespace."""
+    out = []
+    for path in dict.fromkeys(os.path.realpath(p) for p in paths):
+        parts = Path(path).parts
+        for n in range(1, len(parts) + 1):
+            folder = Path(*parts[:n])
+            if not os.stat(folder).st_mode & 0o001:
+                out.append((str(folder), path))
+                break
+    # a path inside another one is covered by the outer bind
+    return [(a, p) for a, p in out if not any(p != q and Path(q) in Path(p).parents for _, q in out)]
+
+
+def _raised(answer):
+    if len(answer) != 3 or not all(isinstance(a, str) for a in answer[1:]):
+        raise RemoteError("the kernel's answer is not valid data")
+    return answer[1][:100], answer[2][:2000]
+
+
+def _reject(constant):
+    raise ValueError(f"{constant} is not allowed")
+
+
+def _size(obj):
+    """Bytes of text in a message's content (what the learner printed or displayed)."""
+    if isinstance(obj, str):
+        return len(obj)
+    if isinstance(obj, dict):
+        return sum(_size(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_size(v) for v in obj)
+    return 8
