@@ -15,11 +15,15 @@ The generator writes ``book/assignments/<id>_student.ipynb`` from it:
 - outputs and execution counts are cleared, and the metadata ``bayesattn_lite`` says which
   assignment this is (the grader reads it) and that it is the student version.
 
-Every question names a ``checks`` function and the names of the learner's objects it is called on;
-the grader (``bayesattn_lite.grading``) runs exactly that.
+Every checked question names a ``checks`` function and the names of the learner's objects it is called
+on; the grader (``bayesattn_lite.grading``) runs exactly that. A written question (``check=None``) is the
+Markdown cells tagged ``answer-<id>``, graded by the instructor with ``Question.rubric``.
+``notebook_reference_calls`` lists where a submission calls what would answer a question for it (the
+package's reference functions, autograd in a derivation), for the grader's report.
 """
 
 import argparse
+import ast
 import copy
 import re
 import sys
@@ -30,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "book" / "assignments"
 STUDENT_SUFFIX = "_student"
 SOLUTION_TAG, INSTRUCTOR_TAG = "solution", "instructor"
+ANSWER_TAG_PREFIX = "answer-"  # a written answer: Markdown cells tagged answer-<question id>
 
 
 @dataclass(frozen=True)
@@ -37,8 +42,18 @@ class Question:
     id: str          # "q1", shown in the report
     title: str
     points: int
-    check: str       # the name of a function of bayesattn_lite.checks
-    names: tuple     # the learner's objects it is called with, in order
+    check: "str | None"  # the name of a function of bayesattn_lite.checks; None: a written answer graded by hand
+    names: tuple = ()    # the learner's objects the check is called with, in order
+    rubric: str = ""     # for a written answer: the criteria and their points, for the instructor
+
+    @property
+    def written(self):
+        """True for a written answer: the Markdown cells tagged ``answer-<id>``, graded by the instructor."""
+        return self.check is None
+
+    @property
+    def answer_tag(self):
+        return f"{ANSWER_TAG_PREFIX}{self.id}"
 
 
 @dataclass(frozen=True)
@@ -57,27 +72,219 @@ class Assignment:
         return FOLDER / f"{self.id}{STUDENT_SUFFIX}.ipynb"
 
 
+# Rubrics of the written answers: each criterion with its points (they add up to the question's points).
+# instructors.md prints the same text; tests/test_assignments.py checks that the points add up.
+_RUBRICS = {
+    ("ps1_derivations", "q2"): """\
+1 pt: the bias -m(i - j) does not depend on q or k, so ds_ij/dq_i = k_j/(tau sqrt(d_k)) as without it; the bias acts only through alpha (the advantage law dL/ds = -alpha A is unchanged, with the biased alpha).
+1 pt: as m grows alpha concentrates on the recent keys, so a distant key (alpha_ij ~ exp(-m(i-j))) gets an exponentially small score gradient: the head can hardly learn to attend far back; a temperature tau > 1 flattens alpha and divides the gradient by tau.""",
+    ("ps1_derivations", "q4"): """\
+1 pt: the proof: dW_V = dv^T x = u^T alpha x (sum over positions), each u_i = W_O^T r_i / T with r_i = softmax(z_i) - onehot(y_i), and sum_c r_ic = 0; so every column of dW_V lies in W_O^T applied to the zero-sum vectors, a space of dimension <= C - 1, hence rank(dW_V) <= C - 1 whatever T, d_x, d_v.
+0.5 pt: a prediction written before running (a number for each of the three measurements), and a comparison with what the cell printed.
+0.5 pt: why the bound survives many steps with W_O frozen (every step adds columns in the same fixed subspace) and fails when W_O trains (the subspace moves, so the sum of steps spans more).""",
+    ("ps2_dynamics", "q2"): """\
+1 pt: the prediction, written before running: the first-order error is O(eta^2) (slope 2 on log-log axes), the error after adding the second-order term O(eta^3) (slope 3), because the next term of the Taylor series is the first one left out.
+1 pt: the comparison with the measured slopes, and where it breaks down (large eta, where the series is no longer dominated by its first terms; tiny eta, where rounding dominates).""",
+    ("ps2_dynamics", "q4"): """\
+1 pt: to first order the loss changes by dL = sum_{ij} (dL/ds_ij) Delta s_ij = -(eta/tau^2) g^T K g with g = dL/ds flattened; K = J J^T (J the Jacobian of the scores in W_Q, W_K) is positive semi-definite, so dL <= 0: a small enough step never raises the loss.
+1 pt: the temperature divides the kernel by tau^2 (once through dL/dW, once through how W moves s), so the scores move tau^2 times more slowly at the same eta (and alpha, flattened by the temperature, changes less again); compensating needs eta * tau^2.""",
+    ("ps3_experiment", "q1"): """\
+0.5 pt: names the task, the conditions compared and the training budget.
+0.5 pt: names the measure (with its unit) and the direction of the expected difference, so that a measurement could refute it.""",
+    ("ps3_experiment", "q4"): """\
+1 pt: quotes the mean and the spread of each condition, as printed, and compares the difference with the seed-to-seed spread.
+1 pt: a verdict (supports / refutes / inconclusive) that follows from those numbers, and one limit of the experiment (budget, size, one task).""",
+    ("ps3_experiment", "q6"): """\
+1 pt: a prediction written before running, from the floors of q5: (i) the sticky estimate at the entropy rate, the shuffled one at H(pi) = log2 8 = 3 bits (pi is uniform); (ii) the head above the entropy rate and below 3 bits on the sticky chain, and unable to beat 3 bits on a fresh sequence of the control.
+1 pt: the comparison with the printed numbers, and the two reasons a measurement falls below a floor: the plug-in entropy of a finite sample is biased low, and a head's loss on its own training sequence of the control dips below 3 bits by fitting that sequence (its loss on a fresh one does not).""",
+}
+
+
+def _written(assignment_id, qid, title, points):
+    return Question(qid, title, points, None, (), _RUBRICS[assignment_id, qid])
+
+
 ASSIGNMENTS = {a.id: a for a in (
-    Assignment("ps1_derivations", "Problem set 1: the gradients of one head", "1-3", (
-        Question("q1", "the error signal u", 2, "check_error_signal", ("error_signal",)),
-        Question("q2", "the score gradient (advantage law)", 3, "check_score_gradient", ("score_gradient",)),
-        Question("q3", "query, key and value gradients", 3, "check_qkv_gradients", ("qkv_gradients",)),
-        Question("q4", "projection gradients", 2, "check_projection_gradients", ("projection_gradients",)),
+    Assignment("ps1_derivations", "Problem set 1: one head with a temperature and a positional bias", "1-3", (
+        Question("q1", "gradients with a temperature and an ALiBi bias", 3, "check_biased_qk_gradients",
+                 ("biased_qk_gradients",)),
+        _written("ps1_derivations", "q2", "why the bias has no gradient of its own", 2),
+        Question("q3", "the directions one step moves W_V in", 3, "check_value_update_basis", ("value_update_basis",)),
+        _written("ps1_derivations", "q4", "rank(ΔW_V) ≤ C − 1: proof, prediction, measurement", 2),
     )),
-    Assignment("ps2_dynamics", "Problem set 2: dynamics and the EM reading", "4-6", (
-        Question("q1", "the advantage law's next attention", 3, "check_predicted_attention_change",
-                 ("predicted_attention_change",)),
-        Question("q2", "the E-step is an attention layer", 3, "check_e_step", ("e_step",)),
-        Question("q3", "the M-step: responsibility-weighted means", 2, "check_m_step_means", ("m_step_means",)),
-        Question("q4", "when does the frame settle?", 2, "check_settling_step", ("settling_step",)),
+    Assignment("ps2_dynamics", "Problem set 2: score dynamics beyond the first order", "2-4", (
+        Question("q1", "the second-order term of Δα", 3, "check_second_order_attention_change",
+                 ("second_order_attention_change",)),
+        _written("ps2_dynamics", "q2", "predict, then measure: how the errors scale with η", 2),
+        Question("q3", "the score-space kernel under a temperature", 3, "check_tempered_score_change",
+                 ("tempered_score_change",)),
+        _written("ps2_dynamics", "q4", "why a small step never raises the loss, and what τ does", 2),
     )),
-    Assignment("ps3_experiment", "Problem set 3: an experiment of your own design", "7-8", (
-        Question("q1", "a falsifiable hypothesis", 2, "check_hypothesis", ("hypothesis",)),
-        Question("q2", "a reproducible experiment", 4, "check_reproducible", ("run_condition", "results")),
-        Question("q3", "several seeds per condition", 2, "check_seeds", ("results",)),
-        Question("q4", "a conclusion that quotes the measurements", 2, "check_conclusion", ("conclusion", "results")),
+    Assignment("ps3_experiment", "Problem set 3: floors, a control and an experiment of your own", "6-8", (
+        _written("ps3_experiment", "q1", "a falsifiable hypothesis", 1),
+        Question("q2", "a reproducible experiment", 2, "check_reproducible", ("run_condition", "results")),
+        Question("q3", "several seeds per condition", 1, "check_seeds", ("results",)),
+        _written("ps3_experiment", "q4", "a conclusion that quotes the measurements", 2),
+        Question("q5", "the sticky chain's two floors", 2, "check_markov_floors", ("markov_floors",)),
+        _written("ps3_experiment", "q6", "predict, then measure, the shuffled control", 2),
     )),
 )}
+
+
+# ----------------------------------------------------------------------------- reference calls
+
+# What answers a problem set's questions if called from the learner's code: the package's own
+# reference functions (and autograd, where the question asks for a derivation). A question's answer
+# computed by one of them passes the check; the grader reports these calls so the instructor can judge.
+REFERENCES = {
+    "ps1_derivations": {
+        "bayesattn_lite.attention.gradients": "q1/q3: every gradient of the head",
+        "bayesattn_lite.attention.score_gradient": "q1: the advantage law",
+        "bayesattn_lite.attention.error_signal": "q1/q3: the error signal",
+        "bayesattn_lite.gradcheck.autograd_gradients": "q1: autograd gradients",
+    },
+    "ps2_dynamics": {
+        "bayesattn_lite.attention.score_kernel": "q3: the score-space kernel",
+        "bayesattn_lite.attention.predicted_score_change": "q3: the first-order score change",
+        "bayesattn_lite.diagnostics.predicted_attention_change": "q1: the first-order attention change",
+        "bayesattn_lite.attention.gradients": "q3: the head's gradients",
+    },
+    "ps3_experiment": {
+        "bayesattn_lite.tasks.StickyMarkovChain.h_min": "q5: mean row entropy",
+        "bayesattn_lite.tasks.StickyMarkovChain.row_entropies": "q5: row entropies",
+        "bayesattn_lite.tasks.StickyMarkovChain.bayes_metrics": "q5: the chain's Bayes loss",
+    },
+}
+_AUTOGRAD = ("torch.autograd", "torch.func", "functorch")  # a derivation answered by differentiating numerically
+_AUTOGRAD_ASSIGNMENTS = {"ps1_derivations", "ps2_dynamics"}
+# attributes that name a reference whatever object they are read from (methods of the package's classes)
+_REFERENCE_ATTRIBUTES = {"ps3_experiment": {"h_min", "row_entropies", "bayes_metrics"}}
+
+
+def _dotted(node, aliases):
+    """'bayesattn_lite.attention.score_kernel' for an expression attention.score_kernel, resolving imports."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    head = aliases.get(node.id)
+    return ".".join([head] + parts[::-1]) if head else None
+
+
+def _aliases(tree, known=None):
+    """Every name an import (or a plain renaming ``A = attention``) binds, mapped to the full dotted
+    name it stands for. ``from m import *`` binds the names of ``REFERENCES`` that live in ``m``."""
+    aliases = dict(known or {})
+    everything = {name for refs in REFERENCES.values() for name in refs}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                if a.name == "*":
+                    aliases.update({n.rsplit(".", 1)[1]: n for n in everything if n.rsplit(".", 1)[0] == node.module})
+                else:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    for node in ast.walk(tree):  # after the imports: A = attention, f = A.score_kernel
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target = _dotted(node.value, aliases)
+            if target:
+                aliases[node.targets[0].id] = target
+    return aliases
+
+
+def _parse(source):
+    """The AST of a cell's source (IPython magics turned into calls), or the SyntaxError."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+        source = TransformerManager().transform_cell(source)
+    except ImportError:  # pragma: no cover - IPython is a dependency of the notebooks
+        pass
+    return ast.parse(source)
+
+
+def reference_calls(source, assignment_id, context=""):
+    """The uses, in ``source`` (Python code, IPython magics allowed), of what answers a question of
+    ``assignment_id`` by itself: the package's reference functions (``REFERENCES``), autograd in the
+    derivation sets, a dynamic import of the package. One string per use, ``"line N: what (why)"``.
+    ``context``: code of other cells (a notebook's install cell) whose imports the names may come from.
+
+    Static (AST) detection: it sees imports, aliases and attribute access, not code built at run time
+    (``exec`` of a string, an object reached through ``globals()``), which it reports as such."""
+    try:
+        tree = _parse(source)
+    except SyntaxError as exc:
+        return [f"line {exc.lineno}: not valid Python, not scanned ({exc.msg})"]
+    aliases = {}
+    try:
+        aliases = _aliases(_parse(context)) if context else {}
+    except SyntaxError:  # the context only lends its imports: an invalid one lends none
+        pass
+    aliases = _aliases(tree, aliases)
+    references = REFERENCES.get(assignment_id, {})
+    attributes = _REFERENCE_ATTRIBUTES.get(assignment_id, set())
+    found = []
+    for node in ast.walk(tree):
+        what = None
+        if isinstance(node, (ast.Attribute, ast.Name)):
+            name = _dotted(node, aliases)
+            if name in references:
+                what = f"{name.replace('bayesattn_lite.', '')} (answers {references[name]})"
+            elif name and assignment_id in _AUTOGRAD_ASSIGNMENTS and name.startswith(_AUTOGRAD):
+                what = f"{name} (autograd: the question asks for a derivation)"
+            elif isinstance(node, ast.Attribute) and node.attr in attributes:
+                what = f".{node.attr} (a method of the package that answers {assignment_id})"
+            elif isinstance(node, ast.Attribute) and node.attr == "backward" and \
+                    assignment_id in _AUTOGRAD_ASSIGNMENTS:
+                what = ".backward() (autograd: the question asks for a derivation)"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("exec", "eval", "__import__", "globals"):
+            what = f"{node.func.id}() (code built at run time: not scanned)"
+        elif isinstance(node, ast.Call) and _dotted(node.func, aliases) == "importlib.import_module":
+            what = "importlib.import_module() (a dynamic import: not scanned)"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" and \
+                node.args and (_dotted(node.args[0], aliases) or "").startswith("bayesattn_lite"):
+            what = "getattr() on the package (a name looked up at run time: not scanned)"
+        if what and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
+            found.append((node.lineno, what))
+    # an attribute chain a.b.c is visited at every level: keep the longest match per line and name
+    unique = sorted(set(found))
+    return [f"line {line}: {what}" for line, what in unique
+            if not any(l2 == line and w2 != what and w2.startswith(what.split(" (")[0] + ".") for l2, w2 in unique)]
+
+
+def notebook_reference_calls(nb, assignment_id):
+    """``reference_calls`` over the code cells of a submitted notebook, except the cells the course
+    gives unchanged (a code cell of the instructor version without the ``solution`` tag, same source).
+    One string per use, ``"cell N, line L: what (why)"`` (N counts from 1)."""
+    import nbformat
+    given = set()
+    assignment = ASSIGNMENTS.get(assignment_id)
+    if assignment is not None and assignment.instructor_path.exists():
+        instructor = nbformat.read(assignment.instructor_path, as_version=4)
+        given = {c.source.strip() for c in instructor.cells
+                 if c.cell_type == "code" and SOLUTION_TAG not in c.get("metadata", {}).get("tags", [])}
+    code = [cell.source for cell in nb.cells if cell.cell_type == "code"]
+    found = []
+    for n, cell in enumerate(nb.cells, start=1):
+        if cell.cell_type != "code" or cell.source.strip() in given:
+            continue
+        # the names may come from an import in any other cell (the install cell imports the package)
+        context = "\n".join(_import_lines(other) for other in code if other is not cell.source)
+        found += [f"cell {n}, {use}" for use in reference_calls(cell.source, assignment_id, context)]
+    return found
+
+
+def _import_lines(source):
+    """The import statements of a cell, as source (nothing for a cell that does not parse)."""
+    try:
+        tree = _parse(source)
+    except SyntaxError:
+        return ""
+    return "\n".join(ast.unparse(node) for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)))
 
 
 # ----------------------------------------------------------------------------- stubs

@@ -64,9 +64,12 @@ def test_every_question_names_a_check_and_objects_the_notebook_defines(assignmen
                     defined.add(node.id)
     assert len({q.id for q in assignment.questions}) == len(assignment.questions)
     for q in assignment.questions:
+        assert q.points > 0
+        if q.written:
+            assert q.names == () and q.rubric, f"{q.id}: a written question needs a rubric and no names"
+            continue
         assert callable(getattr(checks, q.check, None)), q.check
         assert set(q.names) <= defined, f"{q.id}: {set(q.names) - defined} not defined in {assignment.instructor_path.name}"
-        assert q.points > 0
 
 
 def test_stub_source_replaces_blocks_and_keeps_the_rest():
@@ -96,3 +99,133 @@ def test_student_version_drops_instructor_cells():
     assert [c.source for c in student.cells] == ["raise NotImplementedError('hint')", "print(x)"]
     assert student.cells[1].outputs == [] and student.cells[1].execution_count is None
     assert nb.cells[2].outputs  # the instructor notebook is not touched
+
+
+# ----------------------------------------------------------------------------- what each set asks
+
+def test_every_set_has_checked_derivations_and_written_reasoning():
+    """Each set: at least one answer graded by a check and one written answer with a rubric (issue 15)."""
+    for assignment in ALL:
+        kinds = {q.written for q in assignment.questions}
+        assert kinds == {True, False}, f"{assignment.id}: needs both checked and written questions"
+
+
+def rubric_points(rubric):
+    """The points of a rubric's criteria, one line each, 'N pt: ...'."""
+    import re
+    points = [float(m) for m in re.findall(r"^(\d+(?:\.\d+)?) pts?:", rubric, re.M)]
+    assert len(points) == len(rubric.splitlines()), f"every rubric line starts with 'N pt:':\n{rubric}"
+    return sum(points)
+
+
+@pytest.mark.parametrize("assignment", ALL, ids=lambda a: a.id)
+def test_written_answers_have_a_cell_a_stub_and_a_rubric_that_adds_up(assignment):
+    instructor = nbformat.read(assignment.instructor_path, as_version=4)
+    student = nbformat.read(assignment.student_path, as_version=4)
+    page = (assignments.FOLDER / "instructors.md").read_text(encoding="utf-8")
+    for q in assignment.questions:
+        if not q.written:
+            continue
+        assert rubric_points(q.rubric) == q.points, f"{assignment.id} {q.id}: the rubric's points add up to {q.points}"
+        for line in q.rubric.splitlines():
+            assert line in page, f"instructors.md lacks the rubric line of {assignment.id} {q.id}: {line}"
+        tagged = [c for c in instructor.cells if q.answer_tag in c.metadata.get("tags", [])]
+        assert tagged, f"{assignment.id}: no Markdown cell tagged {q.answer_tag}"
+        for cell in tagged:  # the grader hands these to the instructor; the student version stubs them
+            assert cell.cell_type == "markdown" and assignments.SOLUTION_TAG in cell.metadata["tags"]
+        stubs = [c for c in student.cells if q.answer_tag in c.metadata.get("tags", [])]
+        assert len(stubs) == len(tagged) and all(c.source.startswith("*Your answer here.*") for c in stubs)
+
+
+def load_solutions(assignment):
+    """The instructor version's solution functions, defined in one namespace (imports from the install cell)."""
+    nb = nbformat.read(assignment.instructor_path, as_version=4)
+    first = next(c.source for c in nb.cells if c.cell_type == "code")
+    namespace = {}
+    exec(first[len(first.split("\n\n")[0]):], namespace)  # the imports, without the install guard
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if cell.cell_type == "code" and assignments.SOLUTION_TAG in tags and "results =" not in cell.source:
+            exec(cell.source, namespace)  # function definitions (and set 3's task setup); no training run
+    return namespace
+
+
+def function_questions(assignment):
+    """The checked questions whose objects are all functions (the others need a training run)."""
+    return [q for q in assignment.questions if not q.written and q.names and q.names[0] != "run_condition"
+            and "results" not in q.names]
+
+
+@pytest.mark.parametrize("assignment", ALL, ids=lambda a: a.id)
+def test_instructor_solutions_pass_and_student_stubs_fail(assignment):
+    namespace = load_solutions(assignment)
+    student = nbformat.read(assignment.student_path, as_version=4)
+    stub_namespace = dict(namespace)
+    for cell in student.cells:  # the stubbed definitions replace the solutions
+        if cell.cell_type == "code" and cell.source.startswith("def ") and "raise NotImplementedError" in cell.source:
+            exec(cell.source, stub_namespace)
+    questions = function_questions(assignment)
+    assert questions, f"{assignment.id}: no question checked on functions alone"
+    for q in questions:
+        check = getattr(checks, q.check)
+        result = check(*(namespace[name] for name in q.names))
+        assert result, f"{assignment.id} {q.id}: the instructor's solution fails: {result.message}"
+        stub = check(*(stub_namespace[name] for name in q.names))
+        assert not stub and "NotImplementedError" in stub.message, (q.id, stub.message)
+
+
+# ----------------------------------------------------------------------------- reference calls
+
+@pytest.mark.parametrize("assignment", ALL, ids=lambda a: a.id)
+def test_the_notebooks_themselves_call_no_reference(assignment):
+    """The given cells may use the package (they are skipped); the instructor's solutions do not."""
+    for path in (assignment.instructor_path, assignment.student_path):
+        assert assignments.notebook_reference_calls(nbformat.read(path, as_version=4), assignment.id) == []
+
+
+@pytest.mark.parametrize("assignment_id, source, expected", [
+    ("ps2_dynamics", "from bayesattn_lite import attention as A\ndef f(x, q, k):\n    return A.score_kernel(x, q, k) / 4",
+     ["line 3: attention.score_kernel (answers q3"]),
+    ("ps2_dynamics", "from bayesattn_lite.diagnostics import predicted_attention_change as p\ny = p(1, 2, 3)",
+     ["line 2: diagnostics.predicted_attention_change"]),
+    ("ps2_dynamics", "import bayesattn_lite.attention\nbayesattn_lite.attention.predicted_score_change(1, 2, 3, 4, 5)",
+     ["line 2: attention.predicted_score_change"]),
+    ("ps1_derivations", "import torch\ndef f(q):\n    q.sum().backward()\n    return torch.autograd.grad(q, q)",
+     ["line 3: .backward()", "line 4: torch.autograd.grad"]),
+    ("ps1_derivations", "from torch.func import grad\ng = grad(f)", ["line 2: torch.func.grad"]),
+    ("ps1_derivations", "from bayesattn_lite import attention\nf = getattr(attention, 'score_' + 'gradient')",
+     ["line 2: getattr() on the package"]),
+    ("ps1_derivations", "exec('from bayesattn_lite import attention')", ["line 1: exec()"]),
+    ("ps3_experiment", "chain = tasks.StickyMarkovChain()\nrate = chain.h_min / 0.693", ["line 2: .h_min"]),
+    ("ps3_experiment", "%time x = 1\ny = torch.autograd.grad(x, x)", []),  # autograd is no shortcut in set 3
+    ("ps1_derivations", "def f(:\n    pass", ["line 1: not valid Python"]),
+    ("ps2_dynamics", "from bayesattn_lite import attention\nA = attention\nK = A.score_kernel(1, 2, 3)",
+     ["line 3: attention.score_kernel"]),
+    ("ps2_dynamics", "from bayesattn_lite.attention import *\nK = score_kernel(1, 2, 3)", ["line 2: attention.score_kernel"]),
+    ("ps2_dynamics", "from bayesattn_lite import attention\nq = attention.forward(x, p)['q']", []),  # not an answer
+])
+def test_reference_calls_are_found(assignment_id, source, expected):
+    found = assignments.reference_calls(source, assignment_id)
+    assert len(found) == len(expected), found
+    for got, want in zip(found, expected):
+        assert got.startswith(want), (got, want)
+
+
+def test_a_submission_that_calls_the_reference_is_reported_with_its_cell():
+    assignment = ASSIGNMENTS["ps2_dynamics"]
+    nb = nbformat.read(assignment.student_path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.source.startswith("def tempered_score_change"):
+            cell.source = ("def tempered_score_change(x, W_Q, W_K, ds, eta, tau):\n"
+                           "    return attention.predicted_score_change(x, x @ W_Q.T, x @ W_K.T, ds, float(eta)) / tau ** 2")
+            number = nb.cells.index(cell) + 1
+    found = assignments.notebook_reference_calls(nb, "ps2_dynamics")
+    assert found == [f"cell {number}, line 2: attention.predicted_score_change (answers q3: the first-order score change)"]
+    # and the answer obtained that way passes the check: the report is what catches it
+    assert checks.check_tempered_score_change(
+        lambda x, W_Q, W_K, ds, eta, tau: attention_reference(x, W_Q, W_K, ds, eta) / tau ** 2)
+
+
+def attention_reference(x, W_Q, W_K, ds, eta):
+    from bayesattn_lite import attention
+    return attention.predicted_score_change(x, x @ W_Q.T, x @ W_K.T, ds, float(eta))

@@ -264,11 +264,429 @@ def test_experiment_checks():
 
 # ---- Chapter exercises, chapters 1-3 (keep this marker; add above the next one) ----
 
+def gap_right(alpha, b):
+    return b - (alpha * b).sum(dim=-1, keepdim=True)
+
+
+def test_attended_gap_reference_passes():
+    assert checks.check_attended_gap(gap_right)
+    assert checks.check_attended_gap(lambda alpha, b: b - torch.einsum("ij,ij->i", alpha, b)[:, None])
+
+
+@pytest.mark.parametrize("fn, phrases", [
+    (lambda alpha, b: b.clone(), ["you returned b itself", "sums to one", "attended mean"]),
+    (lambda alpha, b: -gap_right(alpha, b), ["wrong sign", "advantage"]),
+    (lambda alpha, b: b - (alpha * b).sum(dim=0, keepdim=True), ["wrong axis", "dim=-1"]),
+    (lambda alpha, b: b - (alpha * b).sum(dim=-1), ["broadcasts along the wrong axis", "keepdim=True"]),
+    (lambda alpha, b: b - b.mean(dim=-1, keepdim=True), ["not attention-weighted"]),
+    (lambda alpha, b: alpha * gap_right(alpha, b), ["multiplied by alpha", "dL/ds"]),
+    (lambda alpha, b: -b, ["two mistakes", "wrong sign", "b itself"]),
+])
+def test_attended_gap_mistakes_are_named(fn, phrases):
+    failed(checks.check_attended_gap(fn), *phrases)
+
+
+def kernel_right(x, q, k):
+    xx = x @ x.T
+    return (torch.einsum("ai,bj->abij", xx, k @ k.T) + torch.einsum("bj,ai->abij", xx, q @ q.T)) / q.shape[1]
+
+
+def test_score_kernel_reference_passes():
+    assert checks.check_score_kernel(kernel_right)
+    assert checks.check_score_kernel(attention.score_kernel)
+
+
+def kernel_loops(x, q, k, pair_q, pair_k, scale):
+    """A slow, explicit version with the two routes' factors chosen by the caller, for the mistakes."""
+    T = x.shape[0]
+    K = torch.zeros(T, T, T, T, dtype=x.dtype)
+    for a, b_, i, j in np.ndindex(T, T, T, T):
+        K[a, b_, i, j] = pair_q(x, q, k, a, b_, i, j) + pair_k(x, q, k, a, b_, i, j)
+    return K * scale(q.shape[1])
+
+
+def route_q(x, q, k, a, b, i, j):
+    return (x[i] @ x[a]) * (k[j] @ k[b])
+
+
+def route_k(x, q, k, a, b, i, j):
+    return (x[j] @ x[b]) * (q[i] @ q[a])
+
+
+def swapped_q(x, q, k, a, b, i, j):
+    return (x[i] @ x[a]) * (q[i] @ q[a])
+
+
+def swapped_k(x, q, k, a, b, i, j):
+    return (x[j] @ x[b]) * (k[j] @ k[b])
+
+
+def nothing(*args):
+    return 0.0
+
+
+def test_the_explicit_loops_are_the_reference():
+    assert checks.check_score_kernel(lambda x, q, k: kernel_loops(x, q, k, route_q, route_k, lambda d: 1 / d))
+
+
+@pytest.mark.parametrize("fn, phrases", [
+    (lambda x, q, k: kernel_right(x, q, k) * math.sqrt(q.shape[1]), ["sqrt(d_k) instead of d_k", "J J^T"]),
+    (lambda x, q, k: kernel_right(x, q, k) * q.shape[1], ["missing the 1/d_k"]),
+    (lambda x, q, k: kernel_loops(x, q, k, route_q, nothing, lambda d: 1 / d), ["only the W_Q route"]),
+    (lambda x, q, k: kernel_loops(x, q, k, nothing, route_k, lambda d: 1 / d), ["only the W_K route"]),
+    (lambda x, q, k: kernel_loops(x, q, k, swapped_q, swapped_k, lambda d: 1 / d), ["paired the wrong way"]),
+    (lambda x, q, k: kernel_right(x, q, k).permute(0, 2, 1, 3), ["wrong order", "K[i', i, j', j]"]),
+    (lambda x, q, k: kernel_loops(x, q, k, route_q, nothing, lambda d: d ** -0.5),
+     ["two mistakes", "only the W_Q route", "sqrt(d_k) instead of d_k"]),
+])
+def test_score_kernel_mistakes_are_named(fn, phrases):
+    failed(checks.check_score_kernel(fn), *phrases)
+
+
+@pytest.mark.parametrize("fn, phrases", [
+    (lambda x, q, k: kernel_right(x, q, k).reshape(x.shape[0] ** 2, -1), ["expected a tensor of shape (4, 4, 4, 4)"]),
+    (lambda x, q, k: x @ x.T, ["one (T, T) block"]),
+    (lambda x, q, k: torch.zeros(4 * (x.shape[0],), dtype=x.dtype), ["all zeros"]),
+    (lambda x, q, k: q @ k, ["raised RuntimeError", "einsum"]),
+])
+def test_score_kernel_wrong_structure_is_described(fn, phrases):
+    failed(checks.check_score_kernel(fn), *phrases)
+
 
 # ---- Chapter exercises, chapters 4-5 (keep this marker; add above the next one) ----
+
+def _flow_right(alpha, advantage, key_mask):
+    return (alpha * advantage * key_mask.to(alpha.dtype)[None, :]).sum(-1)
+
+
+def test_advantage_flow_check_passes_the_reference_and_names_each_mistake():
+    from bayesattn_lite import diagnostics
+    assert checks.check_advantage_flow(diagnostics.advantage_flow)
+    assert checks.check_advantage_flow(_flow_right)
+    failed(checks.check_advantage_flow(lambda a, A, m: -_flow_right(a, A, m)), "wrong sign")
+    failed(checks.check_advantage_flow(lambda a, A, m: (A * m.to(A.dtype)[None, :]).sum(-1)), "weights are missing")
+    failed(checks.check_advantage_flow(lambda a, A, m: (a * A).sum(-1)), "not over the set", "exactly 0")
+    failed(checks.check_advantage_flow(lambda a, A, m: (a * A * m.to(a.dtype)[None, :]).sum(0)), "wrong axis")
+    failed(checks.check_advantage_flow(lambda a, A, m: a * A), "One number per query")
+    failed(checks.check_advantage_flow(lambda a, A, m: 1 / 0), "ZeroDivisionError")
+
+
+def _resp_right(x, means, variance, weights):
+    return torch.softmax(x @ means.T / variance - (means ** 2).sum(1) / (2 * variance) + torch.log(weights), dim=1)
+
+
+def test_responsibilities_check_passes_the_reference_and_names_each_mistake():
+    assert checks.check_responsibilities_as_attention(_resp_right)
+
+    def sq(m):
+        return (m ** 2).sum(1)
+
+    failed(checks.check_responsibilities_as_attention(
+        lambda x, m, v, w: torch.softmax(x @ m.T / v, dim=1)), "bias beta_k is missing")
+    failed(checks.check_responsibilities_as_attention(
+        lambda x, m, v, w: torch.softmax(x @ m.T / v + torch.log(w), dim=1)), "||mu_k||^2 / (2 sigma^2) is missing")
+    failed(checks.check_responsibilities_as_attention(
+        lambda x, m, v, w: torch.softmax(x @ m.T / v - sq(m) / (2 * v), dim=1)), "log pi_k is missing")
+    failed(checks.check_responsibilities_as_attention(
+        lambda x, m, v, w: torch.softmax(x @ m.T / v.sqrt() - sq(m) / (2 * v.sqrt()) + torch.log(w), dim=1)),
+        "divided by sigma")
+    failed(checks.check_responsibilities_as_attention(
+        lambda x, m, v, w: torch.softmax(x @ m.T / v - sq(m) / (2 * v) + torch.log(w), dim=0)), "wrong axis")
+    failed(checks.check_responsibilities_as_attention(lambda *a: "resp"), "str")
 
 
 # ---- Chapter exercises, chapters 6-9 (keep this marker; add above the next one) ----
 
+def _steps_to_right(curve, final, threshold):
+    from bayesattn_lite import experiments
+    return experiments.first_step_at_or_below(curve, final, threshold)
+
+
+def _steps_to_mine(curve, final, threshold, strict=False, with_final=True, never=np.nan, shift=0):
+    losses = np.concatenate([curve, final[:, None]], axis=1) if with_final else curve
+    hit = losses < threshold[:, None] if strict else losses <= threshold[:, None]
+    return np.where(hit.any(axis=1), hit.argmax(axis=1) + shift, never).astype(float)
+
+
+@pytest.mark.parametrize("fn, phrases", [
+    (lambda c, f, t: _steps_to_mine(c, f, t, never=0), ["never reaches", "nan"]),
+    (lambda c, f, t: _steps_to_mine(c, f, t, shift=1), ["off by one"]),
+    (lambda c, f, t: _steps_to_mine(c, f, t, with_final=False), ["final loss is missing"]),
+    (lambda c, f, t: _steps_to_mine(c, f, t, strict=True), ["strictly below", "<="]),
+    (lambda c, f, t: np.zeros(len(f)), ["on problem 1", "first_step_at_or_below"]),
+    (lambda c, f, t: 1 / 0, ["raised ZeroDivisionError"]),
+    (lambda c, f, t: None, ["None"]),
+])
+def test_steps_to_mistakes_are_named(fn, phrases):
+    failed(checks.check_steps_to(fn), *phrases)
+
+
+def test_steps_to_reference_passes_and_matches_a_real_run():
+    assert checks.check_steps_to(_steps_to_right)
+    assert checks.check_steps_to(lambda c, f, t: torch.as_tensor(_steps_to_mine(c, f, t)))  # a tensor is fine
+
+
+def _recall(counts, noise, split=True, normalise=True, others=True):
+    counts = np.asarray(counts, float)
+    M, n = len(counts), counts.sum()
+    p = (1 - noise) ** counts * ((noise / (M - 1) if split else noise) ** (n - counts) if others else 1.0)
+    return p / p.sum() if normalise else p
+
+
+def test_recall_posterior_reference_matches_the_task():
+    from bayesattn_lite import tasks
+    assert checks.check_recall_posterior(_recall)
+    task = tasks.wind_tunnel("recall")  # key 0 shown with 3, 3, 5; the fourth pair asks for it
+    batch = task.batch_from_pairs(torch.tensor([[0, 0, 0, 0]]), torch.tensor([[3, 3, 5, 3]]), torch.tensor([[3, 3, 3, 3]]))
+    counts = np.bincount([3, 3, 5], minlength=task.n_values)
+    assert np.allclose(batch.posterior[0, 6].double().numpy(), _recall(counts, task.noise), atol=1e-6)
+
+
+@pytest.mark.parametrize("fn, phrases", [
+    (lambda c, e: _recall(c, e, split=False), ["noise / (M - 1)"]),
+    (lambda c, e: _recall(c, e, normalise=False), ["not normalised"]),
+    (lambda c, e: _recall(c, e, others=False), ["other* values"]),
+    (lambda c, e: np.ones(len(c)) / len(c), ["Compare with"]),
+    (lambda c, e: [1.0], ["expected shape"]),
+])
+def test_recall_posterior_mistakes_are_named(fn, phrases):
+    failed(checks.check_recall_posterior(fn), *phrases)
+
+
+def _lstm(f, i, first=1, last=0, gate=True):
+    T = len(f)
+    omega = np.zeros((T, T))
+    for t in range(T):
+        for s in range(t + 1):
+            omega[t, s] = np.prod(f[s + first:t + 1 - last]) * (i[s] if gate else 1.0)
+    return omega
+
+
+def test_lstm_mixing_reference_matches_the_recurrence():
+    assert checks.check_lstm_mixing(_lstm)
+    rng = np.random.default_rng(0)
+    f, i, c_tilde = rng.uniform(0.2, 0.9, 5), rng.uniform(0.2, 0.9, 5), rng.normal(size=5)
+    c = 0.0
+    for t in range(5):  # the LSTM's cell update, step by step
+        c = f[t] * c + i[t] * c_tilde[t]
+    assert np.isclose(c, _lstm(f, i)[-1] @ c_tilde)
+
+
+@pytest.mark.parametrize("fn, phrases", [
+    (lambda f, i: _lstm(f, i, first=0), ["one step early"]),
+    (lambda f, i: _lstm(f, i, last=1), ["own forget gate"]),
+    (lambda f, i: _lstm(f, i, gate=False), ["input gate is missing"]),
+    (lambda f, i: _lstm(f, i).T, ["transposed"]),
+    (lambda f, i: np.cumprod(f)[:, None] / np.cumprod(f)[None, :] * i[None, :], ["not causal"]),
+    (lambda f, i: np.zeros((2, 2)), ["expected shape"]),
+])
+def test_lstm_mixing_mistakes_are_named(fn, phrases):
+    failed(checks.check_lstm_mixing(fn), *phrases)
+
 
 # ---- Problem-set checks (keep this marker; add below it) ----
+
+# ----------------------------------------------------------------------------- problem set 1: temperature, ALiBi, rank
+
+def biased_right(q, k, v, u, tau, slope, bias_sign=1, chain_tau=True, causal=True):
+    T, d_k = q.shape
+    distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
+    s = q @ k.T / (tau * d_k ** 0.5) - bias_sign * slope * distance
+    if causal:
+        s = s.masked_fill(~attention.causal_mask(T), float("-inf"))
+    alpha = torch.softmax(s, -1)
+    b = u @ v.T
+    ds = alpha * (b - (alpha * b).sum(-1, keepdim=True))
+    scale = (tau if chain_tau else 1.0) * d_k ** 0.5
+    return ds @ k / scale, ds.T @ q / scale
+
+
+def biased_autograd(q, k, v, u, tau, slope):
+    """The same gradients by autograd: an independent reference for the check's own formula."""
+    q, k = q.clone().requires_grad_(), k.clone().requires_grad_()
+    T, d_k = q.shape
+    distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
+    s = (q @ k.T / (tau * d_k ** 0.5) - slope * distance).masked_fill(~attention.causal_mask(T), float("-inf"))
+    (torch.softmax(s, -1) @ v * u).sum().backward()  # dL/dg = u, so L = sum(g * u) to first order
+    return q.grad, k.grad
+
+
+def test_biased_qk_gradients_reference_and_autograd_pass():
+    assert checks.check_biased_qk_gradients(biased_right)
+    assert checks.check_biased_qk_gradients(biased_autograd)
+
+
+@pytest.mark.parametrize("fn, phrases", [
+    (lambda *a: biased_right(*a, bias_sign=-1), ["wrong sign", "*penalises* distance"]),
+    (lambda *a: biased_right(*a, chain_tau=False), ["lost its 1/tau"]),
+    (lambda *a: biased_right(*a, causal=False), ["no causal mask"]),
+    (lambda q, k, v, u, tau, slope: biased_right(q, k, v, u, tau, 0.0 * slope), ["bias is missing"]),
+    (lambda q, k, v, u, tau, slope: biased_right(q, k, v, u, 1.0, slope), ["two mistakes", "temperature is missing"]),
+    (lambda q, k, v, u, tau, slope: tuple(-g for g in biased_right(q, k, v, u, tau, slope)), ["wrong sign", "advantage"]),
+])
+def test_biased_qk_gradients_mistakes_are_named(fn, phrases):
+    failed(checks.check_biased_qk_gradients(fn), *phrases)
+
+
+def basis_right(W_O):
+    C = W_O.shape[0]
+    return torch.linalg.svd(W_O.T @ (torch.eye(C, dtype=W_O.dtype) - 1.0 / C), full_matrices=False)[0][:, : C - 1]
+
+
+def test_value_update_basis_passes_for_any_orthonormal_basis_of_the_subspace():
+    assert checks.check_value_update_basis(basis_right)
+    # another basis of the same subspace (rotated) passes too: only the subspace is graded
+    def rotated(W_O):
+        B = basis_right(W_O)
+        R = torch.linalg.qr(torch.randn(B.shape[1], B.shape[1], dtype=B.dtype,
+                                        generator=torch.Generator().manual_seed(0)))[0]
+        return B @ R
+    assert checks.check_value_update_basis(rotated)
+    assert checks.check_value_update_basis(lambda W_O: basis_right(W_O).numpy())
+
+
+@pytest.mark.parametrize("fn, phrases", [
+    (lambda W: torch.linalg.svd(W.T, full_matrices=False)[0], ["C directions", "sum to 0"]),
+    (lambda W: torch.linalg.svd(W.T, full_matrices=False)[0][:, : W.shape[0] - 1], ["top C - 1 singular", "centre"]),
+    (lambda W: basis_right(W).T, ["*columns*"]),
+    (lambda W: 2 * basis_right(W), ["not orthonormal"]),
+    (lambda W: W, ["W_O^T r, not W_O r"]),
+    (lambda W: torch.linalg.qr(torch.randn(W.shape[1], W.shape[0] - 1, dtype=W.dtype))[0], ["wrong subspace"]),
+    (lambda W: 1 / 0, ["ZeroDivisionError"]),
+    (lambda W: None, ["None"]),
+])
+def test_value_update_basis_mistakes_are_named(fn, phrases):
+    failed(checks.check_value_update_basis(fn), *phrases)
+
+
+def test_value_update_basis_holds_a_real_gradient_of_rank_C_minus_1():
+    """The claim the check grades: dW_V of a head lies in the subspace, and fills it."""
+    x = torch.randn(4, 7, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, 3, (4, 7), generator=torch.Generator().manual_seed(2))
+    params = attention.init_params(6, 3, 5, 3, std=0.7, seed=0, dtype=torch.float64)
+    dW_V = attention.gradients(x, y, params)["W_V"]
+    B = basis_right(params["W_O"])
+    assert torch.allclose(B @ (B.T @ dW_V), dW_V, atol=1e-12)
+    assert int((torch.linalg.svdvals(dW_V) > 1e-10).sum()) == 2
+
+
+# ----------------------------------------------------------------------------- problem set 2: second order, kernel
+
+def second_right(alpha, delta):
+    c = delta - (alpha * delta).sum(-1, keepdim=True)
+    return 0.5 * alpha * (c ** 2 - (alpha * c ** 2).sum(-1, keepdim=True))
+
+
+def test_second_order_reference_passes_and_is_the_taylor_term():
+    assert checks.check_second_order_attention_change(second_right)
+    # independent of the check's formula: the error of first + second order shrinks like eta^3
+    s = torch.randn(5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    d = torch.randn(5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    alpha = torch.softmax(s, -1)
+    errors = []
+    for eta in (1e-2, 1e-3):
+        exact = torch.softmax(s + eta * d, -1) - alpha
+        first = alpha * (eta * d - (alpha * eta * d).sum(-1, keepdim=True))
+        errors.append(float((exact - first - second_right(alpha, eta * d)).abs().max()))
+    assert errors[1] < errors[0] / 500  # a factor 1000 for an O(eta^3) remainder
+
+
+@pytest.mark.parametrize("fn, phrases", [
+    (lambda a, d: 2 * second_right(a, d), ["1/2 of the Taylor expansion"]),
+    (lambda a, d: -second_right(a, d), ["wrong sign"]),
+    (lambda a, d: 0.5 * a * (d - (a * d).sum(-1, keepdim=True)) ** 2, ["do not sum to 0"]),
+    (lambda a, d: 0.5 * a * (d ** 2 - (a * d ** 2).sum(-1, keepdim=True)), ["not centred"]),
+    (lambda a, d: second_right(a, d) + a * (d - (a * d).sum(-1, keepdim=True)), ["first- plus the second-order"]),
+])
+def test_second_order_mistakes_are_named(fn, phrases):
+    failed(checks.check_second_order_attention_change(fn), *phrases)
+
+
+def tempered_right(x, W_Q, W_K, ds, eta, tau, tau_power=2, route="both", exact=False):
+    """tau_power 2 is right: 1/tau in dL/dW (chain) and 1/tau in how the moved weights move s (score)."""
+    q, k = x @ W_Q.T, x @ W_K.T
+    root = q.shape[1] ** 0.5
+    chain = root * (tau if tau_power == 2 else 1.0)
+    score = root * (tau if tau_power >= 1 else 1.0)
+    dq = -eta * x @ ((ds @ k / chain).T @ x).T if route != "K" else torch.zeros_like(q)
+    dk = -eta * x @ ((ds.T @ q / chain).T @ x).T if route != "Q" else torch.zeros_like(k)
+    return (dq @ k.T + q @ dk.T + (dq @ dk.T if exact else 0.0)) / score
+
+
+def test_tempered_score_change_matches_the_kernel_and_a_real_step():
+    assert checks.check_tempered_score_change(tempered_right)
+    # the tau = 1 kernel of the package, divided by tau^2
+    assert checks.check_tempered_score_change(lambda x, W_Q, W_K, ds, eta, tau: attention.predicted_score_change(
+        x, x @ W_Q.T, x @ W_K.T, ds, float(eta)) / tau ** 2)
+    # and a real gradient step by autograd, to first order: the error shrinks like eta^2
+    gen = torch.Generator().manual_seed(0)
+    x, W_Q, W_K = (torch.randn(*shape, dtype=torch.float64, generator=gen) for shape in ((5, 4), (3, 4), (3, 4)))
+    target, tau = torch.randn(5, 5, dtype=torch.float64, generator=gen), 2.0
+
+    def scores(W_Q, W_K):
+        return (x @ W_Q.T) @ (x @ W_K.T).T / (tau * 3 ** 0.5)
+    W_Q.requires_grad_(), W_K.requires_grad_()
+    loss = (scores(W_Q, W_K) * target).sum()  # dL/ds = target
+    gQ, gK = torch.autograd.grad(loss, (W_Q, W_K))
+    with torch.no_grad():
+        errors = [float((scores(W_Q - eta * gQ, W_K - eta * gK) - scores(W_Q, W_K)
+                         - tempered_right(x, W_Q, W_K, target, eta, tau)).abs().max()) for eta in (1e-2, 1e-3)]
+    assert errors[1] < errors[0] / 50
+
+
+@pytest.mark.parametrize("fn, phrases", [
+    (lambda *a: tempered_right(*a, tau_power=1), ["appears once", "1/tau^2"]),
+    (lambda *a: tempered_right(*a, tau_power=0), ["temperature is missing"]),
+    (lambda *a: tempered_right(*a, route="Q"), ["only the W_Q route"]),
+    (lambda *a: tempered_right(*a, route="K"), ["only the W_K route"]),
+    (lambda *a: tempered_right(*a, exact=True), ["second-order term"]),
+    (lambda *a: -tempered_right(*a), ["wrong sign", "descent"]),
+])
+def test_tempered_score_change_mistakes_are_named(fn, phrases):
+    failed(checks.check_tempered_score_change(fn), *phrases)
+
+
+# ----------------------------------------------------------------------------- problem set 3: Markov floors
+
+def floors_right(P, weights="stationary", base=2.0):
+    P = P.numpy()
+    values, vectors = np.linalg.eig(P.T)
+    pi = np.real(vectors[:, np.argmin(np.abs(values - 1))])
+    pi = pi / pi.sum()
+    w = pi if weights == "stationary" else np.full(len(pi), 1 / len(pi))
+    rows = -(P * np.log(P)).sum(1) / math.log(base)
+    return float(w @ rows), float(-(pi * np.log(pi)).sum() / math.log(base))
+
+
+def test_markov_floors_reference_passes_and_agrees_with_a_long_sample():
+    assert checks.check_markov_floors(floors_right)
+    assert checks.check_markov_floors(lambda P: tuple(torch.tensor(v) for v in floors_right(P)))
+    # the paper's chain: circulant, so pi is uniform and the rate is h_min (nats) in bits
+    from bayesattn_lite import tasks
+    chain = tasks.StickyMarkovChain()
+    rate, shuffled = floors_right(torch.from_numpy(chain.transition_matrix))
+    assert math.isclose(rate, chain.h_min / math.log(2), rel_tol=1e-9) and math.isclose(shuffled, 3.0, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("fn, phrases", [
+    (lambda P: floors_right(P, base=math.e), ["nats"]),
+    (lambda P: floors_right(P, weights="uniform"), ["entropy rate is wrong", "stationary probability"]),
+    (lambda P: (floors_right(P, weights="uniform", base=math.e)[0], floors_right(P)[1]), ["two mistakes", "nats"]),
+    (lambda P: (floors_right(P)[0], math.log2(P.shape[0])), ["shuffled floor is wrong", "log2(n)"]),
+    (lambda P: floors_right(P.T.contiguous()), ["entropy rate is wrong"]),
+    (lambda P: floors_right(P)[0], ["two numbers"]),
+    (lambda P: 1 / 0, ["ZeroDivisionError"]),
+])
+def test_markov_floors_mistakes_are_named(fn, phrases):
+    failed(checks.check_markov_floors(fn), *phrases)
+
+
+@pytest.mark.parametrize("check", [checks.check_biased_qk_gradients, checks.check_value_update_basis,
+                                   checks.check_second_order_attention_change, checks.check_tempered_score_change,
+                                   checks.check_markov_floors])
+def test_problem_set_checks_never_raise(check):
+    failed(check(lambda: 0), "takes 0 positional arguments")
+    failed(check(lambda *args: "not a tensor"))
+    def not_implemented(*args):
+        raise NotImplementedError("the student version's stub")
+    failed(check(not_implemented), "NotImplementedError")
