@@ -256,15 +256,16 @@ def reference_calls(source, assignment_id, context=""):
             if not any(l2 == line and w2 != what and w2.startswith(what.split(" (")[0] + ".") for l2, w2 in unique)]
 
 
-def notebook_reference_calls(nb, assignment_id):
+def notebook_reference_calls(nb, assignment_id, folder=None):
     """``reference_calls`` over the code cells of a submitted notebook, except the cells the course
-    gives unchanged (a code cell of the instructor version without the ``solution`` tag, same source).
-    One string per use, ``"cell N, line L: what (why)"`` (N counts from 1)."""
+    gives unchanged (a code cell of the instructor version in ``folder``, default ``FOLDER``, without
+    the ``solution`` tag, same source). One string per use, ``"cell N, line L: what (why)"``."""
     import nbformat
     given = set()
     assignment = ASSIGNMENTS.get(assignment_id)
-    if assignment is not None and assignment.instructor_path.exists():
-        instructor = nbformat.read(assignment.instructor_path, as_version=4)
+    instructor_path = None if assignment is None else Path(folder or FOLDER) / assignment.instructor_path.name
+    if instructor_path is not None and instructor_path.exists():
+        instructor = nbformat.read(instructor_path, as_version=4)
         given = {c.source.strip() for c in instructor.cells
                  if c.cell_type == "code" and SOLUTION_TAG not in c.get("metadata", {}).get("tags", [])}
     code = [cell.source for cell in nb.cells if cell.cell_type == "code"]

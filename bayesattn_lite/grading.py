@@ -322,7 +322,7 @@ def _question_entry(q, found, nb):
 
 def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, self_test=False,
           notebook_timeout=DEFAULT_NOTEBOOK_TIMEOUT, memory=DEFAULT_MEMORY, max_output=DEFAULT_MAX_OUTPUT,
-          hide=()):
+          hide=(), folder=None):
     """The report of one submission as a dict. ``source`` is a path or the file's bytes (then ``name``
     is its name). Never raises on a bad submission."""
     started = time.monotonic()
@@ -359,7 +359,7 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
         else:
             report["problems"] += structure_problems(nb, assignment)
     if nb is not None:
-        report["reference_calls"] = _reference_calls(nb, aid)
+        report["reference_calls"] = _reference_calls(nb, aid, folder)
         limits = {"timeout": timeout, "notebook_timeout": notebook_timeout, "memory": memory,
                   "max_output": max_output}
         try:
@@ -378,13 +378,13 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
     return report
 
 
-def _reference_calls(nb, aid):
+def _reference_calls(nb, aid, folder=None):
     """Uses of the package's reference functions in the learner's cells (``assignments``, if it has them)."""
     scan = getattr(assignments, "notebook_reference_calls", None)
     if scan is None:
         return []
     try:
-        return list(scan(nb, aid))
+        return list(scan(nb, aid, folder))
     except Exception as exc:  # noqa: BLE001 - a scan that fails must not cost the grade
         return [f"the scan for reference calls failed: {type(exc).__name__}: {str(exc)[:200]}"]
 
@@ -592,10 +592,8 @@ def main(argv=None):
         parser.error("grading a folder needs --csv GRADES.csv")
     if not batch and not args.report:
         parser.error("grading one notebook needs --report REPORT.json")
-    folder = args.folder or assignments.FOLDER
-    if args.folder:
-        assignments.FOLDER = args.folder.resolve()  # the instructor versions, for the reference-call scan
-    options = {"assignment_id": args.assignment, "timeout": args.timeout, "self_test": args.self_test,
+    folder = (args.folder or assignments.FOLDER).resolve()  # the instructor versions
+    options = {"assignment_id": args.assignment, "timeout": args.timeout, "self_test": args.self_test, "folder": folder,
                "notebook_timeout": args.notebook_timeout, "memory": int(args.memory), "max_output": args.max_output}
     if batch:
         reports_dir = args.reports or args.csv.with_name(args.csv.stem + "_reports")
@@ -619,7 +617,7 @@ def main(argv=None):
     try:
         report = grade(args.submission, args.assignment, args.timeout, self_test=args.self_test,
                        notebook_timeout=args.notebook_timeout, memory=int(args.memory),
-                       max_output=args.max_output, hide=hide)
+                       max_output=args.max_output, hide=hide, folder=folder)
     except Exception as exc:  # noqa: BLE001 - last resort: still write a report
         report = _internal_error(str(args.submission), args.assignment, exc)
     if guard is not None and guard.restore():
