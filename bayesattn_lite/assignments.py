@@ -349,10 +349,11 @@ def student_version(nb, assignment_id):
     return student
 
 
-def render(assignment):
-    """The student notebook of ``assignment`` as the text the generator writes."""
+def render(assignment, folder=None):
+    """The student notebook of ``assignment`` (its instructor version in ``folder``, default
+    ``FOLDER``) as the text the generator writes."""
     import nbformat
-    nb = nbformat.read(assignment.instructor_path, as_version=4)
+    nb = nbformat.read(Path(folder or FOLDER) / assignment.instructor_path.name, as_version=4)
     if nb.metadata.get("bayesattn_lite", {}).get("assignment") != assignment.id:
         raise ValueError(f"{assignment.instructor_path.name}: expected metadata bayesattn_lite.assignment = "
                          f"{assignment.id!r}, got {nb.metadata.get('bayesattn_lite')!r}")
@@ -367,23 +368,30 @@ def main(argv=None):
                                      description="Write the student versions of the problem sets.")
     parser.add_argument("ids", nargs="*", help=f"default: all of {sorted(ASSIGNMENTS)}")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if one is out of date")
+    parser.add_argument("--folder", type=Path, help="the problem sets' folder (default: book/assignments of "
+                        "the checkout the package sits in, else of the current directory)")
     args = parser.parse_args(argv)
+    # an installed package has no book/ beside it: then the course's checkout is where we are
+    folder = args.folder or (FOLDER if FOLDER.is_dir() else Path.cwd() / "book" / "assignments")
+    if not folder.is_dir():
+        parser.error(f"--folder: expected the folder of the problem sets (book/assignments), got {folder}")
     unknown = [i for i in args.ids if i not in ASSIGNMENTS]
     if unknown:
         parser.error(f"unknown assignment(s) {unknown}: expected some of {sorted(ASSIGNMENTS)}")
     stale = []
     for aid in args.ids or ASSIGNMENTS:
         a = ASSIGNMENTS[aid]
-        text = render(a)
-        current = a.student_path.read_text(encoding="utf-8") if a.student_path.exists() else None
+        text = render(a, folder)
+        student = folder / a.student_path.name
+        current = student.read_text(encoding="utf-8") if student.exists() else None
         if current == text:
-            print(f"{a.student_path.relative_to(ROOT)}: up to date")
+            print(f"{student}: up to date")
         elif args.check:
-            stale.append(a.student_path.name)
-            print(f"{a.student_path.relative_to(ROOT)}: OUT OF DATE (run python -m bayesattn_lite.assignments)")
+            stale.append(student.name)
+            print(f"{student}: OUT OF DATE (run python -m bayesattn_lite.assignments)")
         else:
-            a.student_path.write_text(text, encoding="utf-8")
-            print(f"{a.student_path.relative_to(ROOT)}: written")
+            student.write_text(text, encoding="utf-8")
+            print(f"{student}: written")
     return 1 if stale else 0
 
 
