@@ -4,8 +4,10 @@ On every page: MathJax has typeset the math (no raw ``$$`` or ``\\(`` left in th
 error), every figure has loaded (``naturalWidth > 0``; a chapter shows at least as many figures as
 its notebook has image outputs), no output shows an error or a traceback, the Colab launch button
 opens this notebook's path in the repository of ``_config.yml``, and every widget has its static
-figure directly above it (and its state embedded, so it renders online). The search page finds
-every chapter by a word of its title. A full-page screenshot of each page goes to
+figure directly above it (and its state embedded, so it renders online). On every numbered chapter
+(01-09): at least three exercises (sphinx-exercise admonitions), every solution collapsed (a closed
+dropdown whose text and code cells show only once the reader opens it) and no install cell. The
+search page finds every chapter by a word of its title. A full-page screenshot of each page goes to
 ``_build/screenshots/`` (beside the ``html`` folder that was tested).
 
 The book: ``$BAYESATTN_BOOK_HTML`` (a built ``html`` folder) if set, else ``_build/html``, which
@@ -252,6 +254,35 @@ SIDEWAYS = """() => [...document.querySelectorAll('div.cell pre')]
 INSTALL_CELL_VISIBLE = """() => document.body.innerText.includes('find_spec("bayesattn_lite")')"""
 
 
+# Exercises (sphinx-exercise admonitions) and their solutions. A solution is collapsed: a dropdown
+# (sphinx-togglebutton) whose body, text and code cells alike, is hidden until the reader opens it.
+EXERCISES = """() => {
+  const visible = el => el.checkVisibility ? el.checkVisibility({checkOpacity: true, checkVisibilityCSS: true})
+                                           : !!(el.offsetWidth || el.offsetHeight || el.getClientRects().length);
+  return {
+    exercises: document.querySelectorAll('main div.exercise.admonition').length,
+    solutions: [...document.querySelectorAll('main div.solution.admonition')].map(s => ({
+      id: s.id,
+      dropdown: s.classList.contains('dropdown'),
+      shown: [...s.children].filter(c => !c.classList.contains('admonition-title') && visible(c))
+                            .map(c => c.innerText.trim().slice(0, 60)),
+      code: [...s.querySelectorAll('div.cell, pre')].filter(visible).length,
+      cells: s.querySelectorAll('div.cell').length}))
+  };
+}"""
+
+# Open one solution (click its title, as a reader does) and say whether its code is visible then.
+OPEN_SOLUTION = """(id) => {
+  const s = document.getElementById(id);
+  s.querySelector('.admonition-title').click();
+  return new Promise(done => setTimeout(() => done([...s.querySelectorAll('div.cell')].some(
+    c => c.checkVisibility ? c.checkVisibility() : c.getClientRects().length > 0)), 300));
+}"""
+
+MIN_EXERCISES = 3  # per numbered chapter (issue 14)
+NUMBERED_CHAPTERS = [p for p in NOTEBOOK_PAGES if re.search(r"(^|/)0[1-9]_", p)]
+
+
 def wait_for_mathjax(page):
     page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30_000)
     page.evaluate("() => MathJax.startup.promise")
@@ -385,3 +416,27 @@ def test_search_finds_the_chapter(open_page, page_name):
     page.close()
     assert any(urlparse(h).path.rstrip("/").endswith(f"{page_name}.html") or page_name in h for h in hrefs), \
         f"searching {word!r} does not list {page_name}.html; results: {hrefs[:10]}"
+
+
+@pytest.mark.parametrize("page_name", NUMBERED_CHAPTERS)
+def test_chapter_has_exercises_with_collapsed_solutions(open_page, page_name):
+    """At least MIN_EXERCISES exercises; every solution a closed dropdown whose text and code only
+    show once it is opened (and do show then); no install cell on the page."""
+    page, _ = open_page(f"{page_name}.html")
+    found = page.evaluate(EXERCISES)
+    problems = []
+    if found["exercises"] < MIN_EXERCISES:
+        problems.append(f"{found['exercises']} exercises (sphinx-exercise admonitions), expected at least {MIN_EXERCISES}")
+    for solution in found["solutions"]:
+        if not solution["dropdown"]:
+            problems.append(f"solution {solution['id']} is not collapsed: give it `:class: dropdown`")
+        elif solution["shown"] or solution["code"]:
+            problems.append(f"solution {solution['id']} shows its content before it is opened: "
+                            f"{solution['shown'][:2]} ({solution['code']} code blocks visible)")
+    with_code = [s for s in found["solutions"] if s["cells"] and s["dropdown"]]
+    if with_code and not page.evaluate(OPEN_SOLUTION, with_code[0]["id"]):
+        problems.append(f"solution {with_code[0]['id']}: its code cells stay hidden after opening it")
+    if page.evaluate(INSTALL_CELL_VISIBLE):
+        problems.append("the install cell is visible: tag the notebook's first code cell remove-cell")
+    page.close()
+    assert not problems, f"{page_name}:\n  " + "\n  ".join(problems)
