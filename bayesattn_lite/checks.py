@@ -598,6 +598,12 @@ def check_projection_gradients(fn):
 
 __all__ += ["check_predicted_attention_change", "check_e_step", "check_m_step_means", "check_settling_step",
             "check_hypothesis", "check_reproducible", "check_seeds", "check_conclusion"]
+__all__ += [  # the chapters' exercises and the problem sets' questions
+    "check_attended_gap", "check_score_kernel", "check_advantage_flow",
+    "check_responsibilities_as_attention", "check_steps_to", "check_recall_posterior", "check_lstm_mixing",
+    "check_biased_qk_gradients", "check_value_update_basis", "check_second_order_attention_change",
+    "check_tempered_score_change", "check_markov_floors"
+]
 
 
 # ----------------------------------------------------------------------------- next attention (chapter 4)
