@@ -8,16 +8,16 @@ from . import specialisation
 
 # The Okabe-Ito palette: eight colours that stay distinct under the common colour-vision deficiencies.
 OKABE_ITO = {
-    "blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
+    "blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermilion": "#D55E00",
     "purple": "#CC79A7", "sky": "#56B4E9", "yellow": "#F0E442", "black": "#000000",
 }
 # One colour per role, used in every chapter.
 COLORS = {
     "query": OKABE_ITO["blue"], "key": OKABE_ITO["orange"], "value": OKABE_ITO["green"],
-    "error": OKABE_ITO["vermillion"], "sgd": "0.45", "em": OKABE_ITO["purple"], "bayes": "black",
+    "error": OKABE_ITO["vermilion"], "sgd": "0.45", "em": OKABE_ITO["purple"], "bayes": "black",
     # One colour per architecture (chapters 7-9).
     "transformer": OKABE_ITO["blue"], "mamba": OKABE_ITO["green"], "lstm": OKABE_ITO["orange"],
-    "mlp": OKABE_ITO["vermillion"],
+    "mlp": OKABE_ITO["vermilion"],
 }
 
 
