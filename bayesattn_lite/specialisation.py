@@ -211,10 +211,10 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
     bought = {group: [] for group in GROUPS}
 
     def on_step(m, step):
+        """Everything the chapters measure at step t, on the weights before the step's update (the
+        gradients are in .grad): the loss each group buys, the loop's states, the probe metrics."""
         for group, names in GROUPS.items():
             bought[group].append(sum(lrs[n] * getattr(m, n).grad.pow(2).sum().item() for n in names))
-
-    def loss_fn(m, step):
         if step in loop_at or step - 1 in loop_at:
             states[step] = _params(m)
         if step - 1 in loop_at:  # the state after step - 1 is known now
@@ -223,8 +223,10 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
             loop.setdefault("step", []).append(step - 1)
             if step not in loop_at:
                 states.pop(step)
-        loss = attention.loss(x, y, m.params())
-        return (loss, measure(step)) if step % cfg.log_every == 0 else loss
+        return measure(step) if step % cfg.log_every == 0 else None
+
+    def loss_fn(m, step):  # only the loss: the measurements are on_step's
+        return attention.loss(x, y, m.params())
 
     history = train(model, loss_fn, cfg.steps, lr=cfg.lr, lr_multipliers=lr_multipliers(cfg), seed=seed,
                     log_every=cfg.log_every, progress=progress, desc=f"seed {seed}", device=device, on_step=on_step)
