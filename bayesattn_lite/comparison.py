@@ -83,13 +83,16 @@ def train_on_task(arch, task, steps, seed=0, lr=3e-3, batch_size=32, device=None
 
     def loss_fn(model, step):
         batch = task.sample(batch_size, seed=DATA_SEED_BASE + seed * MAX_STEPS + step).to(device)
-        loss = task_loss(model, batch)
+        return task_loss(model, batch)
+
+    def learning_curve(model, step):
         if not eval_every or step % eval_every:
-            return loss
+            return None
         with torch.no_grad():  # the weights before this step's update: the model after `step` updates
-            return loss, {"eval_kl_bits": diagnostics.kl_bits(model(curve_batch.tokens), curve_batch)}
+            return {"eval_kl_bits": diagnostics.kl_bits(model(curve_batch.tokens), curve_batch)}
 
     history = train(model, loss_fn, steps, optimizer=optimizer, lr=lr, device=device, log_every=log_every,
+                    on_step=learning_curve,
                     progress=True if progress is None else progress, checkpoint_path=checkpoint_path,
                     desc=f"{arch} on {task.name}, seed {seed}", schedule=schedule, warmup=warmup,
                     clip_grad_norm=clip_grad_norm, weight_decay=weight_decay)
