@@ -567,6 +567,18 @@ def _positive(text):
     return value
 
 
+def _peak_memory_mib():
+    """The grader's own peak resident memory. On Linux, VmHWM of this process image: ru_maxrss would
+    also count the memory of whatever process forked the grader (the kernel keeps the larger of the
+    two across exec), e.g. a test runner that had grown to gigabytes."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1024 if sys.platform != "darwin" else 2 ** 20)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bayesattn_lite.grading", description=__doc__.splitlines()[0])
     parser.add_argument("submission", type=Path, help="a submitted notebook (.ipynb), or a folder of them")
@@ -607,10 +619,8 @@ def main(argv=None):
         warnings = {w for r in reports for w in r.get("isolation", {}).get("warnings", [])}
         for w in sorted(warnings):
             print(f"warning: {w}", file=sys.stderr)
-        import resource
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1024 if sys.platform != "darwin" else 2 ** 20)
         print(f"{len(reports)} submission(s); gradebook: {args.csv}; reports: {reports_dir}; "
-              f"grader peak memory: {peak} MiB")
+              f"grader peak memory: {_peak_memory_mib()} MiB")
         return 0
     hide = [folder, args.submission, args.report.parent if args.report.parent != Path(".") else None]
     guard = _PackageGuard() if not _sandbox.privileged() else None
