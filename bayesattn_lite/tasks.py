@@ -4,7 +4,8 @@ The paper's *sticky Markov chain* (section 5.2 of the paper; settings from the a
 code, ``vishalmisra/bayesian-wind-tunnel``) and the *hidden sources* task of chapters 4, 5 and 9.
 Paper I's three wind tunnels live in ``wind_tunnels``. Every task here follows one protocol: a
 ``sample`` method that takes a size and an int ``seed`` (the same seed gives the same data) and an
-exact posterior of what the model must predict, in float64::
+exact posterior of what the model must predict, in float64. (The seed goes to numpy's generator for
+the chain and to torch's for the sources, as the chapters' published numbers were drawn.)::
 
     chain = StickyMarkovChain()              # 8 symbols, self-probability 0.3, 20-D embeddings
     x, y = chain.sample(T=2000, seed=42)     # x: (1999, 20) noisy embeddings, y: (1999,) next symbols
