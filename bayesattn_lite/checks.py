@@ -39,6 +39,21 @@ __all__ = [
 RTOL, ATOL = 1e-6, 1e-9
 DTYPE = torch.float64
 
+# Added to every seed the checks draw their inputs with. 0 in the chapters, so a check's messages are
+# the same on every run; the grader sets a fresh random offset in its own process for each submission,
+# so a notebook cannot answer the public inputs of checks.py from a table.
+SEED_OFFSET = 0
+
+
+def _generator(seed):
+    """The torch generator of the inputs numbered ``seed`` (shifted by SEED_OFFSET)."""
+    return torch.Generator().manual_seed(SEED_OFFSET + seed)
+
+
+def _rng(seed):
+    """The numpy generator of the inputs numbered ``seed`` (shifted by SEED_OFFSET)."""
+    return np.random.default_rng(SEED_OFFSET + seed)
+
 # (T, d_x, d_k, d_v, n_classes). Within a row every size differs, so each axis can be named from
 # its length and a transpose changes the shape or the numbers; d_k > 1 keeps 1/sqrt(d_k) != 1/d_k.
 SIZES = [(4, 6, 3, 5, 2), (5, 3, 2, 4, 6), (7, 5, 4, 3, 8), (6, 8, 5, 2, 3), (9, 4, 6, 7, 5)]
@@ -315,7 +330,7 @@ def _unknown(out, cases, mine, i):
 def _random_problem(n, seed):
     """x, y, params of problem ``n`` of SIZES, with weights large enough that alpha is far from uniform."""
     T, d_x, d_k, d_v, n_classes = SIZES[n]
-    gen = torch.Generator().manual_seed(seed + n)
+    gen = _generator(seed + n)
     x = torch.randn(T, d_x, generator=gen, dtype=DTYPE)
     y = torch.randint(0, n_classes, (T,), generator=gen)
     params = attention.init_params(d_x, d_k, d_v, n_classes, std=0.7, seed=seed + n, dtype=DTYPE)
@@ -366,7 +381,7 @@ def _error_signal_spec():
     signature = {"logits": ("T", "n_classes"), "y": ("T",), "W_O": ("n_classes", "d_v")}
     cases = []
     for n, (T, _, _, d_v, n_classes) in enumerate(SIZES):
-        gen = torch.Generator().manual_seed(100 + n)
+        gen = _generator(100 + n)
         logits = 2.0 * torch.randn(T, n_classes, generator=gen, dtype=DTYPE)
         y = torch.randint(0, n_classes, (T,), generator=gen)
         W_O = torch.randn(n_classes, d_v, generator=gen, dtype=DTYPE)
@@ -431,7 +446,7 @@ def _score_gradient_spec():
     signature = {"alpha": ("T", "T"), "b": ("T", "T")}
     cases = []
     for n, (T, *_) in enumerate(SIZES):
-        gen = torch.Generator().manual_seed(200 + n)
+        gen = _generator(200 + n)
         scores = 2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)  # peaked rows: far from uniform
         if _is_causal(n):
             scores = scores.masked_fill(~attention.causal_mask(T), float("-inf"))
@@ -632,7 +647,7 @@ def _attention_change_spec():
     signature = {"alpha": ("T", "T"), "advantage": ("T", "T"), "eta": ()}
     cases = []
     for n, (T, *_) in enumerate(SIZES):
-        gen = torch.Generator().manual_seed(700 + n)
+        gen = _generator(700 + n)
         scores = 2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)
         if _is_causal(n):
             scores = scores.masked_fill(~attention.causal_mask(T), float("-inf"))
@@ -676,7 +691,7 @@ def _e_step_spec():
     signature = {"x": ("n", "d"), "means": ("K", "d"), "variance": ()}
     cases = []
     for n, (n_points, d, K) in enumerate([(7, 3, 2), (9, 4, 5), (6, 5, 3), (11, 2, 4)]):
-        gen = torch.Generator().manual_seed(800 + n)
+        gen = _generator(800 + n)
         inputs = {"x": torch.randn(n_points, d, generator=gen, dtype=DTYPE),
                   "means": torch.randn(K, d, generator=gen, dtype=DTYPE),
                   "variance": torch.tensor(0.3 + 0.4 * n, dtype=DTYPE)}
@@ -717,7 +732,7 @@ def _m_step_spec():
     signature = {"x": ("n", "d"), "resp": ("n", "K")}
     cases = []
     for n, (n_points, d, K) in enumerate([(7, 3, 2), (9, 4, 5), (6, 5, 3), (11, 2, 4)]):
-        gen = torch.Generator().manual_seed(900 + n)
+        gen = _generator(900 + n)
         inputs = {"x": torch.randn(n_points, d, generator=gen, dtype=DTYPE),
                   "resp": torch.softmax(2 * torch.randn(n_points, K, generator=gen, dtype=DTYPE), dim=1)}
         expected = em.m_step(inputs["x"], inputs["resp"])[0]
@@ -899,7 +914,7 @@ def _attended_gap_spec():
     signature = {"alpha": ("T", "T"), "b": ("T", "T")}
     cases = []
     for n, (T, *_) in enumerate(SIZES):
-        gen = torch.Generator().manual_seed(1000 + n)
+        gen = _generator(1000 + n)
         scores = 2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)  # peaked rows: weighted != plain mean
         if _is_causal(n):
             scores = scores.masked_fill(~attention.causal_mask(T), float("-inf"))
@@ -1011,7 +1026,7 @@ def _advantage_flow_spec():
     signature = {"alpha": ("T", "T"), "advantage": ("T", "T"), "key_mask": ("T",)}
     cases = []
     for n, (T, *_) in enumerate(SIZES):
-        gen = torch.Generator().manual_seed(1100 + n)
+        gen = _generator(1100 + n)
         scores = 2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)
         if _is_causal(n):
             scores = scores.masked_fill(~attention.causal_mask(T), float("-inf"))
@@ -1071,7 +1086,7 @@ def _responsibilities_spec():
     signature = {"x": ("n", "d"), "means": ("K", "d"), "variance": (), "weights": ("K",)}
     cases = []
     for n, (n_points, d, K) in enumerate([(7, 3, 2), (9, 4, 5), (6, 5, 3), (11, 2, 4)]):
-        gen = torch.Generator().manual_seed(1200 + n)
+        gen = _generator(1200 + n)
         means = torch.randn(K, d, generator=gen, dtype=DTYPE) * torch.linspace(0.5, 2.0, K, dtype=DTYPE)[:, None]
         inputs = {"x": 1.5 * torch.randn(n_points, d, generator=gen, dtype=DTYPE), "means": means,
                   "variance": torch.tensor(0.4 + 0.5 * n, dtype=DTYPE),
@@ -1154,7 +1169,7 @@ def _steps_to(case, strict=False, final=True, never=np.nan, shift=0):
 
 
 def _steps_to_cases():
-    rng = np.random.default_rng(600)
+    rng = _rng(600)
     cases = []
     for n, (S, steps) in enumerate([(3, 12), (4, 20), (2, 9)]):
         rate = rng.uniform(0.05, 0.4, size=(S, 1))
@@ -1204,7 +1219,7 @@ def _recall_posterior(case, split=True, normalise=True, others=True):
 
 
 def _recall_cases():
-    rng = np.random.default_rng(700)
+    rng = _rng(700)
     cases = []
     for n, (M, shown, noise) in enumerate([(6, 3, 0.2), (4, 0, 0.1), (8, 5, 0.3), (5, 4, 0.05)]):
         counts = np.bincount(rng.integers(0, M, size=shown), minlength=M).astype(float)
@@ -1248,7 +1263,7 @@ def _lstm_mixing(case, first=1, last=0, input_gate=True, causal=True, transpose=
 
 
 def _lstm_cases():
-    rng = np.random.default_rng(800)
+    rng = _rng(800)
     return [{"f": rng.uniform(0.2, 0.95, T), "i": rng.uniform(0.1, 0.9, T), "about": f"T = {T}"} for T in (4, 6, 7)]
 
 
@@ -1333,7 +1348,7 @@ def _biased_spec():
     taus, slopes = (0.5, 2.0, 1.5, 3.0, 0.7), (0.25, 0.5, 1.0, 0.125, 0.75)
     cases = []
     for n, (T, _d_x, d_k, d_v, _c) in enumerate(SIZES):
-        gen = torch.Generator().manual_seed(1500 + n)
+        gen = _generator(1500 + n)
         inputs = {"q": 1.5 * torch.randn(T, d_k, generator=gen, dtype=DTYPE),
                   "k": 1.5 * torch.randn(T, d_k, generator=gen, dtype=DTYPE),
                   "v": torch.randn(T, d_v, generator=gen, dtype=DTYPE),
@@ -1365,7 +1380,7 @@ def _value_basis(W_O):
 def _value_basis_cases():
     cases = []
     for n, (C, d_v) in enumerate([(2, 5), (3, 6), (4, 7), (5, 9), (3, 4)]):
-        gen = torch.Generator().manual_seed(1600 + n)
+        gen = _generator(1600 + n)
         cases.append(torch.randn(C, d_v, generator=gen, dtype=DTYPE))
     return cases
 
@@ -1373,7 +1388,7 @@ def _value_basis_cases():
 def _value_gradient_columns(W_O, seed):
     """dW_V of a random head with this W_O (stored (C, d_v)): its columns must lie in the subspace."""
     C, d_v = W_O.shape
-    gen = torch.Generator().manual_seed(seed)
+    gen = _generator(seed)
     T, d_x, d_k = 6, 3, 2
     params = attention.init_params(d_x, d_k, d_v, C, std=0.7, seed=seed, dtype=DTYPE)
     params["W_O"] = W_O
@@ -1476,7 +1491,7 @@ def _second_order_spec():
     signature = {"alpha": ("T", "T"), "delta_s": ("T", "T")}
     cases = []
     for n, (T, *_) in enumerate(SIZES):
-        gen = torch.Generator().manual_seed(1800 + n)
+        gen = _generator(1800 + n)
         scores = 2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)
         if _is_causal(n):
             scores = scores.masked_fill(~attention.causal_mask(T), float("-inf"))
@@ -1536,7 +1551,7 @@ def _tempered_spec():
     taus = (0.5, 2.0, 1.5, 3.0, 0.7)
     cases = []
     for n, (T, d_x, d_k, _d_v, _c) in enumerate(SIZES):
-        gen = torch.Generator().manual_seed(1900 + n)
+        gen = _generator(1900 + n)
         alpha = torch.softmax((2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)).masked_fill(
             ~attention.causal_mask(T), float("-inf")), dim=-1)
         ds, _ = attention.score_gradient(alpha, torch.randn(T, T, generator=gen, dtype=DTYPE))
@@ -1593,7 +1608,7 @@ _FLOOR_FLAWS = [
 def _markov_cases():
     cases = []
     for n, size in enumerate((3, 4, 5, 6)):
-        rng = np.random.default_rng(2000 + n)
+        rng = _rng(2000 + n)
         P = rng.dirichlet(np.full(size, 0.6), size=size)
         P += np.eye(size) * (0.5 + 0.1 * n)  # sticky, so the two floors differ clearly
         cases.append(P / P.sum(axis=1, keepdims=True))

@@ -17,7 +17,8 @@ What it does, for each submission:
    cell that runs too long is interrupted, and a kernel that does not stop is killed with everything
    it started;
 4. decides each checked question **in the grader's own process**: the ``bayesattn_lite.checks``
-   function is called here, on stand-ins for the learner's objects. Calling a stand-in sends the
+   function is called here, on stand-ins for the learner's objects, with inputs drawn from a fresh
+   random seed offset for each submission (``checks.SEED_OFFSET``). Calling a stand-in sends the
    arguments to the kernel as data (numbers, arrays), runs the learner's function there and brings the
    result back as data, rebuilt into plain tensors; a value (a string, a dict of numbers) is fetched
    the same way. The notebook cannot reach the check, the comparison or the report, and nothing it
@@ -36,6 +37,7 @@ import ast
 import csv
 import json
 import math
+import secrets
 import sys
 import time
 import traceback
@@ -277,6 +279,9 @@ def _run(nb, assignment, limits, hide):
     """Execute the notebook and decide its questions; (results by question id, problems, isolation)."""
     results, problems = {}, []
     timeout = limits["timeout"]
+    # inputs the submission cannot know: checks.py is public, so each submission's checks draw their
+    # inputs from a fresh random offset of the seeds (the kernel never sees the checks module)
+    checks.SEED_OFFSET = secrets.randbelow(2 ** 31)
     with _sandbox.Sandbox(PACKAGE_DIR, hide=hide, notebook_timeout=limits["notebook_timeout"],
                           memory_mb=limits["memory"], max_output_mb=limits["max_output"],
                           replace={"checks.py": KERNEL_CHECKS}) as box:
@@ -305,6 +310,7 @@ def _run(nb, assignment, limits, hide):
         if box.dead and not any(p.startswith("execution stopped") for p in problems):
             problems.append(f"execution stopped while checking: {box.dead}")
         info = _isolation(box.info)
+    info["input_seed_offset"] = checks.SEED_OFFSET  # to rerun a check on the same inputs
     return results, problems, info
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.nn.functional import one_hot
 
-from bayesattn_lite import attention, checks
+from bayesattn_lite import attention, checks, diagnostics
 
 
 def failed(result, *phrases):
@@ -690,3 +690,16 @@ def test_problem_set_checks_never_raise(check):
     def not_implemented(*args):
         raise NotImplementedError("the student version's stub")
     failed(check(not_implemented), "NotImplementedError")
+
+
+# ----------------------------------------------------------------------------- the grader's random inputs
+
+@pytest.mark.parametrize("offset", [1, 40_961, 2**31 - 1])
+def test_checks_draw_other_inputs_under_an_offset_and_still_pass_the_references(offset, monkeypatch):
+    """The grader shifts every seed of the checks by a random offset per submission: the inputs change,
+    and a correct answer still passes (here the package's own formulas, through the chapter checks)."""
+    base = checks._score_gradient_spec().cases[0].inputs["alpha"]
+    monkeypatch.setattr(checks, "SEED_OFFSET", offset)
+    assert not torch.equal(base, checks._score_gradient_spec().cases[0].inputs["alpha"])
+    assert checks.check_score_gradient(lambda alpha, b: attention.score_gradient(alpha, b)[0])
+    assert checks.check_predicted_attention_change(diagnostics.predicted_attention_change)
