@@ -525,7 +525,7 @@ def _best_readout(g, y, n_classes, iters=100):
 def _kl_by_position_bits(task, x, logits):
     post = task.posterior(x)
     log_model = torch.log_softmax(logits.double(), -1)
-    return ((post * (torch.log(post.clamp_min(1e-300)) - log_model)).sum(-1).mean(0) / math.log(2)).numpy()
+    return diagnostics.kl_divergence(post, log_model, bits=True).mean(0).numpy()
 
 
 def oracle_heads(cfg, seed, temperatures=(0.25, 0.5, 1.0, 2.0)):
