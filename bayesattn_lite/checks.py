@@ -1127,9 +1127,13 @@ def _same(a, b, rtol=1e-6, atol=1e-9):
     return bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
 
 
-def _verdict_by_mistakes(name, answers, cases, reference, mistakes, formula):
-    """Pass if every answer matches ``reference(case)``; else name the first mistake (a function of the
-    case, and what it means) that reproduces every answer, else point to the first difference."""
+def _verdict_by_mistakes(name, fn, cases, arguments, shape, reference, mistakes, formula):
+    """Call ``fn`` on every case (``_answers``). Pass if every answer matches ``reference(case)``; else
+    name the first mistake (a function of the case, and what it means) that reproduces every answer,
+    else point to the first difference."""
+    answers, failed = _answers(name, fn, cases, arguments, shape)
+    if failed is not None:  # a failed CheckResult is falsy
+        return failed
     if all(_same(a, reference(c)) for a, c in zip(answers, cases)):
         return CheckResult(name, True, f"matches the reference on {len(cases)} problems.")
     for compute, words in mistakes:
@@ -1191,9 +1195,6 @@ def check_steps_to(fn):
     ``curve`` (S, steps) is the loss after t = 0..steps-1 updates, ``final`` (S,) after all of them."""
     name = "steps_to"
     cases = _steps_to_cases()
-    answers, failed = _answers(name, fn, cases, ("curve", "final", "threshold"), lambda c: c["final"].shape)
-    if failed is not None:  # a failed CheckResult is falsy
-        return failed
     mistakes = [
         (lambda c: _steps_to(c, never=0), "a seed that never reaches the threshold gets 0 instead of nan: argmax of an "
          "all-False row is 0. Check hit.any(axis=1) first and return nan where it is False."),
@@ -1204,7 +1205,8 @@ def check_steps_to(fn):
         (lambda c: _steps_to(c, strict=True), "strictly below: the threshold is 'at or below' (<=). With <, a schedule "
          "never reaches its own final loss, and two identical schedules give no speed-up of 1."),
     ]
-    return _verdict_by_mistakes(name, answers, cases, _steps_to, mistakes,
+    return _verdict_by_mistakes(name, fn, cases, ("curve", "final", "threshold"), lambda c: c["final"].shape,
+                                _steps_to, mistakes,
                                 "experiments.first_step_at_or_below: the first t with loss <= threshold, nan if none")
 
 
@@ -1233,9 +1235,6 @@ def check_recall_posterior(fn):
     value v ``counts[v]`` times, p(v) proportional to (1 - noise)^c_v (noise / (M - 1))^(n - c_v)."""
     name = "recall_posterior"
     cases = _recall_cases()
-    answers, failed = _answers(name, fn, cases, ("counts", "noise"), lambda c: c["counts"].shape)
-    if failed is not None:  # a failed CheckResult is falsy
-        return failed
     mistakes = [
         (lambda c: _recall_posterior(c, split=False), "a wrong showing has probability noise / (M - 1), not noise: "
          "the noise is spread uniformly over the M - 1 other values."),
@@ -1244,7 +1243,8 @@ def check_recall_posterior(fn):
         (lambda c: _recall_posterior(c, others=False), "the showings of *other* values are missing: every showing "
          "of a value other than v multiplies p(v) by noise / (M - 1), so p(v) ~ (1 - noise)^c_v (noise / (M - 1))^(n - c_v)."),
     ]
-    return _verdict_by_mistakes(name, answers, cases, _recall_posterior, mistakes,
+    return _verdict_by_mistakes(name, fn, cases, ("counts", "noise"), lambda c: c["counts"].shape,
+                                _recall_posterior, mistakes,
                                 "p(v) ~ (1 - noise)^c_v (noise / (M - 1))^(n - c_v), normalised over v")
 
 
@@ -1272,9 +1272,6 @@ def check_lstm_mixing(fn):
     c_t = sum_s omega_ts c~_s with omega_ts = i_s prod_{r=s+1}^{t} f_r for s <= t, and 0 for s > t."""
     name = "lstm_mixing"
     cases = _lstm_cases()
-    answers, failed = _answers(name, fn, cases, ("f", "i"), lambda c: (len(c["f"]), len(c["f"])))
-    if failed is not None:  # a failed CheckResult is falsy
-        return failed
     mistakes = [
         (lambda c: _lstm_mixing(c, first=0), "the product of forget gates starts one step early: c_s = f_s c_{s-1} + "
          "i_s c~_s, so c~_s is forgotten by f_{s+1}, ..., f_t, not by f_s."),
@@ -1286,7 +1283,8 @@ def check_lstm_mixing(fn):
          "(omega[t, s], zero above the diagonal)."),
         (lambda c: _lstm_mixing(c, causal=False), "not causal: a source after the reader (s > t) has weight 0."),
     ]
-    return _verdict_by_mistakes(name, answers, cases, _lstm_mixing, mistakes,
+    return _verdict_by_mistakes(name, fn, cases, ("f", "i"), lambda c: (len(c["f"]), len(c["f"])),
+                                _lstm_mixing, mistakes,
                                 "omega[t, s] = i[s] * prod(f[s+1 : t+1]) for s <= t, 0 above the diagonal")
 
 
