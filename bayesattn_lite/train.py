@@ -128,7 +128,11 @@ def lr_factor(step, steps, schedule="constant", warmup=0):
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
     step, steps = _validate.integer("step", step, 0), _validate.integer("steps", steps, 0)
-    warmup = _validate.integer("warmup", warmup, 0)
+    return _factor(step, steps, schedule, _validate.integer("warmup", warmup, 0))
+
+
+def _factor(step, steps, schedule, warmup):
+    """lr_factor without the checks: the training loop calls it at every step, on checked values."""
     if step < warmup:
         return (step + 1) / warmup
     if schedule == "constant":
@@ -386,7 +390,7 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
     with checkpoints.saved_on_interrupt(checkpoint_path, save_now, lambda: done), bar:
         for step in bar:
             opt.zero_grad(set_to_none=True)
-            factor = lr_factor(step, steps, schedule, warmup)
+            factor = _factor(step, steps, schedule, warmup)
             for group, base in zip(opt.param_groups, base_lrs):
                 group["lr"] = base * factor
             out = loss_fn(model, step)
