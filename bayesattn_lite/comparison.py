@@ -422,11 +422,9 @@ PARTLY_FRACTION = 0.5
 
 def verdict(kl_per_seed, baseline_kl):
     """'learned', 'partly' or 'not learned' from the KL of every seed and the baseline's KL."""
-    kls = [_validate.real("kl_per_seed", kl, 0) for kl in _validate.tensor(
-        "kl_per_seed", torch.as_tensor(kl_per_seed, dtype=torch.float64) if isinstance(kl_per_seed, (list, tuple, np.ndarray))
-        else kl_per_seed, 1).tolist()]
-    if not kls:
-        _validate.fail("kl_per_seed", "the KL of at least one seed", kl_per_seed)
+    if isinstance(kl_per_seed, str) or not hasattr(kl_per_seed, "__len__") or len(kl_per_seed) == 0:
+        _validate.fail("kl_per_seed", "the KL of at least one seed (a list, array or 1-D tensor)", kl_per_seed)
+    kls = [_validate.real("kl_per_seed", kl, 0) for kl in kl_per_seed]
     worst = max(kls) / _validate.positive("baseline_kl", baseline_kl)
     return "learned" if worst <= LEARNED_FRACTION else "partly" if worst <= PARTLY_FRACTION else "not learned"
 
