@@ -16,7 +16,12 @@ widgets and the training monitors of chapter 9 all compute the same numbers the 
 - ``value_pull``, ``movement_toward``  -dL/dv_j = -sum_i alpha_ij u_i, and how far each value moved
                                against each query's error signal (the value law, measured)
 - ``relative_change``          ||after - before|| / ||before||: the speed of a quantity between snapshots
-- ``settling_step``            the step after which a rate stays below a threshold (the frame "freezes")
+- ``frame_change``             the *frame rate* between two snapshots of attention: mean total-variation
+                               distance between attention rows, in [0, 1]
+- ``change_vs_final``          the *precision rate*: how far values moved between snapshots, / final size
+- ``settling_step``            the step after which a rate stays below a fixed threshold
+- ``settle``                   the course's one settle measure: a rate against its own peak (peak step,
+                               steps to fall for good below 20% and 10% of it, or "not settled by N")
 - ``progress_step``            the step by which a curve has covered a fraction of its total change
 - ``pca``                      principal components of a point cloud, with explained-variance shares
 - ``pearson``, ``spearman``    correlations of two flat samples
@@ -232,6 +237,18 @@ def change_vs_final(snapshots):
     return ((s[1:] - s[:-1]).flatten(1).norm(dim=1) / final).cpu().numpy()
 
 
+def frame_change(before, after):
+    """The frame rate between two snapshots of attention maps (..., queries, keys): the mean over
+    query rows of the total-variation distance 1/2 sum_j |alpha'_ij - alpha_ij|, in [0, 1].
+
+    A distance between probability rows, so it means the same whatever the scale of the scores,
+    unlike a relative norm of alpha (which small, nearly uniform maps inflate)."""
+    before, after = _tensor("before", before), _tensor("after", after)
+    if before.shape != after.shape:
+        raise ValueError(f"before, after: expected the same shape, got {tuple(before.shape)} and {tuple(after.shape)}")
+    return 0.5 * (after.double() - before.double()).abs().sum(-1).mean().item()
+
+
 def _curve(steps, values, name):
     steps, values = np.asarray(steps), np.asarray(values, dtype=float)
     if steps.ndim != 1 or values.shape != steps.shape or len(steps) == 0:
@@ -251,6 +268,61 @@ def settling_step(steps, rates, threshold):
     if above[-1] == len(steps) - 1:
         return None
     return int(steps[above[-1] + 1])
+
+
+SETTLE_FRACTIONS = (0.2, 0.1)  # a pathway has settled once its rate stays below this share of its own peak
+SETTLE_WINDOW = 5              # rates are smoothed over this many intervals first (a centred running mean)
+
+
+def _smooth(rates, window):
+    if window <= 1 or len(rates) < window:
+        return rates
+    kernel = np.ones(window) / window
+    padded = np.pad(rates, (window // 2, window - 1 - window // 2), mode="edge")
+    return np.convolve(padded, kernel, mode="valid")
+
+
+def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW):
+    """The course's one settle measure: a change rate against its own peak.
+
+    ``rates[t]`` is how fast a pathway moved in the interval ending at ``steps[t]`` (a frame rate,
+    a precision rate). The rates are smoothed by a centred running mean over ``window`` intervals,
+    then compared with their own peak, which makes the measure scale-free (a TV distance and a
+    relative norm compare fairly) and not bound by the run's length: a pathway whose rate is still
+    rising, or has not fallen far from its peak, is reported as not settled, not as settling at the
+    end of the run. Returns a dict:
+
+    ``peak_step``, ``peak_rate``   where the smoothed rate peaks, and its value
+    ``settled``  {fraction: the first step after the peak from which the smoothed rate stays below
+                 fraction x peak to the end of the run, or None: "not settled by step ``last_step``"}
+    ``last_step``, ``last_ratio``  the run's last step and its smoothed rate there / peak
+    """
+    steps, rates = _curve(steps, rates, "rates")
+    _sample("rates", rates)
+    if (rates < 0).any():
+        _validate.fail("rates", "change rates >= 0", f"a minimum of {rates.min():g}", described=True)
+    window = _validate.integer("window", window, 1)
+    fractions = tuple(_validate.real("fractions", f, 0, 1, low_open=True, high_open=True) for f in fractions)
+    smooth = _smooth(rates, window)
+    k = int(np.argmax(smooth))
+    peak = float(smooth[k])
+    out = {"peak_step": int(steps[k]), "peak_rate": peak, "last_step": int(steps[-1]),
+           "last_ratio": float(smooth[-1] / peak) if peak > 0 else math.nan, "settled": {}}
+    for f in fractions:
+        out["settled"][f] = None if peak == 0 else settling_step(steps[k:], smooth[k:], f * peak)
+        if out["settled"][f] == int(steps[k]):  # below f x peak already at the peak: cannot happen for f < 1
+            out["settled"][f] = None
+    return out
+
+
+def settle_text(result, fraction=SETTLE_FRACTIONS[0]):
+    """One line for a ``settle`` result: "settles at step 640 (20% of its peak at 120)" or
+    "not settled by step 1000 (at 43% of its peak at 900)"."""
+    step = result["settled"][fraction]
+    if step is None:
+        return (f"not settled by step {result['last_step']} (at {result['last_ratio']:.0%} of its peak "
+                f"at {result['peak_step']})")
+    return f"settles at step {step} ({fraction:.0%} of its peak at {result['peak_step']})"
 
 
 def progress_step(steps, curve, fraction):

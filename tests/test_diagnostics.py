@@ -162,3 +162,45 @@ def test_change_vs_final_measures_moves_against_the_final_size():
     np.testing.assert_allclose(rates, [0.5, 0.5])   # relative_change would call the first move infinite
     with pytest.raises(ValueError, match="nonzero last snapshot"):
         change_vs_final(torch.zeros(2, 3))
+
+
+# ----------------------------------------------------------------------------- the settle measure
+
+def test_settle_finds_the_peak_and_the_fall_below_a_share_of_it():
+    steps = np.arange(10, 1010, 10)
+    rates = np.exp(-(((steps - 200) / 150.0) ** 2)) + 0.01
+    out = diagnostics.settle(steps, rates)
+    assert out["peak_step"] == 200
+    assert 350 <= out["settled"][0.2] < out["settled"][0.1] < 600
+    assert "settles at step" in diagnostics.settle_text(out)
+
+
+def test_settle_is_scale_free():
+    steps = np.arange(10, 1010, 10)
+    rates = np.exp(-(((steps - 200) / 150.0) ** 2)) + 0.01
+    assert diagnostics.settle(steps, rates)["settled"] == diagnostics.settle(steps, 1e-4 * rates)["settled"]
+
+
+def test_a_rising_or_flat_rate_is_not_settled_whatever_the_run_length():
+    steps = np.arange(10, 1010, 10)
+    for rates in (steps / 1000.0, np.ones(len(steps)), 0.5 + 0.4 * np.sin(steps / 50.0) ** 2):
+        out = diagnostics.settle(steps, rates)
+        assert out["settled"][0.2] is None
+        assert diagnostics.settle_text(out).startswith("not settled by step 1000")
+
+
+def test_settle_refuses_bad_rates():
+    steps = np.arange(3)
+    with pytest.raises(ValueError, match="rates"):
+        diagnostics.settle(steps, [1.0, float("nan"), 0.5])
+    with pytest.raises(ValueError, match="rates"):
+        diagnostics.settle(steps, [1.0, -1.0, 0.5])
+    with pytest.raises(ValueError, match="fractions"):
+        diagnostics.settle(steps, [1.0, 0.5, 0.1], fractions=(1.5,))
+
+
+def test_frame_change_is_the_mean_total_variation_between_rows():
+    uniform = torch.full((3, 4), 0.25)
+    onehot = torch.tensor([[1.0, 0, 0, 0]] * 3)
+    assert diagnostics.frame_change(uniform, onehot) == pytest.approx(0.75)
+    assert diagnostics.frame_change(onehot, onehot) == 0.0
