@@ -22,7 +22,9 @@ completes when the backward pass of that step reaches the layer.
 Summaries of one record (``Monitor.summary()``, one curve per layer, mean over heads and batch):
 
 - ``positive_mass``      sum_j alpha_ij [A_ij > 0]: the share of attention on keys whose score gradient
-                         descent is raising (mean over queries that see at least two keys)
+                         descent is raising (mean over the queries that see at least two keys and
+                         receive an error signal, ||u_i|| > 0: a query without one, e.g. an unscored
+                         position of a wind tunnel, has A_i = 0 and would count as mass on nothing)
 - ``weighted_entropy``   the attention entropy (nats) of the queries, weighted by how much gradient
                          their scores receive, w_i = sum_j alpha_ij |A_ij| = ||dL/ds_i||_1: are the
                          queries that are still being trained sharp or diffuse?
@@ -32,11 +34,21 @@ Summaries of one record (``Monitor.summary()``, one curve per layer, mean over h
                          differs between the keys a query attends to, i.e. that can move its attention
                          (0 when attention is one-hot or all attended keys are alike); free of u's scale
 - ``u_norm``             mean ||u_i||: how much error is left for the head to serve
-- ``frame_rate``, ``precision_rate``  chapter 5's change rates: the relative change of the attention
-                         maps and of the values since the previous record (nan at the first). They
-                         compare the same inputs only when the batch is fixed (full-batch training) or
-                         a ``probe`` batch is given, which the monitor then runs (no gradient) at every
-                         recorded step.
+- ``frame_rate``         the course's frame rate (``diagnostics.frame_change``): the mean total-variation
+                         distance between the attention rows of this record and of the previous one, in
+                         [0, 1] (nan at the first record); computed online, at each record
+- ``precision_rate``     the course's precision rate (``diagnostics.change_vs_final``): how far the values
+                         moved since the previous record, relative to their size at the *latest* record
+                         (nan at the first). The denominator is the final size, which a monitor running
+                         online does not know yet, so ``summary()`` computes this curve afresh from the
+                         stored value snapshots each time it is called: during training it is relative to
+                         the size now, and once training has ended it is exactly chapter 6's precision
+                         rate. (Relative to the size at the *previous* record instead, as earlier
+                         versions did, it inflates the moves of values that start small.)
+
+Both rates compare the same inputs only when the batch is fixed (full-batch training) or a ``probe``
+batch is given, which the monitor then runs (no gradient) at every recorded step; they use the first
+``keep`` sequences of it.
 
 Cost: nothing between recorded steps (the hooks return at once); at a recorded step one extra
 (T x T) computation per head. ``measure_overhead`` times a training loop with and without it.
@@ -142,7 +154,7 @@ def summarise(alpha, u, v):
     advantage = advantage.masked_fill(alpha == 0, 0.0)
     push = (alpha * advantage.abs()).sum(-1)  # ||dL/ds_i||_1, (B, H, T)
     entropy = -(alpha * torch.log(alpha.clamp_min(1e-30))).sum(-1)
-    seen = (alpha > 0).sum(-1) >= 2
+    seen = ((alpha > 0).sum(-1) >= 2) & (u.norm(dim=-1) > 0)  # queries with a choice and an error signal
     positive = (alpha * (advantage > 0)).sum(-1)
     weight = push.sum()
     spread = (alpha * b.abs()).sum()
@@ -155,6 +167,20 @@ def summarise(alpha, u, v):
         "u_norm": u.norm(dim=-1).mean().item(),
     }
     return b, advantage, stats
+
+
+def precision_rates(snapshots):
+    """The precision rate of a list of value snapshots (one per record): nan first, then
+    ``diagnostics.change_vs_final`` of the stack, ||v_t - v_{t-1}|| / ||v_last||. A snapshot whose
+    shape differs from its predecessor's (a batch of another size, without a probe) gets nan."""
+    if len(snapshots) < 2:
+        return [math.nan] * len(snapshots)
+    last = snapshots[-1]
+    if all(s.shape == last.shape for s in snapshots):
+        return [math.nan] + [float(x) for x in diagnostics.change_vs_final(torch.stack(snapshots))]
+    final = last.double().norm().item()
+    return [math.nan] + [(b.double() - a.double()).norm().item() / final if a.shape == b.shape and final > 0
+                         else math.nan for a, b in zip(snapshots[:-1], snapshots[1:])]
 
 
 # ----------------------------------------------------------------------------- the monitor
@@ -255,12 +281,11 @@ class Monitor:
         n = self.keep
         snap = self._probe_snap.get(name, (alpha[:n].cpu(), v[:n].cpu()))
         previous = self._last.get(name)
-        stats["frame_rate"] = stats["precision_rate"] = math.nan
-        if previous is not None and previous[0].shape == snap[0].shape and previous[1].shape == snap[1].shape:
-            stats["frame_rate"] = diagnostics.relative_change(previous[0], snap[0])
-            stats["precision_rate"] = diagnostics.relative_change(previous[1], snap[1])
+        stats["frame_rate"] = math.nan
+        if previous is not None and previous[0].shape == snap[0].shape:
+            stats["frame_rate"] = diagnostics.frame_change(previous[0], snap[0])
         self._last[name] = snap
-        self.records.append({"step": step, "layer": name, **stats,
+        self.records.append({"step": step, "layer": name, **stats, "v_snapshot": snap[1],
                              "alpha": alpha[:n].cpu(), "u": u[:n].cpu(), "v": v[:n].cpu(),
                              "b": b[:n].cpu(), "advantage": advantage[:n].cpu()})
 
@@ -324,14 +349,20 @@ class Monitor:
     # --------------------------------------------------------------- reading the records
     def summary(self):
         """{layer name: {"step": array, summary name: array}} over the completed records, layers in
-        model order (the records themselves complete in backward order, last layer first)."""
+        model order (the records themselves complete in backward order, last layer first). The
+        precision rate is computed here, from the value snapshots, against the latest one's size."""
         out = {name: None for name, _, _ in self.layers}
+        snapshots = {name: [] for name, _, _ in self.layers}
         for r in self.records:
-            out[r["layer"]] = out[r["layer"]] or {k: [] for k in ("step",) + SUMMARIES}
+            out[r["layer"]] = out[r["layer"]] or {k: [] for k in ("step",) + SUMMARIES if k != "precision_rate"}
             layer = out[r["layer"]]
             for key in layer:
                 layer[key].append(r[key])
-        return {name: {k: np.asarray(v, dtype=float if k != "step" else int) for k, v in d.items()}
+            snapshots[r["layer"]].append(r["v_snapshot"])
+        for name, d in out.items():
+            if d is not None:
+                d["precision_rate"] = precision_rates(snapshots[name])
+        return {name: {k: np.asarray(d[k], dtype=float if k != "step" else int) for k in ("step",) + SUMMARIES}
                 for name, d in out.items() if d is not None}
 
     def last(self, layer=None):

@@ -231,3 +231,62 @@ def test_measure_overhead_reports_both_variants():
 
     out = monitor.measure_overhead(lambda: MHAModel(), step_fn, steps=6, every=2, repeats=1)
     assert out["without"] > 0 and out["with"] > 0 and out["ratio"] == out["with"] / out["without"]
+
+
+def test_rates_are_the_course_frame_and_precision_rates():
+    """frame_rate is diagnostics.frame_change (TV) between consecutive probe snapshots; precision_rate is
+    diagnostics.change_vs_final of the stored value snapshots, relative to the latest one's size."""
+    from bayesattn_lite import diagnostics
+    torch.manual_seed(4)
+    model = MHAModel(E=6, H=2, bias=True).to(DT)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    x, y = _data(E=6)
+    probe, _ = _data(B=2, E=6, seed=9)
+    with Monitor(model, every=2, probe=probe) as mon:
+        for _ in range(7):
+            _step(model, x, y, opt)
+    summary = mon.summary()["mha"]
+    records = [r for r in mon.records if r["layer"] == "mha"]
+    assert summary["step"].tolist() == [0, 2, 4, 6]
+    snaps = torch.stack([r["v_snapshot"] for r in records])
+    assert snaps.shape[1] == 2  # the probe's sequences, not the training batch's
+    assert math.isnan(summary["precision_rate"][0]) and math.isnan(summary["frame_rate"][0])
+    assert summary["precision_rate"][1:] == pytest.approx(diagnostics.change_vs_final(snaps), rel=1e-12)
+    assert all(0 < f <= 1 for f in summary["frame_rate"][1:])  # a TV distance
+
+
+def test_frame_rate_is_the_total_variation_between_snapshots():
+    from bayesattn_lite import diagnostics
+    torch.manual_seed(5)
+    model = MHAModel(E=4, H=1).to(DT)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    x, y = _data()
+    probe, _ = _data(B=2, seed=9)
+    maps = []
+    with Monitor(model, every=1, probe=probe) as mon:
+        for _ in range(3):
+            with torch.no_grad():
+                maps.append(monitor._mha_internals(model.mha, (probe, probe, probe),
+                                                   {"attn_mask": ~torch.ones(6, 6, dtype=torch.bool).tril()})[0])
+            _step(model, x, y, opt)
+    summary = mon.summary()["mha"]
+    expected = [diagnostics.frame_change(a, b) for a, b in zip(maps[:-1], maps[1:])]
+    assert summary["frame_rate"][1:] == pytest.approx(expected, rel=1e-9)
+
+
+def test_positive_mass_counts_only_queries_with_an_error_signal():
+    """Queries whose loss is ignored have u_i = 0 and A_i = 0: they must not count as zero positive mass."""
+    torch.manual_seed(6)
+    model = MHAModel(E=4, H=1).to(DT)
+    x, y = _data()
+    y = y.clone()
+    y[:, ::2] = -100  # every other position is not scored: no error signal reaches its query
+    with Monitor(model, every=1, keep=10) as mon:
+        _step(model, x, y)
+    rec = mon.last()
+    u_norm = rec["u"].norm(dim=-1)
+    assert (u_norm[..., ::2] == 0).all() and (u_norm[..., 1::2] > 0).all()
+    positive = (rec["alpha"] * (rec["advantage"] > 0)).sum(-1)
+    scored = (u_norm > 0) & ((rec["alpha"] > 0).sum(-1) >= 2)
+    assert rec["positive_mass"] == pytest.approx(positive[scored].mean().item(), abs=1e-12)
+    assert rec["positive_mass"] > positive[(rec["alpha"] > 0).sum(-1) >= 2].mean().item()
