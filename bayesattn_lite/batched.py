@@ -294,18 +294,28 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     ``x`` (M, N, d_x), ``y`` (M, N), ``params`` stacked (M, out, in); ``lrs`` maps each matrix
     name to a rate or to M rates (the EM-like schedule: a larger rate for W_V). The update is
     W <- W - lr * dL/dW, model by model, exactly as ``torch.optim.SGD`` without momentum.
+
+    A *pool* of P sequences per model, ``x`` (M, P, N, d_x) and ``y`` (M, P, N), trains on one
+    sequence per step, in turn (step t uses sequence t mod P): stochastic gradient descent over
+    sequences, so that a model cannot memorise one sequence. The recorded loss is then the loss on
+    that step's sequence, and ``final`` the mean over the pool.
     A nan/inf loss raises ``TrainingDiverged`` naming the models and their rates. With
     ``checkpoint_path``, the run saves every ``checkpoint_every`` steps and on Ctrl-C, and (if
     ``resume``) continues from a checkpoint of the same inputs.
     """
-    x = _validate.tensor("x", x, 3, floating=True)
-    y = _validate.tensor("y", y, 2)
+    x = _validate.tensor("x", x, (3, 4), floating=True)
+    y = _validate.tensor("y", y, x.dim() - 1)
+    pooled = x.dim() == 4
+    if pooled and tuple(y.shape) != tuple(x.shape[:3]):
+        _validate.fail("y", f"an integer tensor of shape {tuple(x.shape[:3])} (a pool like x)", y)
     if not hasattr(params, "keys") or set(PARAM_NAMES) - set(params.keys()):
         _validate.fail("params", f"a mapping with keys {PARAM_NAMES} (batched.stack of parameter dicts)", params)
     device = pick_device(device)
     x, y = x.to(device, dtype), y.to(device)
     params = {name: _validate.tensor(name, params[name], 3).to(device, dtype).clone() for name in PARAM_NAMES}
-    check_inputs(x, y, params)
+    pool = [(x[:, p], y[:, p]) for p in range(x.shape[1])] if pooled else [(x, y)]
+    for xp, yp in pool:
+        check_inputs(xp, yp, params)
     M = x.shape[0]
     steps = _validate.integer("steps", steps, 1)
     record_every = _validate.integer("record_every", record_every, 1)
@@ -348,7 +358,7 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
         for step in bar:
             if step in snapshot_set:
                 snapshots[step] = _snapshot(params)
-            metrics, grads = forward_backward(x, y, params, block_size, check=False)
+            metrics, grads = forward_backward(*pool[step % len(pool)], params, block_size, check=False)
             # one small tensor, one device sync: the metrics, plus a sum that is nan/inf when any
             # gradient is, so the check happens before the update and nan weights are never kept
             grad_sq = [grads[name].pow(2).sum((1, 2)) for name in PARAM_NAMES]
@@ -367,7 +377,8 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     snapshots[steps] = _snapshot(params)
     if checkpoint_path and done > start:
         save_now()
-    final = evaluate(x, y, params, block_size)
+    per_sequence = [evaluate(xp, yp, params, block_size) for xp, yp in pool]
+    final = {key: np.mean([m[key] for m in per_sequence], axis=0) for key in per_sequence[0]}
     if not np.isfinite(final["loss"]).all():
         raise _diverged(steps, {"loss": final["loss"]}, names, lrs)
     return BatchedRun(
