@@ -13,8 +13,10 @@ so the comparison is paired. ``run_schedules`` trains any set of learning-rate s
 all seeds and schedules in one batched computation (``batched.train``).
 """
 
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -35,9 +37,24 @@ def schedule(lr, **factors):
     return rates(lr, factors)
 
 
-def init_model(seed, chain, dtype=torch.float32):
-    """The seed's initial weights, N(0, 0.1^2), as ``attention.init_params`` draws them."""
-    return attention.init_params(chain.d_embed, D_K, D_V, chain.n_symbols, std=INIT_STD, seed=seed, dtype=dtype)
+POOL_OFFSET = 2_000_000          # sequence k of seed s's training pool is chain.sample(T, this + POOL_STRIDE * s + k)
+POOL_STRIDE = 10_000
+
+
+def init_model(seed, chain, dtype=torch.float32, std=INIT_STD):
+    """The seed's initial weights, N(0, std^2) (the paper's 0.1 by default), as ``attention.init_params`` draws them."""
+    return attention.init_params(chain.d_embed, D_K, D_V, chain.n_symbols, std=std, seed=seed, dtype=dtype)
+
+
+def training_sequences(chain, T, seed, pool=0):
+    """(x, y) of seed ``seed``'s training data: the paper's one sequence ``chain.sample(T, seed)``
+    ((T-1, d_x), (T-1,)) when ``pool`` is 0, else ``pool`` fresh sequences stacked ((pool, T-1, d_x),
+    (pool, T-1)), none of them the paper's sequence or the held-out one."""
+    pool = _validate.integer("pool", pool, 0, POOL_STRIDE - 1)
+    if pool == 0:
+        return chain.sample(T, seed, dtype=torch.float64)
+    data = [chain.sample(T, POOL_OFFSET + POOL_STRIDE * seed + k, dtype=torch.float64) for k in range(pool)]
+    return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
 
 
 RTOL = 1e-6  # "at or below" allows float32 rounding: two identical schedules give a speed-up of 1
@@ -90,11 +107,40 @@ class ScheduleRun:
     snapshots: dict = field(default_factory=dict)
     grad_sq: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+    pool: int = 0              # 0: the paper's one training sequence per seed; else that many, one per step
+    init_std: float = INIT_STD
 
     def training_data(self):
-        """(x, y) of every seed's training sequence, stacked: (S, T-1, d_x), (S, T-1)."""
-        data = [self.chain.sample(self.T, s, dtype=torch.float64) for s in self.seeds]
+        """(x, y) of every seed's training data, stacked: (S, T-1, d_x), (S, T-1) for the paper's
+        one sequence, (S, pool, T-1, d_x), (S, pool, T-1) for a pool."""
+        data = [training_sequences(self.chain, self.T, s, self.pool) for s in self.seeds]
         return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
+
+    def held_out_data(self, T=None, offset=HELD_OUT_OFFSET):
+        """(x, y) of every seed's held-out sequence ``chain.sample(T, seed + offset)``, stacked."""
+        data = [self.chain.sample(T or self.T, s + offset, dtype=torch.float64) for s in self.seeds]
+        return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
+
+    def probe_data(self):
+        """Where frame and precision are measured: the training sequence of the paper's design,
+        the held-out sequence of a pool run (it has no one training sequence)."""
+        return self.held_out_data() if self.pool else self.training_data()
+
+    def snapshot_params(self, name, k):
+        """Schedule ``name``'s weights (stacked over seeds, float64) at snapshot ``k``."""
+        return {n: torch.as_tensor(self.snapshots[name][n][:, k], dtype=torch.float64) for n in PARAM_NAMES}
+
+    def held_out_curve(self, name):
+        """(S, snapshots) loss of schedule ``name`` on each seed's held-out sequence at every
+        snapshot, and (S,) the exact Bayes loss on it: where a pool run's loss stands, without noise."""
+        key = ("held_out_curve", name)
+        if key not in self.extra:
+            x, y = self.held_out_data()
+            curve = np.stack([batched.evaluate(x, y, self.snapshot_params(name, k))["loss"]
+                              for k in range(len(self.snapshot_steps))], axis=1)
+            bayes = np.array([self.chain.bayes_metrics(x[i], y[i])["loss"] for i in range(len(self.seeds))])
+            self.extra[key] = (curve, bayes)
+        return self.extra[key]
 
     def steps_to(self, name, threshold):
         """Per seed, the first number of updates after which schedule ``name`` is at or below ``threshold``."""
@@ -109,10 +155,7 @@ class ScheduleRun:
     def held_out(self, T=None, offset=HELD_OUT_OFFSET):
         """Metrics of every schedule's final weights, and of the exact predictor, on a fresh sequence
         per seed (``chain.sample(T, seed + offset)``): {name or "bayes": {metric: (S,)}}."""
-        T = T or self.T
-        data = [self.chain.sample(T, s + offset, dtype=torch.float64) for s in self.seeds]
-        x = torch.stack([d[0] for d in data])
-        y = torch.stack([d[1] for d in data])
+        x, y = self.held_out_data(T, offset)
         out = {}
         for name in self.schedules:
             params = {n: self.params[name][n].to(torch.float64) for n in PARAM_NAMES}
@@ -157,20 +200,23 @@ def _check_seeds(seeds):
 
 def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, device=None,
                   dtype=torch.float32, record_every=10, block_size=None, progress=True,
-                  checkpoint_path=None, checkpoint_every=100, desc="sticky Markov"):
+                  checkpoint_path=None, checkpoint_every=100, desc="sticky Markov", pool=0, init_std=INIT_STD):
     """Train every schedule on every seed (all in one batched run) and measure them.
 
     ``schedules`` maps a name to per-matrix rates (see ``schedule``). Models are laid out
     schedule-major: model m is schedule m // S on seed m % S. ``checkpoint_path`` saves the run
-    every ``checkpoint_every`` steps and resumes it after an interruption.
+    every ``checkpoint_every`` steps and resumes it after an interruption. ``pool`` > 0 trains each
+    seed on that many fresh sequences, one per step in turn, instead of the paper's one sequence
+    (``training_sequences``); ``init_std`` is the initial weights' standard deviation.
     """
     _check_schedules(schedules)
     seeds = _check_seeds(seeds)
+    init_std = _validate.positive("init_std", init_std)
     chain = chain or StickyMarkovChain()
     names = list(schedules)
     S = len(seeds)
-    data = [chain.sample(T, seed, dtype=torch.float64) for seed in seeds]   # checks T >= 2
-    inits = [init_model(seed, chain, torch.float64) for seed in seeds]
+    data = [training_sequences(chain, T, seed, pool) for seed in seeds]   # checks T >= 2
+    inits = [init_model(seed, chain, torch.float64, init_std) for seed in seeds]
     x = torch.stack([data[m % S][0] for m in range(len(names) * S)])
     y = torch.stack([data[m % S][1] for m in range(len(names) * S)])
     params = batched.stack([inits[m % S] for m in range(len(names) * S)])
@@ -188,7 +234,7 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
     for i, name in enumerate(names):
         W_V = run.W_V[:, i * S:(i + 1) * S]                               # (snapshots, S, d_v, d_x)
         values[name] = np.einsum("tsvd,dn->stnv", W_V, means)
-    per_seed_bayes = [chain.bayes_metrics(*d) for d in data]
+    per_seed_bayes = [chain.bayes_metrics(*d) for d in data]   # a pool: the mean over its sequences
     return ScheduleRun(
         schedules={n: dict(r) for n, r in schedules.items()}, seeds=seeds, steps=steps, T=T, chain=chain,
         loss={n: per_schedule(run.loss, i).T.copy() for i, n in enumerate(names)},
@@ -202,6 +248,7 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
         snapshots={n: {p: run.snapshots[p][:, i * S:(i + 1) * S].swapaxes(0, 1) for p in PARAM_NAMES}
                    for i, n in enumerate(names)},
         grad_sq={n: {p: per_schedule(run.grad_sq[p], i).T.copy() for p in PARAM_NAMES} for i, n in enumerate(names)},
+        pool=pool, init_std=init_std,
     )
 
 
@@ -329,9 +376,9 @@ def value_pca(trajectories, n_components=2):
 # ----------------------------------------------------------------------------- frame and precision
 # The paper's frame-precision dissociation: attention (the frame) settles early, the values (the
 # precision) keep refining, and much of the loss decrease comes after the frame has settled.
-# Measured here on the sticky chain itself, from the snapshots of a run (every record_every updates).
+# Measured here on the sticky chain itself, from the snapshots of a run (every record_every updates),
+# with the course's one settle measure (``diagnostics.settle``: each rate against its own peak).
 
-SETTLED = 0.9  # a pathway has settled once it has done this share of its total movement (path length)
 GROUPS = {"routing": ("W_Q", "W_K"), "values": ("W_V",), "readout": ("W_O",)}
 
 
@@ -345,89 +392,319 @@ def _attention_maps(x, W_Q, W_K, queries):
 
 
 def frame_rate(x, W_Q, W_K, max_queries=500):
-    """(snapshots - 1,) the change of the attention maps between consecutive snapshots: the mean
-    over query rows of the total-variation distance 1/2 sum_j |alpha'_ij - alpha_ij|, in [0, 1].
-    A distance between probability rows, so it is not inflated when the scores are small. The mean
-    is taken over ``max_queries`` evenly spaced query rows (all rows if there are fewer): at
-    T = 2000 that is a quarter of the rows and a quarter of the time, for the same mean."""
+    """(snapshots - 1,) the frame rate between consecutive snapshots: ``diagnostics.frame_change``
+    of the attention maps on one sequence, the mean over query rows of the total-variation distance
+    1/2 sum_j |alpha'_ij - alpha_ij|, in [0, 1]. The mean is taken over ``max_queries`` evenly
+    spaced query rows (all rows if there are fewer): at T = 2000 that is a quarter of the rows and
+    a quarter of the time, for the same mean."""
     x = torch.as_tensor(x, dtype=torch.float64)
     queries = torch.linspace(0, x.shape[0] - 1, min(max_queries, x.shape[0])).round().long()
     previous, out = None, []
     for wq, wk in zip(torch.as_tensor(W_Q), torch.as_tensor(W_K)):
         alpha = _attention_maps(x, wq.double(), wk.double(), queries)
         if previous is not None:
-            out.append(0.5 * (alpha - previous).abs().sum(-1).mean().item())
+            out.append(diagnostics.frame_change(previous, alpha))
         previous = alpha
     return np.array(out)
 
 
 def precision_rate(x, W_V):
-    """(snapshots - 1,) the change of the values v_j = W_V x_j on the sequence between consecutive
-    snapshots, relative to their *final* size: ||V' - V|| / ||V_final||. Dividing by the current
-    size instead would inflate the early rates, when the values are still near their N(0, 0.1^2) start."""
+    """(snapshots - 1,) the precision rate: the change of the values v_j = W_V x_j on the sequence
+    between consecutive snapshots, relative to their *final* size (``diagnostics.change_vs_final``).
+    Dividing by the current size instead would inflate the early rates, when the values are still
+    near their small start."""
     x = torch.as_tensor(x, dtype=torch.float64)
     return diagnostics.change_vs_final(torch.as_tensor(W_V, dtype=torch.float64) @ x.T)  # V: (snapshots, d_v, T)
 
 
 @dataclass
 class FramePrecision:
-    """Frame and precision of every schedule, per seed (leading axis S).
+    """Frame and precision of one schedule, per seed (leading axis S).
 
-    ``frame_rate``, ``precision_rate``: (S, snapshots - 1), change per snapshot interval ending at
-    ``rate_steps``. ``t_frame``, ``t_values``: (S,) the update by which the attention maps / the
-    values have done ``SETTLED`` (90%) of their total movement (the summed rates): a settling time
-    that means the same whether a pathway moves fast or hardly at all. ``frame_moved``: (S,) mean
-    total-variation distance between the first and last attention maps; ``values_moved``: (S,)
-    ||V_last - V_first|| / ||V_last||. ``loss_after_frame``: (S,) share of the total loss decrease
-    that comes after t_frame. ``attribution``: {group: (S,)} the first-order loss decrease bought by each
-    parameter group, sum_t lr_g |grad_g L(t)|^2 (exact to first order for plain gradient descent),
-    as a share of the realised decrease; ``attribution_after_frame``: the same, after t_frame only.
-    ``first_order``: (S,) the sum of the attributions over the realised decrease (near 1 when the
-    first-order account is accurate). ``bought``: {group: (S, steps)} the same step by step, as a
-    share of the realised decrease (its cumulative sum is the attribution so far).
+    ``rate_steps``: the update ending each snapshot interval. ``frame_rate``, ``precision_rate``:
+    (S, intervals). ``frame_settle``, ``values_settle``: per seed, ``diagnostics.settle`` of each
+    rate (peak step, steps to stay below 20% and 10% of the peak, or None: not settled by the last
+    step). ``t_frame``, ``t_values``: (S,) the settle step at 20% of the peak, nan where not settled
+    (``t_frame_10``, ``t_values_10`` at 10%). ``frame_moved``: (S,) mean total-variation distance
+    between the first and last attention maps; ``values_moved``: (S,) ||V_last - V_first|| / ||V_last||.
+
+    ``loss_steps``, ``loss``: (S, n) the loss the shares are taken of: the training loss after every
+    update for the paper's one-sequence design, the held-out loss at the snapshots for a pool run.
+    ``loss_after_frame``: (S,) share of the total decrease of that loss still to come after t_frame
+    (nan where attention has not settled). ``bought``: {group: (S, n - 1)} the first-order decrease
+    of that loss bought by each parameter group per step (``bought_steps``), as a share of the
+    realised decrease; ``attribution`` its sum; ``attribution_after_frame`` the same after t_frame;
+    ``first_order``: (S,) the sum over groups (near 1 when the first-order account is accurate).
     """
     rate_steps: np.ndarray
     frame_rate: np.ndarray
     precision_rate: np.ndarray
+    frame_settle: list
+    values_settle: list
     t_frame: np.ndarray
     t_values: np.ndarray
+    t_frame_10: np.ndarray
+    t_values_10: np.ndarray
     frame_moved: np.ndarray
     values_moved: np.ndarray
+    loss_steps: np.ndarray
+    loss: np.ndarray
     loss_after_frame: np.ndarray
+    bought_steps: np.ndarray
     attribution: dict
     attribution_after_frame: dict
     first_order: np.ndarray
     bought: dict
 
+    @property
+    def settled(self):
+        """(S,) True where both pathways settled (20% of their peaks) within the run."""
+        return np.isfinite(self.t_frame) & np.isfinite(self.t_values)
 
-def _settled(steps, rates):
-    """The first step by which the summed rates reach SETTLED of their total."""
-    travelled = np.concatenate([[0.0], np.cumsum(rates)])
-    return float(diagnostics.progress_step(np.concatenate([[0], steps]), travelled, SETTLED))
+    def order(self):
+        """Per seed: "frame first", "values first", "together" (same step) or "not settled"."""
+        out = []
+        for tf, tv in zip(self.t_frame, self.t_values):
+            if not (np.isfinite(tf) and np.isfinite(tv)):
+                out.append("not settled")
+            else:
+                out.append("frame first" if tf < tv else "values first" if tv < tf else "together")
+        return out
+
+
+def _settle_steps(settles, fraction):
+    return np.array([np.nan if r["settled"][fraction] is None else r["settled"][fraction] for r in settles], float)
+
+
+def snapshot_attribution(run, name, x, y):
+    """{group: (S, snapshots - 1)} the first-order decrease of the loss on (x, y) (one sequence per
+    seed) bought by each group between consecutive snapshots: -grad_g L(midpoint) . (W_g' - W_g).
+    The gradient at the midpoint of each interval makes the account exact to second order, so the
+    groups add up to the realised decrease when the snapshots are close (``first_order``)."""
+    K = len(run.snapshot_steps)
+    out = {g: np.zeros((len(run.seeds), K - 1)) for g in GROUPS}
+    for k in range(K - 1):
+        before, after = run.snapshot_params(name, k), run.snapshot_params(name, k + 1)
+        middle = {n: (before[n] + after[n]) / 2 for n in PARAM_NAMES}
+        _, grads = batched.forward_backward(x, y, middle)
+        for g, members in GROUPS.items():
+            out[g][:, k] = -sum((grads[n] * (after[n] - before[n])).sum((1, 2)).numpy() for n in members)
+    return out
 
 
 def frame_precision(run, name):
     """``FramePrecision`` of schedule ``name`` of a ``ScheduleRun`` (every seed)."""
+    return frame_precision_of(measure_frame_precision(run, name))
+
+
+def measure_frame_precision(run, name):
+    """The raw measurements behind ``FramePrecision``, as plain arrays (what a record keeps):
+    rates at the snapshots, how far each pathway moved, the loss the shares are taken of, and the
+    first-order decrease each group bought (not yet divided by the realised decrease)."""
     if name not in run.schedules:
         raise ValueError(f"name: expected one of {list(run.schedules)}, got {name!r}")
-    x, _ = run.training_data()
-    snaps, steps = run.snapshots[name], run.snapshot_steps[1:]
-    frame = np.stack([frame_rate(x[i], snaps["W_Q"][i], snaps["W_K"][i]) for i in range(len(run.seeds))])
-    precision = np.stack([precision_rate(x[i], snaps["W_V"][i]) for i in range(len(run.seeds))])
-    t_frame = np.array([_settled(steps, r) for r in frame])
-    t_values = np.array([_settled(steps, r) for r in precision])
-    moved = [(frame_rate(x[i], snaps["W_Q"][i][[0, -1]], snaps["W_K"][i][[0, -1]])[0],
-              precision_rate(x[i], snaps["W_V"][i][[0, -1]])[0]) for i in range(len(run.seeds))]
-    final = run.final[name]["loss"]
-    loss = np.concatenate([run.loss[name], final[:, None]], axis=1)   # after 0..steps updates
-    drop = loss[:, 0] - final
-    after = np.array([(loss[i, int(t)] - final[i]) / drop[i] for i, t in enumerate(t_frame)])
-    rates = run.schedules[name]
-    bought = {g: sum(rates[m] * run.grad_sq[name][m] for m in members) / drop[:, None]  # (S, steps)
-              for g, members in GROUPS.items()}
+    x, y = run.probe_data()
+    snaps = run.snapshots[name]
+    S = len(run.seeds)
+    out = {"rate_steps": np.asarray(run.snapshot_steps[1:]),
+           "frame_rate": np.stack([frame_rate(x[i], snaps["W_Q"][i], snaps["W_K"][i]) for i in range(S)]),
+           "precision_rate": np.stack([precision_rate(x[i], snaps["W_V"][i]) for i in range(S)]),
+           "frame_moved": np.array([frame_rate(x[i], snaps["W_Q"][i][[0, -1]], snaps["W_K"][i][[0, -1]])[0]
+                                    for i in range(S)]),
+           "values_moved": np.array([precision_rate(x[i], snaps["W_V"][i][[0, -1]])[0] for i in range(S)])}
+    if run.pool:   # no one training sequence: the held-out loss at the snapshots, midpoint attribution
+        out["loss_steps"] = np.asarray(run.snapshot_steps)
+        out["loss"] = run.held_out_curve(name)[0]
+        out["bought"] = snapshot_attribution(run, name, x, y)
+    else:          # the training loss after every update; plain GD buys lr_g |grad_g L|^2 per step
+        rates = run.schedules[name]
+        out["loss_steps"] = np.arange(run.steps + 1)
+        out["loss"] = np.concatenate([run.loss[name], run.final[name]["loss"][:, None]], axis=1)
+        out["bought"] = {g: sum(rates[m] * run.grad_sq[name][m] for m in members) for g, members in GROUPS.items()}
+    return out
+
+
+def frame_precision_of(m):
+    """``FramePrecision`` from the measurements of ``measure_frame_precision`` (or a record's)."""
+    steps, loss_steps = np.asarray(m["rate_steps"]), np.asarray(m["loss_steps"])
+    frame, precision, loss = (np.asarray(m[k], float) for k in ("frame_rate", "precision_rate", "loss"))
+    frame_settle = [diagnostics.settle(steps, r) for r in frame]
+    values_settle = [diagnostics.settle(steps, r) for r in precision]
+    drop = loss[:, 0] - loss[:, -1]
+    bought = {g: np.asarray(b, float) / drop[:, None] for g, b in m["bought"].items()}
+    t_frame = _settle_steps(frame_settle, diagnostics.SETTLE_FRACTIONS[0])
+    after = np.full(len(frame), np.nan)
+    late = {g: np.full(len(frame), np.nan) for g in bought}
+    for i, t in enumerate(t_frame):
+        if np.isfinite(t):
+            k = int(np.searchsorted(loss_steps, t))
+            after[i] = (loss[i, k] - loss[i, -1]) / drop[i]
+            for g in bought:
+                late[g][i] = bought[g][i, k:].sum()
     attribution = {g: b.sum(1) for g, b in bought.items()}
-    late = {g: np.array([b[i, int(t):].sum() for i, t in enumerate(t_frame)]) for g, b in bought.items()}
-    return FramePrecision(rate_steps=steps, frame_rate=frame, precision_rate=precision, t_frame=t_frame,
-                          t_values=t_values, frame_moved=np.array([m[0] for m in moved]),
-                          values_moved=np.array([m[1] for m in moved]), loss_after_frame=after, attribution=attribution,
-                          attribution_after_frame=late, first_order=sum(attribution.values()), bought=bought)
+    return FramePrecision(
+        rate_steps=steps, frame_rate=frame, precision_rate=precision, frame_settle=frame_settle,
+        values_settle=values_settle, t_frame=t_frame,
+        t_values=_settle_steps(values_settle, diagnostics.SETTLE_FRACTIONS[0]),
+        t_frame_10=_settle_steps(frame_settle, diagnostics.SETTLE_FRACTIONS[1]),
+        t_values_10=_settle_steps(values_settle, diagnostics.SETTLE_FRACTIONS[1]),
+        frame_moved=np.asarray(m["frame_moved"], float), values_moved=np.asarray(m["values_moved"], float),
+        loss_steps=loss_steps, loss=loss, loss_after_frame=after, bought_steps=loss_steps[1:],
+        attribution=attribution, attribution_after_frame=late, first_order=sum(attribution.values()), bought=bought)
+
+
+# ----------------------------------------------------------------------------- to convergence
+# The paper's design trains each seed on one sequence of 2000 symbols for 1000 steps: too short for
+# any pathway to settle, and long runs memorise the sequence (its training loss falls below the
+# exact Bayes loss). These runs train on a pool of fresh sequences instead (one per step) and score
+# on a held-out sequence of the same chain, for as long as the held-out loss keeps falling.
+# scripts/sticky_long_runs.py writes their records into pretrained/sticky/; chapter 6 loads them.
+
+RECORDS = Path(__file__).parent / "pretrained" / "sticky"
+LONG_RUN_SCRIPT = "scripts/sticky_long_runs.py"
+LONG_SCHEDULES = (("sgd", 0.01, 1.0), ("em", 0.01, 10.0), ("SGD, lr 0.1", 0.1, 1.0))  # name, base lr, W_V factor
+
+
+@dataclass(frozen=True)
+class LongRunConfig:
+    """One long sticky-chain run: its schedules (name, base rate, W_V factor), seeds, length and data.
+    ``pool`` 0 is the paper's one training sequence per seed; ``pool`` > 0 that many fresh ones."""
+    name: str = "pool64-std0.1"
+    schedules: tuple = LONG_SCHEDULES
+    seeds: tuple = PAPER_SEEDS
+    steps: int = 8000
+    T: int = 2000
+    pool: int = 64
+    init_std: float = INIT_STD
+    record_every: int = 25
+
+    @classmethod
+    def paper(cls):
+        """The main run: the paper's head, rates and seeds, 8000 steps on a pool of 64 sequences."""
+        return cls()
+
+    @classmethod
+    def small(cls, **changes):
+        """A short prefix of the main run (one seed, 100 steps): what a test reruns against the record."""
+        return replace(cls(seeds=(PAPER_SEEDS[0],), steps=100), **changes)
+
+    def rates(self):
+        return {name: schedule(lr, W_V=factor) for name, lr, factor in self.schedules}
+
+
+# The runs the script trains (and chapter 6 reads), most important first.
+LONG_RUNS = (
+    LongRunConfig.paper(),
+    LongRunConfig(name="paper-design-std0.1", schedules=LONG_SCHEDULES[1:], steps=3000, pool=0),  # the paper's design, longer
+    # the init-scale sweep: 0.03, 0.1, 1/sqrt(d_x) and 0.3, for the two schedules that can settle
+    # within its 3000 steps (SGD at 0.01 moves too slowly), at T = 1000 to keep it within minutes
+    *(LongRunConfig(name=f"pool64-std{std:g}" + ("-short" if std == INIT_STD else ""), schedules=LONG_SCHEDULES[1:],
+                    steps=3000, T=1000, init_std=std, record_every=50)
+      for std in (0.03, INIT_STD, round(1 / math.sqrt(20), 4), 0.3)),
+)
+INIT_SWEEP = ("pool64-std0.03", "pool64-std0.1-short", "pool64-std0.2236", "pool64-std0.3")
+
+
+def _rounded(a, digits=6):
+    """Nested lists of floats with ``digits`` significant digits (records stay small and readable)."""
+    return np.vectorize(lambda v: float(f"{v:.{digits}g}"))(np.asarray(a, float)).tolist()
+
+
+def long_run(cfg, device=None, progress=True, checkpoint_path=None):
+    """Train ``cfg`` and return its record: a JSON-able dict with the config, the time it took and,
+    per schedule, the measurements of ``measure_frame_precision``, the held-out loss at every
+    snapshot and the exact Bayes loss on the same held-out sequence, the training loss (mean over
+    each record interval), and the final loss on the training data beside the Bayes loss there."""
+    if not isinstance(cfg, LongRunConfig):
+        _validate.fail("cfg", "an experiments.LongRunConfig", type(cfg).__name__, described=True)
+    run = run_schedules(cfg.rates(), seeds=cfg.seeds, steps=cfg.steps, T=cfg.T, device=device,
+                        record_every=cfg.record_every, progress=progress, pool=cfg.pool, init_std=cfg.init_std,
+                        checkpoint_path=checkpoint_path, checkpoint_every=500, desc=cfg.name)
+    record = {"config": asdict(cfg), "seconds": round(run.seconds, 1), "device": run.device, "schedules": {}}
+    snaps = np.asarray(run.snapshot_steps)
+    for name in run.schedules:
+        m = measure_frame_precision(run, name)
+        if not cfg.pool:  # per-step curves -> the snapshot grid, so the record stays small
+            m["loss"] = m["loss"][:, snaps]
+            m["bought"] = {g: np.add.reduceat(b, snaps[:-1], axis=1) for g, b in m["bought"].items()}
+            m["loss_steps"] = snaps
+        held_out, bayes = run.held_out_curve(name)
+        interval = run.loss[name][:, : cfg.steps // cfg.record_every * cfg.record_every]
+        record["schedules"][name] = {   # a pool run's "loss" is its held-out curve: kept once, as "held_out"
+            **{k: _rounded(v) for k, v in m.items() if k != "bought" and not (cfg.pool and k == "loss")},
+            "bought": {g: _rounded(b) for g, b in m["bought"].items()},
+            "held_out": _rounded(held_out), "bayes_held_out": _rounded(bayes),
+            "train_loss": _rounded(interval.reshape(len(cfg.seeds), -1, cfg.record_every).mean(-1)),
+            "final_train_loss": _rounded(run.final[name]["loss"]), "bayes_train_loss": _rounded(run.bayes["loss"]),
+        }
+    return record
+
+
+def record_path(name, directory=None):
+    return Path(directory or RECORDS) / f"long-{name}.json"
+
+
+def load_long_run(name="pool64-std0.1", directory=None):
+    """The record ``scripts/sticky_long_runs.py`` wrote for the run ``name`` (see ``LONG_RUNS``)."""
+    names = [c.name for c in LONG_RUNS]
+    if name not in names and directory is None:
+        _validate.fail("name", f"one of {names}", name)
+    path = record_path(name, directory)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `python {LONG_RUN_SCRIPT}` to train it")
+    return json.loads(path.read_text())
+
+
+def within(steps, excess, tolerance):
+    """The first of ``steps`` at which ``excess`` (a loss above some target) is <= ``tolerance``
+    and stays there to the end, per row; nan where it never does."""
+    excess = np.atleast_2d(np.asarray(excess, float))
+    out = np.full(len(excess), np.nan)
+    for i, e in enumerate(excess):
+        above = np.nonzero(~(e <= tolerance))[0]
+        if len(above) == 0:
+            out[i] = steps[0]
+        elif above[-1] < len(e) - 1:
+            out[i] = steps[above[-1] + 1]
+    return out
+
+
+def frame_precision_of_record(record, name):
+    """``FramePrecision`` of schedule ``name`` of a long-run record (``long_run``, ``load_long_run``)."""
+    schedules = record["schedules"]
+    if name not in schedules:
+        _validate.fail("name", f"one of {list(schedules)}", name)
+    m = schedules[name]
+    return frame_precision_of({**m, "loss": m.get("loss", m["held_out"])})
+
+
+PLATEAU = 0.005  # nats: the held-out loss has stopped falling once it stays this close to its lowest value
+
+
+def convergence(record, name, plateau=PLATEAU):
+    """Where schedule ``name`` of a long-run record stands on held-out data, per seed ((S,) arrays):
+
+    ``excess``        final held-out loss minus the exact Bayes loss on the same sequence (nats)
+    ``best_excess``   the lowest held-out loss reached, minus Bayes
+    ``last_quarter``  how much the held-out loss still fell over the last quarter of the run
+    ``plateau_step``  the first snapshot from which it stays within ``plateau`` of its lowest value
+    ``gap``           final held-out loss minus the final training loss (mean over the training
+                      data): how much of the training loss is memorised
+    ``below_bayes_step``  the first step at which the training loss (mean over a record interval)
+                      falls below the exact Bayes loss of the training data, nan if never: a model
+                      below the Bayes loss of its own training data has memorised it
+    """
+    schedules = record["schedules"]
+    if name not in schedules:
+        _validate.fail("name", f"one of {list(schedules)}", name)
+    m, every = schedules[name], record["config"]["record_every"]
+    steps = np.asarray(m["loss_steps"])
+    held, bayes = np.asarray(m["held_out"], float), np.asarray(m["bayes_held_out"], float)
+    train_loss = np.asarray(m["train_loss"], float)
+    below = train_loss < np.asarray(m["bayes_train_loss"], float)[:, None]
+    n = held.shape[1]
+    return {"steps": steps, "excess": held[:, -1] - bayes, "best_excess": held.min(1) - bayes,
+            "last_quarter": held[:, (3 * n) // 4] - held[:, -1],
+            "plateau_step": within(steps, held - held.min(1, keepdims=True), plateau),
+            "gap": held[:, -1] - np.asarray(m["final_train_loss"], float),
+            "below_bayes_step": np.where(below.any(1), (below.argmax(1) + 1) * every, np.nan)}

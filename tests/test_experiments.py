@@ -174,7 +174,11 @@ def test_frame_precision_bookkeeping(frame_run):
     for name in ("sgd", "em"):
         fp = experiments.frame_precision(frame_run, name)
         assert fp.frame_rate.shape == fp.precision_rate.shape == (2, 8)
-        assert np.all((fp.t_frame >= 5) & (fp.t_frame <= 40)) and np.all(fp.loss_after_frame >= 0)
+        assert len(fp.frame_settle) == len(fp.order()) == 2
+        # settle steps are steps of the run, or nan (not settled); a share after t_frame only where it settled
+        for t in (fp.t_frame, fp.t_values, fp.t_frame_10, fp.t_values_10):
+            assert np.all(np.isnan(t) | ((t >= 5) & (t <= 40)))
+        assert np.array_equal(np.isnan(fp.loss_after_frame), np.isnan(fp.t_frame))
         # small steps: the first-order account adds up to the realised decrease
         np.testing.assert_allclose(fp.first_order, 1.0, atol=0.03)
         np.testing.assert_allclose(sum(fp.attribution.values()), fp.first_order)
@@ -190,3 +194,48 @@ def test_frame_precision_per_step_shares_add_up_to_the_attribution(frame_run):
     for group, shares in fp.bought.items():
         assert shares.shape == (2, 40)
         np.testing.assert_allclose(shares.sum(1), fp.attribution[group])
+
+
+def test_settle_order_says_not_settled_for_a_rate_still_rising(frame_run):
+    fp = experiments.frame_precision(frame_run, "sgd")
+    rising = experiments.frame_precision_of({
+        "rate_steps": fp.rate_steps, "frame_rate": np.tile(np.arange(1.0, 9.0), (2, 1)),
+        "precision_rate": np.tile(np.exp(-np.arange(8.0)), (2, 1)), "frame_moved": fp.frame_moved,
+        "values_moved": fp.values_moved, "loss_steps": np.arange(41), "loss": fp.loss, "bought": fp.bought})
+    assert rising.order() == ["not settled", "not settled"] and np.all(np.isnan(rising.t_frame))
+    assert np.all(np.isfinite(rising.t_values)) and np.all(np.isnan(rising.loss_after_frame))
+
+
+# ----------------------------------------------------------------------------- pools and long runs
+
+def test_a_pool_run_trains_on_fresh_sequences_and_scores_held_out():
+    run = experiments.run_schedules({"em": experiments.schedule(0.02, W_V=10)}, seeds=(3,), steps=12, T=40,
+                                    pool=4, record_every=4, progress=False, dtype=torch.float64)
+    x, _ = run.training_data()
+    assert x.shape == (1, 4, 39, 20)
+    paper, _ = StickyMarkovChain().sample(40, 3, dtype=torch.float64)
+    held, _ = run.held_out_data()
+    assert not any(torch.equal(x[0, k], paper) or torch.equal(x[0, k], held[0]) for k in range(4))
+    curve, bayes = run.held_out_curve("em")
+    assert curve.shape == (1, 4) and bayes.shape == (1,)
+    fp = experiments.frame_precision(run, "em")
+    np.testing.assert_allclose(fp.loss, curve)
+    # the midpoint attribution adds up to the realised decrease of the held-out loss
+    np.testing.assert_allclose(fp.first_order, 1.0, atol=0.02)
+
+
+def test_the_shipped_long_run_reproduces_from_a_short_rerun():
+    shipped = experiments.load_long_run("pool64-std0.1")
+    cfg = experiments.LongRunConfig.small(steps=50)
+    rerun = experiments.long_run(cfg, progress=False)
+    for name, rec in rerun["schedules"].items():
+        original = shipped["schedules"][name]
+        np.testing.assert_allclose(rec["held_out"][0], original["held_out"][0][:3], rtol=1e-5)
+        np.testing.assert_allclose(rec["train_loss"][0], original["train_loss"][0][:2], rtol=1e-5)
+    assert shipped["config"]["steps"] == experiments.LongRunConfig.paper().steps
+
+
+def test_within_is_the_first_step_from_which_a_curve_stays_below():
+    steps = np.array([0, 10, 20, 30])
+    np.testing.assert_array_equal(experiments.within(steps, [[0.5, 0.01, 0.03, 0.01], [0.5, 0.4, 0.3, 0.2]], 0.02),
+                                  [30, np.nan])

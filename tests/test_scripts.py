@@ -4,6 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -108,3 +109,19 @@ def test_train_wind_tunnels_writes_records_resumes_and_skips(tmp_path, capsys):
     assert summary["runs"] == 1 and summary["total_seconds"] > 0
     assert train_wind_tunnels.main(args) == []
     assert "up to date, skipped: transformer-recall-seed0" in capsys.readouterr().out
+
+
+def test_sticky_long_runs_writes_a_record_that_loads_and_skips_it_next_time(tmp_path, capsys):
+    sticky_long_runs = load("sticky_long_runs")
+    from bayesattn_lite import experiments
+    args = ["--only", "pool64-std0.1", "--steps", "50", "--seeds", "42", "--out", str(tmp_path / "out"),
+            "--checkpoint-dir", str(tmp_path / "ckpt"), "--no-progress"]
+    [record] = sticky_long_runs.main(args)
+    assert record["config"]["steps"] == 50 and record["config"]["seeds"] == [42] and record["seconds"] > 0
+    loaded = experiments.load_long_run("pool64-std0.1", directory=tmp_path / "out")
+    fp = experiments.frame_precision_of_record(loaded, "em")
+    assert fp.frame_rate.shape == (1, 2) and np.isfinite(fp.first_order).all()
+    assert sticky_long_runs.main(args) == []
+    assert "pool64-std0.1: up to date, skipped" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        sticky_long_runs.main(["--only", "no-such-run"])
