@@ -5,10 +5,17 @@ task (``toy``), with everything the chapters measure recorded along the way.
 - ``run``           one seed: data, head, the foundation's training loop, and a history of
                     probe measurements every ``log_every`` steps (loss, distance to the Bayes
                     posterior, attention entropy and mass on signal positions, attended
-                    compatibility, value-PCA share, and the relative change of attention maps and
-                    values between snapshots); optionally the one-step "loop" measurements
+                    compatibility, value-PCA share, and the frame rate: the mean total-variation
+                    distance between attention rows of consecutive snapshots); the precision rate
+                    (values' change per interval / their final size) and the parameters at every
+                    snapshot; optionally the one-step "loop" measurements
 - ``run_seeds``     the same for several seeds
 - ``curves``        one metric of several runs as a (seeds, steps) array
+- ``Config.frozen`` the loop's ablations: matrices trained at rate 0 (W_V, or W_Q and W_K)
+- ``timescales``    the course's settle measure (``diagnostics.settle``) of the frame and precision
+                    rates: t_frame, t_values, and what the loss does after t_frame
+- ``content_gap``   the EM reading as a mechanism: the trained head's loss against the best content
+                    (W_O W_V, a convex problem) for the head's own routing at the same step
 (its figures are in ``plots``: ``specialisation_curves``, ``value_manifold``, ``one_step_loop``,
 ``signal_attention_maps``; its widget in ``widgets.specialisation_explorer``)
 
@@ -18,10 +25,19 @@ what one optimizer step actually did (state at t+1), on the training batch itsel
 - ``attn_pair_corr``   Pearson, over visible pairs (i >= 1), of the advantage law's predicted change
                        of alpha (``diagnostics.predicted_attention_change``) with the realised one
 - ``flow``, ``dmass``  the advantage flow into the signal positions, and the realised change of the
-                       attention mass on them (mean over queries): correlated over t
+                       attention mass on them (mean over queries)
+- ``group_corr``       Pearson, over queries (i >= 1 that see at least one signal and one distractor
+                       position), of each query's advantage flow into its signal positions with the
+                       realised change of its signal mass: the same cross-sectional statistic as
+                       ``attn_pair_corr``, for groups of keys instead of single pairs
+- ``group_pred_corr``  the same with the advantage law's predicted change of alpha summed over the
+                       query's signal keys (the pair prediction, added up per group)
 - ``value_pair_corr``  Pearson, over visible pairs, of alpha_ij with how far v_j moved against u_i
 - ``prototype_cos``    cosine between the realised move of each source's value prototype W_V mu_z
                        and the pull -sum alpha_ij u_i summed over that source's signal positions
+- ``prototype_cos_full``  the same against the prototype's full gradient step, the pull of *every*
+                       position j weighted by x_j . mu_z (what a step of the shared W_V does; 1 up to
+                       rounding whenever W_V trains)
 """
 
 import contextlib
@@ -36,11 +52,14 @@ from .experiments import GROUPS
 from .attention import AttentionHead
 from .train import History, em_like, pick_device, rates, train
 
+PARAM_NAMES = attention.PARAM_NAMES
+
 
 @dataclass(frozen=True)
 class Config:
     """Sizes and rates of the experiment. ``value_ratio`` multiplies the learning rate of W_V
-    (1: plain gradient descent; 10: the paper's EM-like schedule)."""
+    (1: plain gradient descent; 10: the paper's EM-like schedule). ``frozen`` names matrices that
+    train at rate 0 (a learning-rate multiplier of 0: the ablations of chapter 4's loop)."""
 
     n_sources: int = 3
     d_x: int = 12
@@ -58,6 +77,7 @@ class Config:
     lr: float = 0.3
     value_ratio: float = 1.0
     log_every: int = 10
+    frozen: tuple = ()
 
     def describe(self):
         return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
@@ -79,8 +99,25 @@ def make_model(cfg, seed):
 
 
 def lr_multipliers(cfg):
-    """The run's schedule: plain gradient descent, or EM-like with ``cfg.value_ratio``."""
-    return None if cfg.value_ratio == 1 else em_like(cfg.value_ratio)
+    """The run's schedule: plain gradient descent (None), or EM-like with ``cfg.value_ratio``, with a
+    factor 0 for every matrix in ``cfg.frozen``."""
+    frozen = tuple(cfg.frozen)
+    unknown = [n for n in frozen if n not in PARAM_NAMES]
+    if unknown or len(set(frozen)) != len(frozen):
+        _validate.fail("cfg.frozen", f"distinct names among {list(PARAM_NAMES)}", cfg.frozen)
+    factors = {} if cfg.value_ratio == 1 else em_like(cfg.value_ratio)
+    factors.update(dict.fromkeys(frozen, 0.0))
+    return factors or None
+
+
+def _optimizer_groups(model, cfg):
+    """``train.train``'s rates for ``cfg``: lr_multipliers as usual, or, when a matrix is frozen, one
+    group per matrix with its rate from ``train.rates`` (which accepts a factor 0;
+    ``train.param_groups`` does not). Plain SGD with rate 0 leaves a matrix exactly where it is."""
+    if not cfg.frozen:
+        return {"lr_multipliers": lr_multipliers(cfg)}
+    lrs = rates(cfg.lr, lr_multipliers(cfg))
+    return {"groups": [{"params": [p], "lr": lrs[name], "name": name} for name, p in model.named_parameters()]}
 
 
 @dataclass
@@ -94,7 +131,20 @@ class Run:
     history: History
     loop: dict
     bought: dict = None        # {group: (steps,)} first-order loss decrease bought by each group per step
-    value_rate_final: np.ndarray = None   # values' change between probe snapshots / their final size
+    value_rate_final: np.ndarray = None   # the precision rate: values' change between probe snapshots / their final size
+    snapshots: dict = None     # {logged step: {name: tensor}} the parameters at every probe snapshot
+
+    @property
+    def precision_rate(self):
+        """(n_logged - 1,) the values' change per snapshot interval / their final size
+        (``diagnostics.change_vs_final``), one per interval ending at ``history.steps[1:]``."""
+        return self.value_rate_final
+
+    @property
+    def frame_rate(self):
+        """(n_logged - 1,) the mean total-variation distance between the attention rows of
+        consecutive probe snapshots (``diagnostics.frame_change``)."""
+        return self.history["frame_rate"][1:]
 
 
 def _params(model):
@@ -125,6 +175,9 @@ def probe_metrics(model, task, probe):
     return metrics, (alpha, v)
 
 
+TRACKED = 64  # sequences whose pairs and queries the loop follows one by one over time
+
+
 def _loop_record(task, batch, p0, p1):
     """What the laws predict at the state p0 against what the step to p1 did, on the batch."""
     x, y, sig = batch
@@ -139,19 +192,38 @@ def _loop_record(task, batch, p0, p1):
     moved = diagnostics.movement_toward(fw1["v"] - fw0["v"], g0["u"])
     visible = attention.causal_mask(T).expand_as(a0)
     pull = diagnostics.value_pull(a0, g0["u"])
-    cos = []
+    cos, cos_full = [], []
     for z in range(task.n_sources):
         mu = task.means[z].to(p0["W_V"])
         step = (p1["W_V"] - p0["W_V"]) @ mu
         target = pull[sig & (y == z)].sum(0)
+        # a W_V step moves W_V mu by -lr dL/dW_V mu = lr sum_j (x_j . mu) pull_j, over every position
+        full = ((x @ mu)[..., None] * pull).sum((0, 1))
         cos.append(torch.nn.functional.cosine_similarity(step, target, dim=0).item())
+        cos_full.append(torch.nn.functional.cosine_similarity(step, full, dim=0).item())
+    flow = diagnostics.advantage_flow(a0, g0["advantage"], sig)
+    dmass = diagnostics.attention_mass(a1, sig) - diagnostics.attention_mass(a0, sig)
+    predicted_dmass = (predicted * sig[:, None, :].to(predicted.dtype)).sum(-1)  # the pair prediction, summed over signal keys
+    n_signal = (visible & sig[:, None, :]).sum(-1)
+    mixed = (n_signal > 0) & (n_signal < visible.sum(-1))  # queries whose signal mass can move
     return {
         "attn_pair_corr": diagnostics.pearson(predicted[pairs], (a1 - a0)[pairs]),
         # times the number of positions N: the loss is a mean, so u (hence A) carries a 1/N
-        "flow": diagnostics.advantage_flow(a0, g0["advantage"], sig)[:, 1:].mean().item() * y.numel(),
-        "dmass": (diagnostics.attention_mass(a1, sig) - diagnostics.attention_mass(a0, sig))[:, 1:].mean().item(),
+        "flow": flow[:, 1:].mean().item() * y.numel(),
+        "dmass": dmass[:, 1:].mean().item(),
+        "group_corr": diagnostics.pearson(flow[mixed], dmass[mixed]),
+        # per sequence: the mean over its queries (each sequence is one group of signal keys)
+        "seq_corr": diagnostics.pearson(flow[:, 1:].mean(1), dmass[:, 1:].mean(1)),
+        # the same quantities for the first TRACKED sequences, kept per pair / query, so that a
+        # correlation over time can be taken for every pair and query (``loop_correlations``)
+        "ts_pair_pred": predicted[:TRACKED][pairs[:TRACKED]].cpu().numpy().astype(np.float64),
+        "ts_pair_real": (a1 - a0)[:TRACKED][pairs[:TRACKED]].cpu().numpy().astype(np.float64),
+        "ts_query_flow": flow[:TRACKED][mixed[:TRACKED]].cpu().numpy().astype(np.float64),
+        "ts_query_dmass": dmass[:TRACKED][mixed[:TRACKED]].cpu().numpy().astype(np.float64),
+        "group_pred_corr": diagnostics.pearson(predicted_dmass[mixed], dmass[mixed]),
         "value_pair_corr": diagnostics.pearson(a0[visible], moved[visible]),
         "prototype_cos": float(np.mean(cos)),
+        "prototype_cos_full": float(np.mean(cos_full)),
     }
 
 
@@ -196,14 +268,18 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
     states, loop = {}, {}
 
     values = []  # the probe's values at every snapshot, for the rate relative to their final size
+    snapshots = {}  # the parameters at every snapshot (a few hundred numbers each)
 
     def measure(step):
         metrics, snap = probe_metrics(model, task, probe)
         if prev:
+            metrics["frame_rate"] = diagnostics.frame_change(prev["alpha"], snap[0])  # TV per interval
+            # relative to the current size: kept for comparison with earlier versions of chapter 5
             metrics["attn_change"] = diagnostics.relative_change(prev["alpha"], snap[0])
             metrics["value_change"] = diagnostics.relative_change(prev["v"], snap[1])
         prev.update(alpha=snap[0], v=snap[1])
         values.append(snap[1].double())
+        snapshots[step] = {name: p.detach().cpu().clone() for name, p in model.params().items()}
         return metrics
 
     # plain gradient descent: a step lowers the loss by sum_g lr_g |grad_g L|^2 to first order
@@ -228,14 +304,15 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
     def loss_fn(m, step):  # only the loss: the measurements are on_step's
         return attention.loss(x, y, m.params())
 
-    history = train(model, loss_fn, cfg.steps, lr=cfg.lr, lr_multipliers=lr_multipliers(cfg), seed=seed,
+    history = train(model, loss_fn, cfg.steps, lr=cfg.lr, **_optimizer_groups(model, cfg), seed=seed,
                     log_every=cfg.log_every, progress=progress, desc=f"seed {seed}", device=device, on_step=on_step)
     with torch.no_grad():  # the state after the last step
         history.append(cfg.steps, loss=attention.loss(x, y, model.params()).item(), **measure(cfg.steps))
     value_rate_final = diagnostics.change_vs_final(torch.stack(values))
     # the record lives on the CPU, wherever it trained, so the analyses below never mix devices
     return Run(cfg, seed, model.cpu(), task, cpu_train, cpu_probe, history, {k: np.array(v) for k, v in loop.items()},
-               bought={g: np.array(b) for g, b in bought.items()}, value_rate_final=value_rate_final)
+               bought={g: np.array(b) for g, b in bought.items()}, value_rate_final=value_rate_final,
+               snapshots=snapshots)
 
 
 def run_seeds(cfg=Config(), seeds=(0, 1, 2, 3, 4), **kwargs):
@@ -287,6 +364,45 @@ def loop_window(runs, key, start, stop):
     return np.array(out)
 
 
+def _time_corr(a, b):
+    """Pearson over time (axis 0) for every column of two (steps, n) arrays; columns that do not
+    move are left out. Returns the (n_kept,) correlations."""
+    a, b = a - a.mean(0), b - b.mean(0)
+    den = np.sqrt((a * a).sum(0) * (b * b).sum(0))
+    keep = den > 1e-30
+    return (a * b).sum(0)[keep] / den[keep]
+
+
+def loop_correlations(run_, start=0, stop=100):
+    """The loop's prediction-vs-realisation correlations of one run over the loop steps in
+    [start, stop), each statistic for pairs and for groups of keys:
+
+    pair_cross, group_cross, seq_cross   cross-sectional (at each step, across pairs / across
+                    queries / across sequences), then the mean over steps
+    pair_time, query_time   over time, for each pair / query of the first ``TRACKED`` sequences
+                    (whose signal mass can move), then the mean over pairs / queries
+    mean_time       over time, of the two means over all queries (flow and change of signal mass):
+                    one group made of every signal key, which is what a shared W_K acts on
+    """
+    L = run_.loop
+    if "ts_pair_pred" not in L:
+        raise ValueError(f"run with seed {run_.seed} has no loop measurements: pass loop_every > 0 to run")
+    k = (L["step"] >= start) & (L["step"] < stop)
+    if k.sum() < 3:
+        raise ValueError(f"start, stop: expected at least 3 loop steps in [{start}, {stop}), got {int(k.sum())}")
+
+    def mean(key):
+        v = L[key][k]
+        return float(np.nanmean(v)) if np.isfinite(v).any() else math.nan
+
+    pair, query = _time_corr(L["ts_pair_pred"][k], L["ts_pair_real"][k]), _time_corr(L["ts_query_flow"][k], L["ts_query_dmass"][k])
+    return {"pair_cross": mean("attn_pair_corr"), "group_cross": mean("group_corr"), "seq_cross": mean("seq_corr"),
+            "pair_time": float(pair.mean()) if len(pair) else math.nan,
+            "query_time": float(query.mean()) if len(query) else math.nan,
+            "mean_time": diagnostics.pearson(L["flow"][k], L["dmass"][k])
+            if np.ptp(L["dmass"][k]) > 0 and np.ptp(L["flow"][k]) > 0 else math.nan}
+
+
 def manifold(run_, model=None):
     """The value cloud of the probe sequences: PCA (top K-1 components), the single-observation
     posterior entropy of every position, and their link (Spearman of the distance from the cloud's
@@ -302,56 +418,190 @@ def manifold(run_, model=None):
             "radius": radius, "spearman": diagnostics.spearman(radius, entropy)}
 
 
-def timescales(run_, threshold=0.01, fraction=0.9):
-    """The two-timescale summary of one run (chapter 5). Change rates are relative changes between
-    probe snapshots ``cfg.log_every`` steps apart.
+def _order(t_frame, t_values, last_step):
+    """Which pathway settled first, in words, from two settle steps (None: not settled)."""
+    if t_frame is None and t_values is None:
+        return f"neither settled by step {last_step}"
+    if t_frame is None:
+        return f"values first (frame not settled by step {last_step})"
+    if t_values is None:
+        return f"frame first (values not settled by step {last_step})"
+    return "frame first" if t_frame < t_values else "values first" if t_values < t_frame else "together"
 
-    peak_attn, peak_value   the step at which the attention maps / the values changed fastest
-    t_frame, t_values       the step from which their change stays below ``threshold`` (None: never)
+
+def _suffix(fraction, fractions):
+    return "" if fraction == fractions[0] else f"_{round(100 * fraction)}"
+
+
+def timescales(run_, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics.SETTLE_WINDOW, fraction=0.9):
+    """The two-timescale summary of one run (chapter 5), with the course's one settle measure.
+
+    The **frame rate** is the mean total-variation distance between the attention rows of
+    consecutive probe snapshots (``diagnostics.frame_change``), the **precision rate** the values'
+    change per snapshot interval relative to their final size (``diagnostics.change_vs_final``);
+    ``diagnostics.settle`` compares each with its own peak (smoothed over ``window`` intervals).
+
+    frame, values           the two ``diagnostics.settle`` results (peak, settled {fraction: step})
+    peak_frame, peak_values the step at which each smoothed rate peaks
+    t_frame, t_values       the step from which the rate stays below ``fractions[0]`` of its peak
+                            (None: "not settled by step ``last_step``"); ``t_frame_10``,
+                            ``t_values_10`` the same at the second fraction (10% by default)
+    order, order_10         "values first", "frame first", "together" or what is not settled
     t90_loss, t90_kl, t90_entropy   the step by which the training loss, the KL to the posterior and
                             the attention entropy have covered ``fraction`` of their total change
     loss_after, kl_after    the share of the total decrease of the training loss still to come after
-                            t_frame, and the decrease of the KL (bits) after it (negative: it rose)
+                            t_frame, and the decrease of the KL (bits) after it (negative: it rose);
+                            nan where the frame has not settled (not testable at this length)
+    attribution_after       {group: share of the total loss decrease bought by that group at the
+                            steps from t_frame on} (first order, ``normalisation_check``); None where
+                            the frame has not settled. ``loss_after_10`` etc. at the second fraction.
     """
     h, steps = run_.history, run_.history.steps
-    attn, value = h["attn_change"], h["value_change"]
-    out = {"peak_attn": int(steps[np.nanargmax(attn)]), "peak_value": int(steps[np.nanargmax(value)]),
-           "t_frame": diagnostics.settling_step(steps, attn, threshold),
-           "t_values": diagnostics.settling_step(steps, value, threshold),
+    last = int(steps[-1])
+    frame = diagnostics.settle(steps[1:], run_.frame_rate, fractions, window)
+    values = diagnostics.settle(steps[1:], run_.precision_rate, fractions, window)
+    out = {"frame": frame, "values": values, "peak_frame": frame["peak_step"], "peak_values": values["peak_step"],
+           "last_step": last, "fractions": tuple(fractions),
            "t90_loss": diagnostics.progress_step(steps, h["loss"], fraction),
            "t90_kl": diagnostics.progress_step(steps, h["kl_bits"], fraction),
            "t90_entropy": diagnostics.progress_step(steps, h["attn_entropy"], fraction)}
-    if out["t_frame"] is None:
-        out["loss_after"] = out["kl_after"] = math.nan
-    else:
-        k = int(np.searchsorted(steps, out["t_frame"]))
-        loss, kl = h["loss"], h["kl_bits"]
-        out["loss_after"] = float((loss[k] - loss[-1]) / (loss[0] - loss[-1]))
-        out["kl_after"] = float(kl[k] - kl[-1])
+    loss, kl = h["loss"], h["kl_bits"]
+    drop = loss[0] - loss[-1]
+    for f in fractions:
+        x = _suffix(f, fractions)
+        tf, tv = frame["settled"][f], values["settled"][f]
+        out["t_frame" + x], out["t_values" + x], out["order" + x] = tf, tv, _order(tf, tv, last)
+        if tf is None:
+            out["loss_after" + x] = out["kl_after" + x] = math.nan
+            out["attribution_after" + x] = None
+        else:
+            k = int(np.searchsorted(steps, tf))
+            out["loss_after" + x] = float((loss[k] - loss[-1]) / drop)
+            out["kl_after" + x] = float(kl[k] - kl[-1])
+            out["attribution_after" + x] = {g: float(b[tf:].sum() / drop) for g, b in run_.bought.items()}
     return out
 
 
-def normalisation_check(run_, threshold=0.01, early=100):
-    """Chapter 5's "values move first", re-measured two ways that a small start cannot inflate.
+def normalisation_check(run_, early=100):
+    """The first-order attribution of the loss decrease to the parameter groups (chapter 5).
 
-    peak_value_final, t_values_final   the peak and the settling step (below ``threshold`` per
-                            snapshot interval to the end) of the values' change measured against
-                            their *final* size instead of their current one
+    peak_value_final        the step at which the precision rate (the values' change against their
+                            *final* size, which a small start cannot inflate) is largest, unsmoothed
     routing, values, readout  the share of the total loss decrease bought by each parameter group,
                             sum_t lr_g |grad_g L(t)|^2 (first order; exact for small steps)
-    routing_early, values_early  the same over the first ``early`` steps only
+    routing_early, values_early, readout_early  the same over the first ``early`` steps only
     first_order             the sum of the three shares (near 1 when the first-order account holds)
     """
     steps, loss = run_.history.steps, run_.history["loss"]
-    rate = run_.value_rate_final
-    out = {"peak_value_final": int(steps[1:][np.argmax(rate)]),
-           "t_values_final": diagnostics.settling_step(steps[1:], rate, threshold)}
+    out = {"peak_value_final": int(steps[1:][np.argmax(run_.precision_rate)])}
     drop = loss[0] - loss[-1]
     for group, bought in run_.bought.items():
         out[group] = float(bought.sum() / drop)
         out[f"{group}_early"] = float(bought[:early].sum() / drop)
     out["first_order"] = out["routing"] + out["values"] + out["readout"]
     return out
+
+
+# ----------------------------------------------------------------------------- chapter 5: the EM reading as a mechanism
+
+def _content_product(params):
+    """M = W_O W_V, (n_classes, d_x): the head's logits are M g_i with g_i = sum_j alpha_ij x_j."""
+    return params["W_O"].double() @ params["W_V"].double()
+
+
+def _attended_inputs(x, params):
+    """g_i = sum_j alpha_ij x_j (float64) for the head's routing in ``params``."""
+    alpha = attention.forward(x.double(), {n: p.double() for n, p in params.items()})["alpha"]
+    return alpha @ x.double()
+
+
+def content_gap(run_, steps=None, iters=100):
+    """The EM reading's prediction, measured: is the head's content (W_O W_V) the best content for
+    the routing it has at that step, as an M-step for the current E-step would be?
+
+    With W_Q, W_K fixed at their values at step t, the logits are M g_i with g_i = sum_j alpha_ij x_j
+    and M = W_O W_V, so the training loss is convex in M (a multinomial logistic regression) and its
+    minimum L_best(t) can be found exactly (``_best_readout``, started from the head's own M, so
+    L_best <= L_trained always). On the run's training set, at each step of ``steps`` (default: all
+    snapshots), returns a dict of arrays:
+
+    steps, loss     the steps and the trained head's loss L_trained(t) there
+    best            L_best(t): the best content for the routing at t
+    gap             the content gap L_trained(t) - L_best(t) >= 0 (0: the content is an exact M-step)
+    remaining       L_trained(t) - L_trained(end): the decrease still to come
+    share           gap / remaining: how much of what is still to come a full M-step would buy at
+                    once (nan where nothing remains)
+    """
+    steps = sorted(run_.snapshots) if steps is None else [int(t) for t in steps]
+    missing = [t for t in steps if t not in run_.snapshots]
+    if missing:
+        raise ValueError(f"steps: expected snapshot steps of the run (multiples of log_every up to "
+                         f"{run_.cfg.steps}), got {missing[:3]}")
+    x, y, _ = run_.train
+    final = run_.snapshots[max(run_.snapshots)]
+    with _one_thread(), torch.no_grad():
+        end = _loss_of(x, y, final)
+    out = {k: [] for k in ("steps", "loss", "best", "gap", "remaining", "share")}
+    with _one_thread():
+        for t in steps:
+            p = run_.snapshots[t]
+            with torch.no_grad():
+                g = _attended_inputs(x, p)
+                trained = _loss_of(x, y, p)
+            _, best = _best_readout(g, y, run_.task.n_sources, iters=iters, init=_content_product(p))
+            best = min(best, trained)  # L-BFGS never ends above its start; guards the last rounding digit
+            out["steps"].append(t)
+            out["loss"].append(trained)
+            out["best"].append(best)
+            out["gap"].append(trained - best)
+            out["remaining"].append(trained - end)
+            out["share"].append((trained - best) / (trained - end) if trained - end > 1e-12 else math.nan)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def _loss_of(x, y, params):
+    """The head's training loss in float64 for ``params``."""
+    logits = _attended_inputs(x, params) @ _content_product(params).T
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+
+
+def routing_gap(run_, steps, iters=20, n_seqs=None):
+    """The routing-side analogue of ``content_gap``: with W_V, W_O fixed at step t, how much lower
+    the training loss gets by optimising W_Q, W_K alone (L-BFGS, ``iters`` iterations from the
+    head's own routing). Not convex, so this is a lower bound on the routing gap. ``n_seqs``
+    limits it to the first training sequences (the content gap on the same ones is returned too,
+    so both are compared on one set). Returns arrays: steps, loss, routing_best, routing_gap,
+    content_gap."""
+    x, y, _ = run_.train
+    if n_seqs is not None:
+        x, y = x[:n_seqs], y[:n_seqs]
+    out = {k: [] for k in ("steps", "loss", "routing_best", "routing_gap", "content_gap")}
+    with _one_thread():
+        for t in [int(s) for s in steps]:
+            p = {n: w.double() for n, w in run_.snapshots[t].items()}
+            with torch.no_grad():
+                trained = _loss_of(x, y, p)
+                g = _attended_inputs(x, p)
+            _, best_content = _best_readout(g, y, run_.task.n_sources, init=_content_product(p))
+            WQ, WK = p["W_Q"].clone().requires_grad_(True), p["W_K"].clone().requires_grad_(True)
+            opt = torch.optim.LBFGS([WQ, WK], max_iter=iters, line_search_fn="strong_wolfe",
+                                    tolerance_grad=1e-9, tolerance_change=1e-12)
+
+            def closure():
+                opt.zero_grad()
+                loss = attention.loss(x.double(), y, dict(p, W_Q=WQ, W_K=WK))
+                loss.backward()
+                return loss
+
+            opt.step(closure)
+            with torch.no_grad():
+                best = min(attention.loss(x.double(), y, dict(p, W_Q=WQ, W_K=WK)).item(), trained)
+            out["steps"].append(t)
+            out["loss"].append(trained)
+            out["routing_best"].append(best)
+            out["routing_gap"].append(trained - best)
+            out["content_gap"].append(trained - min(best_content, trained))
+    return {k: np.array(v) for k, v in out.items()}
 
 
 def compare_with_gmm(run_, n_iter=100, restarts=5, confident=0.9):
@@ -420,7 +670,7 @@ def parameter_snapshots(cfg, seed, at):
 
         steps = min(at[-1] + 1, cfg.steps)  # a snapshot at step t needs steps 0..t-1 done
         train(model, lambda m, step: attention.loss(x, y, m.params()), steps, lr=cfg.lr,
-              lr_multipliers=lr_multipliers(cfg), seed=seed, log_every=max(steps, 1), progress=False,
+              **_optimizer_groups(model, cfg), seed=seed, log_every=max(steps, 1), progress=False,
               device="cpu", on_step=on_step)
         if cfg.steps in wanted and steps == cfg.steps:
             snaps[cfg.steps] = _params(model)
@@ -503,10 +753,12 @@ def _signal_log_odds(task, x):
     return torch.logsumexp(source, -1) - distractor
 
 
-def _best_readout(g, y, n_classes, iters=100):
+def _best_readout(g, y, n_classes, iters=100, init=None):
     """argmin_M of the mean cross-entropy of logits g M^T: a convex problem (logistic regression),
-    solved by L-BFGS. This is the best W_O W_V for fixed attention weights."""
-    M = torch.zeros(n_classes, g.shape[-1], dtype=torch.float64, requires_grad=True)
+    solved by L-BFGS from ``init`` (default zeros). This is the best W_O W_V for fixed attention
+    weights."""
+    M = (torch.zeros(n_classes, g.shape[-1], dtype=torch.float64) if init is None
+         else init.detach().double().clone()).requires_grad_(True)
     opt = torch.optim.LBFGS([M], max_iter=iters, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-9, tolerance_change=1e-12)
     g, y = g.reshape(-1, g.shape[-1]), y.reshape(-1)

@@ -21,12 +21,15 @@ def test_run_records_every_metric_and_the_final_state():
     r = sp.run(TINY, seed=0, loop_every=5, loop_until=20)
     assert list(r.history.steps) == [0, 10, 20, 30, 40]
     for key in ("loss", "probe_loss", "kl_bits", "attn_entropy", "signal_mass", "compat_cos",
-                "value_pc_share", "attn_change", "value_change"):
+                "value_pc_share", "frame_rate", "attn_change", "value_change"):
         values = r.history[key]
         assert np.isfinite(values[1:]).all(), key
-    assert math.isnan(r.history["attn_change"][0])  # no earlier snapshot to compare with
+    assert math.isnan(r.history["frame_rate"][0])  # no earlier snapshot to compare with
+    assert ((r.frame_rate >= 0) & (r.frame_rate <= 1)).all() and r.precision_rate.shape == r.frame_rate.shape
     assert list(r.loop["step"]) == [0, 5, 10, 15]
-    assert set(r.loop) >= {"attn_pair_corr", "flow", "dmass", "value_pair_corr", "prototype_cos"}
+    assert set(r.loop) >= {"attn_pair_corr", "flow", "dmass", "group_corr", "seq_corr", "value_pair_corr",
+                           "prototype_cos", "prototype_cos_full"}
+    assert sorted(r.snapshots) == [0, 10, 20, 30, 40]
     assert r.history["loss"][-1] < r.history["loss"][0]
 
 
@@ -66,16 +69,86 @@ def test_bad_configs_raise_value_errors():
         sp.curves([], "loss")
 
 
-def test_timescales_summarise_a_run_consistently():
+def test_timescales_use_the_settle_measure_of_the_frame_and_precision_rates():
+    from bayesattn_lite import diagnostics
     r = sp.run(replace(TINY, steps=100), 0)
-    t = sp.timescales(r, threshold=0.05)
-    steps = list(r.history.steps)
-    for key in ("peak_attn", "peak_value", "t90_loss", "t90_kl", "t90_entropy"):
-        assert t[key] in steps, key
+    t = sp.timescales(r)
+    steps = r.history.steps
+    frame = diagnostics.settle(steps[1:], r.frame_rate)
+    values = diagnostics.settle(steps[1:], r.precision_rate)
+    assert t["frame"] == frame and t["values"] == values
+    assert t["t_frame"] == frame["settled"][0.2] and t["t_frame_10"] == frame["settled"][0.1]
+    assert t["t_values"] == values["settled"][0.2] and t["t_values_10"] == values["settled"][0.1]
+    assert t["peak_frame"] == frame["peak_step"] and t["peak_values"] == values["peak_step"]
+    for key in ("t90_loss", "t90_kl", "t90_entropy"):
+        assert t[key] in list(steps), key
     if t["t_frame"] is not None:
-        assert 0 <= t["loss_after"] <= 1
-    loose, strict = sp.timescales(r, threshold=0.5), sp.timescales(r, threshold=1e-6)
-    assert loose["t_frame"] is not None and strict["t_frame"] is None and math.isnan(strict["loss_after"])
+        assert 0 <= t["loss_after"] <= 1 and set(t["attribution_after"]) == {"routing", "values", "readout"}
+    # a precision rate that is still rising at the end has not settled: the summary says so
+    rising = replace(r, value_rate_final=np.linspace(0.01, 0.1, len(r.precision_rate)))
+    u = sp.timescales(rising)
+    assert u["t_values"] is None and u["t_values_10"] is None
+    assert "not settled by step 100" in u["order"] or u["order"].startswith("neither")
+    # a frame that has not settled leaves the dissociation untestable (nan), never a number
+    history = sp.History()
+    for step, rate in zip(steps, np.r_[np.nan, np.linspace(0.01, 0.1, len(steps) - 1)]):
+        history.append(int(step), loss=float(r.history["loss"][list(steps).index(step)]),
+                       kl_bits=1.0, attn_entropy=1.0, **({} if np.isnan(rate) else {"frame_rate": rate}))
+    v = sp.timescales(replace(r, history=history))
+    assert v["t_frame"] is None and math.isnan(v["loss_after"]) and v["attribution_after"] is None
+
+
+def test_frozen_matrices_stay_where_they_started():
+    import torch
+    init = sp._params(sp.make_model(TINY, 0))
+    for frozen in (("W_V",), ("W_Q", "W_K")):
+        r = sp.run(replace(TINY, frozen=frozen), 0, loop_every=5, loop_until=20)
+        final = sp._params(r.model)
+        for name in init:
+            assert torch.equal(final[name], init[name]) == (name in frozen), (frozen, name)
+        group = "values" if frozen == ("W_V",) else "routing"
+        assert (r.bought[group] == 0).all() and (r.bought["readout"] > 0).all()
+    # frozen routing: the attention maps cannot move, so the frame rate is exactly zero
+    assert (r.frame_rate == 0).all() and np.ptp(r.history["signal_mass"]) == 0
+    # the snapshots are the weights run trained, frozen or not
+    snaps = sp.parameter_snapshots(replace(TINY, frozen=("W_V",)), 0, [TINY.steps])
+    assert torch.equal(snaps[TINY.steps]["W_V"], init["W_V"])
+    assert sp.lr_multipliers(replace(TINY, frozen=("W_V",), value_ratio=10.0)) == {"W_V": 0.0}
+    with pytest.raises(ValueError, match="frozen"):
+        sp.run(replace(TINY, frozen=("W_X",)))
+
+
+def test_content_gap_is_the_distance_to_the_best_content_for_the_routing():
+    import torch
+    r = sp.run(replace(TINY, steps=60), 0)
+    out = sp.content_gap(r, [0, 30, 60])
+    assert list(out["steps"]) == [0, 30, 60]
+    # the optimum for the routing at t is never above the trained loss, and the gap is >= 0
+    assert (out["best"] <= out["loss"]).all() and (out["gap"] >= 0).all()
+    assert np.allclose(out["loss"], [r.history["loss"][list(r.history.steps).index(t)] for t in (0, 30, 60)], atol=1e-5)
+    # at initialisation W_O W_V is tiny: the best content for the (uniform) routing is much better
+    assert out["gap"][0] > 0.05 and out["remaining"][-1] == 0 and math.isnan(out["share"][-1])
+    # the problem is convex: the optimum from the head's own M equals the one from zeros
+    x, y, _ = r.train
+    g = sp._attended_inputs(x, r.snapshots[30])
+    _, from_zero = sp._best_readout(g, y, TINY.n_sources)
+    assert out["best"][1] == pytest.approx(from_zero, abs=1e-5)
+    rg = sp.routing_gap(r, [30], iters=5, n_seqs=8)
+    assert rg["routing_gap"][0] >= 0 and rg["content_gap"][0] >= 0
+    with pytest.raises(ValueError, match="snapshot"):
+        sp.content_gap(r, [5])
+
+
+def test_loop_correlations_compare_pairs_and_groups_with_the_same_statistics():
+    r = sp.run(replace(TINY, steps=60), 0, loop_every=5, loop_until=60)
+    c = sp.loop_correlations(r, 0, 60)
+    assert set(c) == {"pair_cross", "group_cross", "seq_cross", "pair_time", "query_time", "mean_time"}
+    assert all(-1 <= v <= 1 for v in c.values())
+    assert c["pair_cross"] == pytest.approx(float(np.mean(r.loop["attn_pair_corr"])))
+    # the W_V step moves each prototype exactly along its full gradient
+    assert np.allclose(r.loop["prototype_cos_full"], 1, atol=1e-4)
+    with pytest.raises(ValueError, match="loop"):
+        sp.loop_correlations(sp.run(TINY, 0))
 
 
 # plots.binned and plots.trajectories were added to plots.py for chapters 4-5; they are tested here.
