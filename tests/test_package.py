@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "bayesattn_lite"
 TIERS = {
     "concepts": ["_validate", "attention", "checkpoints", "tasks", "wind_tunnels", "models", "train",
                  "batched", "em", "diagnostics", "monitor", "gradcheck", "toy"],
-    "experiments": ["specialisation", "experiments", "comparison", "distributed"],
+    "experiments": ["specialisation", "experiments", "comparison", "distributed", "dynamics"],
     "presentation": ["plots", "widgets", "checks", "assignments", "grading", "_sandbox", "sticky_widget"],
 }
 LEVEL = {module: level for level, modules in enumerate(TIERS.values()) for module in modules}

@@ -1,0 +1,314 @@
+"""Frame and precision inside a trained transformer (chapter 9): the dynamics of the wind-tunnel
+Transformer of chapters 7-8 while it trains with the shipped recipe.
+
+The paper's two-timescale claim says that attention (the *frame*) settles early while the values
+(the *precision*) keep refining, and that much of the loss decrease comes after the attention maps
+have settled. Chapters 4-6 measured it in one-head toys; ``run`` measures it, per attention layer,
+in the 2-layer Transformer that ``comparison.train_converged`` trains: the same model, data stream,
+seed and recipe (AdamW, warm-up + cosine, clipping, ``comparison.CONVERGED_STEPS``), so that the
+run *is* the shipped model's run, observed.
+
+- ``run``            one (task, seed): every ``SNAPSHOT_EVERY`` steps, on a fixed probe batch, the
+                     attention maps and value vectors of every layer, the probe loss and the KL to the
+                     exact posterior; between two snapshots, the attribution of the probe loss's
+                     change to parameter groups. Returns a small dict (the
+                     JSON record ``scripts/wind_tunnel_dynamics.py`` ships), no weights
+- ``parameter_groups``  routing (query and key rows of ``qkv``) and values (its value rows) of each
+                     layer, and the rest (embeddings, LayerNorms, MLPs, out-projections, readout)
+- ``summarise``      the course's one settle measure (``diagnostics.settle``) of each layer's frame
+                     and precision rates, the share of the loss decrease after the frame settled and
+                     who bought it, the KL there and at the end
+- ``load_record``    a shipped record (``DYNAMICS_DIR``)
+
+The measures, with the names of the course:
+
+- frame rate: ``diagnostics.frame_change`` (mean total-variation distance between attention rows) of
+  a layer's maps (all heads, all query rows) on the probe batch between consecutive snapshots
+- precision rate: ``diagnostics.change_vs_final`` of the layer's value vectors v_j on the probe batch:
+  how far they moved between snapshots, relative to their final size
+- attribution: the loss decrease bought by a group g, sum_t -grad_g L . delta theta_g(t), where L is
+  the loss on the probe batch (not on the training batch, whose gradient is correlated with its own
+  step) and t runs over the intervals between snapshots. The first-order formula holds for any
+  optimizer; here the gradient is averaged along the straight line from one snapshot to the next
+  (``ATTRIBUTION_NODES``-point Gauss-Legendre, i.e. integrated gradients), which makes the sum over
+  groups equal to the realised change of L in each interval (L is smooth along a line), however far
+  and however noisily the weights travelled. The plain rule (the gradient at one end, or the mean of
+  both ends, every 10 steps) was measured first: late in training, when the loss falls by
+  thousandths of a nat per 50 steps and the noisy Adam steps are not, it attributed up to 6 times the
+  realised decrease. ``realised_decrease`` beside it is the check.
+"""
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import _validate, comparison, diagnostics, models, wind_tunnels
+from .train import seed_everything, train
+
+TASKS = ("bijection", "recall")
+SEEDS = (0, 1, 2)
+ARCH = "transformer"
+SNAPSHOT_EVERY = 50     # steps between snapshots of alpha, v, loss and KL
+ATTRIBUTION_NODES = 6   # Gauss-Legendre nodes on the straight line between two snapshots
+_x, _w = np.polynomial.legendre.leggauss(ATTRIBUTION_NODES)
+NODES, WEIGHTS = [float(x) for x in (_x + 1) / 2], [float(w) for w in _w / 2]  # on [0, 1], weights sum to 1
+N_PROBE = 128           # sequences of the fixed probe batch
+PROBE_SEED = comparison.CURVE_SEED  # held-out sequences (the learning curves' seed), not a training batch
+DYNAMICS_DIR = comparison.PRETRAINED_DIR / "dynamics"
+SCRIPT = "scripts/wind_tunnel_dynamics.py"
+DIGITS = 6              # significant digits kept in the records
+
+
+class _Stop(Exception):
+    """Raised from inside the training loop to end a run early (``run(stop=...)``)."""
+
+
+def parameter_groups(model):
+    """{group name: [(parameter name, row slice or None)]}: "layer l routing" (the query and key rows
+    of layer l's ``qkv`` projection, weight and bias), "layer l values" (its value rows), and "rest"
+    (every other parameter: embeddings, LayerNorms, MLPs, the out-projections ``proj``, the readout).
+    Every scalar of the model is in exactly one group."""
+    layers = model.attention_layers()
+    groups = {}
+    claimed = {}
+    for l, layer in enumerate(layers):
+        d = layer.qkv.out_features // 3
+        for pname, p in model.named_parameters():
+            if p is layer.qkv.weight or p is layer.qkv.bias:
+                groups.setdefault(f"layer {l} routing", []).append((pname, slice(0, 2 * d)))
+                groups.setdefault(f"layer {l} values", []).append((pname, slice(2 * d, 3 * d)))
+                claimed[pname] = True
+    groups["rest"] = [(pname, None) for pname, _ in model.named_parameters() if pname not in claimed]
+    return groups
+
+
+def _group_dots(groups, a, b):
+    """{group: sum of a . b over the group's entries}, a and b dicts parameter name -> tensor."""
+    out = {}
+    for g, entries in groups.items():
+        total = 0.0
+        for pname, rows in entries:
+            x, y = (a[pname], b[pname]) if rows is None else (a[pname][rows], b[pname][rows])
+            total += float((x.double() * y.double()).sum())
+        out[g] = total
+    return out
+
+
+def _round(x):
+    if x is None or not math.isfinite(x):
+        return x
+    return float(f"{x:.{DIGITS}g}")
+
+
+def _rounded(values):
+    return [_round(float(v)) for v in values]
+
+
+def run(task_name, seed, stop=None, progress=False, threads=1):
+    """Train the wind-tunnel Transformer on ``task_name`` ("bijection", "recall") for ``seed`` with the
+    shipped recipe and measure its dynamics; returns the record (a plain dict for JSON).
+
+    ``stop``: end after that many steps (a multiple of ``SNAPSHOT_EVERY``) with the schedule of the
+    full run, for tests: the curves are then a prefix of the full run's (the precision rate aside,
+    which is relative to the last snapshot's size; ``value_norm`` gives it back in absolute terms).
+    ``threads``: torch's CPU threads during the run (1: the shipped runs' setting; restored after).
+
+    The record: configuration (task, seed, steps, recipe, sizes, n_params, probe), "seconds",
+    "steps" (the snapshot steps), per layer "frame_rate" and "precision_rate" (one per interval
+    between snapshots, ending at steps[1:]) and "value_norm" (||v|| at each snapshot), "loss" (the
+    probe batch's cross-entropy, nats) and "kl_bits" (to the exact posterior) at each snapshot,
+    "attribution" {group: first-order decrease per interval}, "realised_decrease" (loss at the first
+    snapshot - at the last) and "final" (``comparison.evaluate`` at the end, to compare with the
+    shipped model's record).
+    """
+    if task_name not in TASKS:
+        _validate.fail("task_name", f"one of {TASKS}", task_name)
+    seed = _validate.seed("seed", seed, 2**16)
+    task = wind_tunnels.wind_tunnel(task_name, "cpu")
+    steps = comparison.CONVERGED_STEPS["cpu"][task.name]
+    if stop is not None:
+        stop = _validate.integer("stop", stop, SNAPSHOT_EVERY, steps)
+        if stop % SNAPSHOT_EVERY:
+            _validate.fail("stop", f"a multiple of SNAPSHOT_EVERY={SNAPSHOT_EVERY}", stop)
+    end = steps if stop is None else stop
+    recipe = dict(comparison.RECIPE)
+    sizes = comparison.model_sizes_for(ARCH, task)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(_validate.integer("threads", threads, 1))
+    try:
+        # exactly comparison.train_on_task's run: seed, then the model, then the same data stream
+        seed_everything(seed)
+        model = models.build(ARCH, task.vocab_size, task.n_classes, **sizes)
+        probe = task.sample(N_PROBE, seed=PROBE_SEED)
+        groups = parameter_groups(model)
+        names = [n for n, _ in model.named_parameters()]
+        n_layers = len(model.attention_layers())
+        state = {"theta": None}
+        snaps = {"steps": [], "alpha": [[] for _ in range(n_layers)], "v": [[] for _ in range(n_layers)],
+                 "loss": [], "kl_bits": []}
+        frame = [[] for _ in range(n_layers)]
+        attribution = {g: [] for g in groups}
+
+        def loss_fn(m, step):
+            batch = task.sample(recipe["batch_size"], seed=comparison.DATA_SEED_BASE + seed * comparison.MAX_STEPS + step)
+            return comparison.task_loss(m, batch)
+
+        def probe_loss(m):
+            logits = m(probe.tokens)
+            return logits, torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), probe.targets.flatten(), ignore_index=wind_tunnels.IGNORE_INDEX)
+
+        def chord_attribution(m, theta_a, theta_b):
+            """-int_0^1 grad_g L(theta_a + s delta) . delta_g ds per group, by Gauss-Legendre; the
+            weights are put back exactly afterwards."""
+            params = dict(m.named_parameters())
+            delta = {n: theta_b[n] - theta_a[n] for n in names}
+            out = {g: 0.0 for g in groups}
+            try:
+                for s_k, w_k in zip(NODES, WEIGHTS):
+                    with torch.no_grad():
+                        for n in names:
+                            params[n].copy_(theta_a[n] + s_k * delta[n])
+                    _, loss = probe_loss(m)
+                    grads = dict(zip(names, torch.autograd.grad(loss, [params[n] for n in names])))
+                    for g, dot in _group_dots(groups, grads, delta).items():
+                        out[g] -= w_k * dot
+            finally:
+                with torch.no_grad():
+                    for n in names:
+                        params[n].copy_(theta_b[n])
+            return out
+
+        def measure(m, step):
+            if step % SNAPSHOT_EVERY == 0:
+                params = dict(m.named_parameters())
+                theta = {n: params[n].detach().clone() for n in names}
+                if state["theta"] is not None:
+                    for g, a in chord_attribution(m, state["theta"], theta).items():
+                        attribution[g].append(a)
+                state["theta"] = theta
+                with torch.no_grad():
+                    logits, loss = probe_loss(m)
+                records = diagnostics.probe_tensors(m, probe.tokens, ("probe_v", "probe_alpha"))
+                for l, r in enumerate(records):
+                    if snaps["alpha"][l]:
+                        frame[l].append(diagnostics.frame_change(snaps["alpha"][l][-1], r["alpha"]))
+                    snaps["alpha"][l] = [r["alpha"]]  # only the last map is needed
+                    snaps["v"][l].append(r["v"].clone())
+                snaps["steps"].append(int(step))
+                snaps["loss"].append(loss.item())
+                snaps["kl_bits"].append(diagnostics.kl_bits(logits, probe).item())
+            if stop is not None and step == stop:
+                raise _Stop
+
+        start = time.perf_counter()
+        try:
+            train(model, loss_fn, steps, optimizer=recipe["optimizer"], lr=recipe["lr"], log_every=steps,
+                  on_step=measure, progress=progress, desc=f"{ARCH} on {task.name}, seed {seed}",
+                  schedule=recipe["schedule"], warmup=int(recipe["warmup_fraction"] * steps),
+                  clip_grad_norm=recipe["clip_grad_norm"], weight_decay=recipe["weight_decay"], device="cpu")
+            measure(model, steps)  # the model after the last update
+        except _Stop:
+            pass
+        seconds = time.perf_counter() - start
+        final = comparison.evaluate(model, task, n_seqs=comparison.N_EVAL_PRETRAINED)
+    finally:
+        torch.set_num_threads(old_threads)
+    layers = []
+    for l in range(n_layers):
+        v = torch.stack(snaps["v"][l])
+        layers.append({"frame_rate": _rounded(frame[l]),
+                       "precision_rate": _rounded(diagnostics.change_vs_final(v)),
+                       "value_norm": _rounded(v.flatten(1).double().norm(dim=1))})
+    return {
+        "arch": ARCH, "task": task.name, "seed": int(seed), "steps_total": int(steps), "stopped_at": int(end),
+        "recipe": recipe, "model_sizes": sizes, "n_params": models.count_parameters(model),
+        "task_settings": repr(task), "probe": {"n": N_PROBE, "seed": PROBE_SEED},
+        "snapshot_every": SNAPSHOT_EVERY, "attribution_nodes": ATTRIBUTION_NODES,
+        "seconds": round(seconds, 1), "threads": int(threads), "torch": torch.__version__,
+        "steps": snaps["steps"], "layers": layers, "loss": _rounded(snaps["loss"]),
+        "kl_bits": _rounded(snaps["kl_bits"]),
+        "attribution": {g: _rounded(a) for g, a in attribution.items()},
+        "realised_decrease": _round(snaps["loss"][0] - snaps["loss"][-1]),
+        "final": {"kl_bits": _round(final["kl_bits"]), "entropy_error_bits": _round(final["entropy_error_bits"])},
+    }
+
+
+# ----------------------------------------------------------------------------- records
+
+def record_path(task_name, seed, directory=None):
+    """Where the record of (task, seed) lives: ``DYNAMICS_DIR`` unless ``directory`` says otherwise."""
+    return (DYNAMICS_DIR if directory is None else Path(directory)) / f"{ARCH}-{task_name}-seed{seed}.json"
+
+
+def save_record(record, directory=None):
+    """Write ``record`` as ``transformer-<task>-seed<seed>.json`` into ``directory`` (default
+    ``DYNAMICS_DIR``); returns the path."""
+    path = record_path(record["task"], record["seed"], directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    return path
+
+
+def load_record(task_name, seed, directory=None):
+    """The shipped record of (task, seed), as a dict; a clear error naming the script when missing."""
+    path = record_path(task_name, seed, directory)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `python {SCRIPT} --tasks {task_name} --seeds {seed}` "
+                                "from the repository root, or set RETRAIN = True in chapter 9")
+    return json.loads(path.read_text())
+
+
+# ----------------------------------------------------------------------------- the summary
+
+def _settle_at(result, fraction):
+    return result["settled"][fraction]
+
+
+def summarise(record, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics.SETTLE_WINDOW):
+    """Per layer of one record: the settle measure of its frame and precision rates
+    (``diagnostics.settle``: peak, the step the rate falls for good below each fraction of its
+    peak, or None), t_frame and t_values (the settle steps at the first fraction), the share of the
+    probe loss decrease after t_frame, the first-order decrease after t_frame by group (its share
+    of their sum) and the KL at t_frame and at the end. A list, one dict per layer."""
+    steps = np.asarray(record["steps"])
+    rate_steps = steps[1:]
+    loss = np.asarray(record["loss"], dtype=float)
+    kl = np.asarray(record["kl_bits"], dtype=float)
+    attribution = {g: np.asarray(a, dtype=float) for g, a in record["attribution"].items()}
+    total_first_order = sum(a.sum() for a in attribution.values())
+    out = []
+    for l, layer in enumerate(record["layers"]):
+        frame = diagnostics.settle(rate_steps, layer["frame_rate"], fractions, window)
+        values = diagnostics.settle(rate_steps, layer["precision_rate"], fractions, window)
+        t_frame, t_values = _settle_at(frame, fractions[0]), _settle_at(values, fractions[0])
+        row = {"layer": l, "frame": frame, "values": values, "t_frame": t_frame, "t_values": t_values,
+               "loss_share_after_t_frame": None, "attribution_after_t_frame": None,
+               "kl_bits_at_t_frame": None, "kl_bits_end": float(kl[-1]),
+               "first_order_over_realised": float(total_first_order / (loss[0] - loss[-1])),
+               "last_step": int(steps[-1])}
+        if t_frame is not None:
+            k = int(np.nonzero(steps == t_frame)[0][0])
+            row["loss_share_after_t_frame"] = float((loss[k] - loss[-1]) / (loss[0] - loss[-1]))
+            after = {g: float(a[k:].sum()) for g, a in attribution.items()}  # intervals ending after t_frame
+            total = sum(after.values())
+            row["attribution_after_t_frame"] = {g: x / total for g, x in after.items()} if total else None
+            row["kl_bits_at_t_frame"] = float(kl[k])
+        out.append(row)
+    return out
+
+
+def order(frame, values, fraction):
+    """"frame first", "values first", "together", or what cannot be said: from two settle results."""
+    tf, tv = frame["settled"][fraction], values["settled"][fraction]
+    if tf is None and tv is None:
+        return "neither settled"
+    if tf is None:
+        return "values first (frame not settled)"
+    if tv is None:
+        return "frame first (values not settled)"
+    return "frame first" if tf < tv else "values first" if tv < tf else "together"
