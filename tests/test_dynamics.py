@@ -1,0 +1,115 @@
+"""The frame/precision dynamics of the wind-tunnel Transformer (dynamics.py): the shipped records are
+what the function computes (a rerun of a prefix matches them), the parameter groups cover the model
+once, and the first-order attribution accounts for the realised loss decrease."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bayesattn_lite import comparison, diagnostics, dynamics, models, wind_tunnels
+
+PREFIX = 150  # steps of the rerun: a few seconds
+
+
+@pytest.fixture(scope="module")
+def prefix():
+    return dynamics.run("bijection", 0, stop=PREFIX)
+
+
+def test_a_rerun_prefix_matches_the_shipped_record(prefix):
+    shipped = dynamics.load_record("bijection", 0)
+    n = len(prefix["steps"])
+    assert prefix["steps"] == shipped["steps"][:n] == list(range(0, PREFIX + 1, dynamics.SNAPSHOT_EVERY))
+    assert prefix["stopped_at"] == PREFIX and shipped["stopped_at"] == shipped["steps_total"] == 3000
+    for key in ("loss", "kl_bits"):
+        assert prefix[key] == pytest.approx(shipped[key][:n], rel=1e-4, abs=1e-6), key
+    for ours, theirs in zip(prefix["layers"], shipped["layers"]):
+        assert ours["frame_rate"] == pytest.approx(theirs["frame_rate"][:n - 1], rel=1e-4, abs=1e-7)
+        assert ours["value_norm"] == pytest.approx(theirs["value_norm"][:n], rel=1e-4)
+        # the precision rate is relative to the last snapshot: compare the absolute moves
+        moved = np.asarray(ours["precision_rate"]) * ours["value_norm"][-1]
+        moved_shipped = np.asarray(theirs["precision_rate"][:n - 1]) * theirs["value_norm"][-1]
+        assert moved == pytest.approx(moved_shipped, rel=1e-4)
+    for group, values in prefix["attribution"].items():
+        assert values == pytest.approx(shipped["attribution"][group][:n - 1], rel=1e-3, abs=1e-6), group
+
+
+def test_the_shipped_runs_are_the_shipped_models_runs():
+    """Same seed, data and recipe as scripts/train_wind_tunnels.py: the same final KL as the shipped
+    converged models' records. It also shows that the attribution, which moves the weights along a
+    line and back at every snapshot, leaves the training as it was."""
+    for task in dynamics.TASKS:
+        for seed in dynamics.SEEDS:
+            ours = dynamics.load_record(task, seed)["final"]["kl_bits"]
+            theirs = comparison.load_record("transformer", task, seed)["final"]["trained"]["kl_bits"]
+            assert ours == pytest.approx(theirs, rel=1e-4), (task, seed)
+
+
+def test_the_records_are_small():
+    sizes = [p.stat().st_size for p in dynamics.DYNAMICS_DIR.glob("*.json")]
+    assert len(sizes) >= len(dynamics.TASKS) * len(dynamics.SEEDS) and sum(sizes) < 200_000
+
+
+def test_parameter_groups_cover_every_scalar_once():
+    task = wind_tunnels.wind_tunnel("bijection")
+    model = models.build("transformer", task.vocab_size, task.n_classes)
+    groups = dynamics.parameter_groups(model)
+    assert list(groups) == ["layer 0 routing", "layer 0 values", "layer 1 routing", "layer 1 values", "rest"]
+    params = dict(model.named_parameters())
+    counts = {n: torch.zeros_like(p, dtype=torch.long) for n, p in params.items()}
+    for entries in groups.values():
+        for name, rows in entries:
+            (counts[name] if rows is None else counts[name][rows]).add_(1)
+    assert all((c == 1).all() for c in counts.values())
+    d = model.d_model
+    assert ("blocks.0.mixer.qkv.weight", slice(0, 2 * d)) in groups["layer 0 routing"]
+    assert ("blocks.1.mixer.qkv.bias", slice(2 * d, 3 * d)) in groups["layer 1 values"]
+
+
+def test_group_dots_add_up_to_the_whole_dot_product():
+    torch.manual_seed(0)
+    task = wind_tunnels.wind_tunnel("recall")
+    model = models.build("transformer", task.vocab_size, task.n_classes)
+    a = {n: torch.randn_like(p) for n, p in model.named_parameters()}
+    b = {n: torch.randn_like(p) for n, p in model.named_parameters()}
+    dots = dynamics._group_dots(dynamics.parameter_groups(model), a, b)
+    whole = sum(float((a[n].double() * b[n].double()).sum()) for n in a)
+    assert sum(dots.values()) == pytest.approx(whole, rel=1e-10)
+
+
+def test_attribution_accounts_for_the_realised_decrease(prefix):
+    """The groups' shares add up to the realised change of the probe loss in every interval."""
+    assert prefix["realised_decrease"] > 0.1
+    for record in (prefix, dynamics.load_record("bijection", 0), dynamics.load_record("recall", 2)):
+        total = np.sum([np.asarray(a) for a in record["attribution"].values()], axis=0)
+        realised = -np.diff(record["loss"])
+        assert total.sum() == pytest.approx(record["realised_decrease"], rel=2e-3)
+        assert total == pytest.approx(realised, rel=1e-2, abs=2e-4)  # per interval (losses kept to 6 digits)
+
+
+def test_summarise_reads_the_settle_measure(prefix):
+    rows = dynamics.summarise(dynamics.load_record("bijection", 0))
+    assert [r["layer"] for r in rows] == [0, 1]
+    for r in rows:
+        steps = dynamics.load_record("bijection", 0)["steps"][1:]
+        rates = dynamics.load_record("bijection", 0)["layers"][r["layer"]]["frame_rate"]
+        assert r["frame"] == diagnostics.settle(steps, rates)
+        if r["t_frame"] is not None:
+            assert 0 <= r["loss_share_after_t_frame"] <= 1
+            assert sum(r["attribution_after_t_frame"].values()) == pytest.approx(1.0)
+    assert dynamics.order({"settled": {0.2: 100}}, {"settled": {0.2: None}}, 0.2) == "frame first (values not settled)"
+    assert dynamics.order({"settled": {0.2: None}}, {"settled": {0.2: 100}}, 0.2) == "values first (frame not settled)"
+    assert dynamics.order({"settled": {0.2: 300}}, {"settled": {0.2: 100}}, 0.2) == "values first"
+
+
+def test_bad_arguments_and_a_missing_record(tmp_path):
+    with pytest.raises(ValueError, match="task_name"):
+        dynamics.run("hmm", 0)
+    with pytest.raises(ValueError, match="stop"):
+        dynamics.run("bijection", 0, stop=75)
+    with pytest.raises(FileNotFoundError, match="wind_tunnel_dynamics.py"):
+        dynamics.load_record("bijection", 0, directory=tmp_path)
+    path = dynamics.save_record({"task": "bijection", "seed": 7, "x": 1}, tmp_path)
+    assert json.loads(path.read_text())["x"] == 1
