@@ -121,7 +121,7 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
     "steps" (the snapshot steps), per layer "frame_rate" and "precision_rate" (one per interval
     between snapshots, ending at steps[1:]) and "value_norm" (||v|| at each snapshot), "loss" (the
     probe batch's cross-entropy, nats) and "kl_bits" (to the exact posterior) at each snapshot,
-    "attribution" {group: first-order decrease per interval}, "realised_decrease" (loss at the first
+    "attribution" {group: the decrease it bought per interval}, "realised_decrease" (loss at the first
     snapshot - at the last) and "final" (``comparison.evaluate`` at the end, to compare with the
     shipped model's record).
     """

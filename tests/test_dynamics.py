@@ -113,3 +113,19 @@ def test_bad_arguments_and_a_missing_record(tmp_path):
         dynamics.load_record("bijection", 0, directory=tmp_path)
     path = dynamics.save_record({"task": "bijection", "seed": 7, "x": 1}, tmp_path)
     assert json.loads(path.read_text())["x"] == 1
+
+
+def test_the_script_writes_records_and_skips_them_next_time(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "wind_tunnel_dynamics", Path(__file__).resolve().parent.parent / "scripts" / "wind_tunnel_dynamics.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setitem(comparison.CONVERGED_STEPS, "cpu", {**comparison.CONVERGED_STEPS["cpu"], "bijection": 100})
+    args = ["--tasks", "bijection", "--seeds", "0", "--workers", "1", "--out", str(tmp_path), "--no-progress"]
+    [record] = script.main(args)
+    assert record["stopped_at"] == 100 and (tmp_path / "transformer-bijection-seed0.json").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())["runs"] == 1
+    assert script.main(args) == []
+    assert "up to date, skipped: transformer-bijection-seed0.json" in capsys.readouterr().out
