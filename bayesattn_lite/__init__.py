@@ -18,7 +18,8 @@ concepts, with no chapter and no figure in them:
 
 chapter experiments, which compute and return results:
 - ``specialisation`` (chapters 4-5), ``experiments`` (chapter 6), ``comparison`` and
-  ``distributed`` (chapters 7-9, on the wind tunnels; DDP under torchrun)
+  ``distributed`` (chapters 7-9, on the wind tunnels; DDP under torchrun), ``dynamics`` (frame and
+  precision inside a wind-tunnel transformer while it trains, chapter 9)
 
 presentation and teaching:
 - ``plots``, ``widgets``  figures and interactive panels used by the chapters
