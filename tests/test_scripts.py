@@ -117,7 +117,7 @@ def test_sticky_long_runs_writes_a_record_that_loads_and_skips_it_next_time(tmp_
     args = ["--only", "pool64-std0.1", "--steps", "50", "--seeds", "42", "--out", str(tmp_path / "out"),
             "--checkpoint-dir", str(tmp_path / "ckpt"), "--no-progress"]
     [record] = sticky_long_runs.main(args)
-    assert record["config"]["steps"] == 50 and record["config"]["seeds"] == [42] and record["seconds"] > 0
+    assert record["config"]["steps"] == 50 and list(record["config"]["seeds"]) == [42] and record["seconds"] > 0
     loaded = experiments.load_long_run("pool64-std0.1", directory=tmp_path / "out")
     fp = experiments.frame_precision_of_record(loaded, "em")
     assert fp.frame_rate.shape == (1, 2) and np.isfinite(fp.first_order).all()
