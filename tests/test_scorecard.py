@@ -7,9 +7,7 @@ import copy
 import re
 from pathlib import Path
 
-import nbformat
 import numpy as np
-import pytest
 
 from bayesattn_lite import experiments
 

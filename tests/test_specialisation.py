@@ -119,7 +119,6 @@ def test_frozen_matrices_stay_where_they_started():
 
 
 def test_content_gap_is_the_distance_to_the_best_content_for_the_routing():
-    import torch
     r = sp.run(replace(TINY, steps=60), 0)
     out = sp.content_gap(r, [0, 30, 60])
     assert list(out["steps"]) == [0, 30, 60]
