@@ -21,7 +21,8 @@ widgets and the training monitors of chapter 9 all compute the same numbers the 
 - ``change_vs_final``          the *precision rate*: how far values moved between snapshots, / final size
 - ``settling_step``            the step after which a rate stays below a fixed threshold
 - ``settle``                   the course's one settle measure: a rate against its own peak (peak step,
-                               steps to fall for good below 20% and 10% of it, or "not settled by N")
+                               steps to fall for good below 20% and 10% of it, or "not settled by N");
+                               ``settle_order`` says which of two pathways settled first
 - ``progress_step``            the step by which a curve has covered a fraction of its total change
 - ``pca``                      principal components of a point cloud, with explained-variance shares
 - ``pearson``, ``spearman``    correlations of two flat samples
@@ -313,6 +314,21 @@ def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW):
         if out["settled"][f] == int(steps[k]):  # below f x peak already at the peak: cannot happen for f < 1
             out["settled"][f] = None
     return out
+
+
+def settle_order(frame, values, fraction=SETTLE_FRACTIONS[0]):
+    """Which pathway settled first, in words, from two ``settle`` results at ``fraction``:
+    "frame first", "values first", "together", or what did not settle (by the run's last step,
+    named when the result carries it, as ``settle``'s do)."""
+    tf, tv = frame["settled"][fraction], values["settled"][fraction]
+    by = f" by step {frame['last_step']}" if "last_step" in frame else ""
+    if tf is None and tv is None:
+        return f"neither settled{by}"
+    if tf is None:
+        return f"values first (frame not settled{by})"
+    if tv is None:
+        return f"frame first (values not settled{by})"
+    return "frame first" if tf < tv else "values first" if tv < tf else "together"
 
 
 def settle_text(result, fraction=SETTLE_FRACTIONS[0]):

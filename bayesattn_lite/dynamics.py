@@ -303,12 +303,5 @@ def summarise(record, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics
 
 
 def order(frame, values, fraction):
-    """"frame first", "values first", "together", or what cannot be said: from two settle results."""
-    tf, tv = frame["settled"][fraction], values["settled"][fraction]
-    if tf is None and tv is None:
-        return "neither settled"
-    if tf is None:
-        return "values first (frame not settled)"
-    if tv is None:
-        return "frame first (values not settled)"
-    return "frame first" if tf < tv else "values first" if tv < tf else "together"
+    """"frame first", "values first", "together", or what cannot be said: ``diagnostics.settle_order``."""
+    return diagnostics.settle_order(frame, values, fraction)

@@ -462,14 +462,11 @@ class FramePrecision:
         return np.isfinite(self.t_frame) & np.isfinite(self.t_values)
 
     def order(self):
-        """Per seed: "frame first", "values first", "together" (same step) or "not settled"."""
-        out = []
-        for tf, tv in zip(self.t_frame, self.t_values):
-            if not (np.isfinite(tf) and np.isfinite(tv)):
-                out.append("not settled")
-            else:
-                out.append("frame first" if tf < tv else "values first" if tv < tf else "together")
-        return out
+        """Per seed: "frame first", "values first", "together" (same step) or "not settled" (either
+        pathway, at 20% of its peak): ``diagnostics.settle_order`` with the partial cases counted
+        as not settled."""
+        orders = [diagnostics.settle_order(f, v) for f, v in zip(self.frame_settle, self.values_settle)]
+        return ["not settled" if "settled" in o else o for o in orders]
 
 
 def _settle_steps(settles, fraction):

@@ -418,17 +418,6 @@ def manifold(run_, model=None):
             "radius": radius, "spearman": diagnostics.spearman(radius, entropy)}
 
 
-def _order(t_frame, t_values, last_step):
-    """Which pathway settled first, in words, from two settle steps (None: not settled)."""
-    if t_frame is None and t_values is None:
-        return f"neither settled by step {last_step}"
-    if t_frame is None:
-        return f"values first (frame not settled by step {last_step})"
-    if t_values is None:
-        return f"frame first (values not settled by step {last_step})"
-    return "frame first" if t_frame < t_values else "values first" if t_values < t_frame else "together"
-
-
 def _suffix(fraction, fractions):
     return "" if fraction == fractions[0] else f"_{round(100 * fraction)}"
 
@@ -470,7 +459,8 @@ def timescales(run_, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics.
     for f in fractions:
         x = _suffix(f, fractions)
         tf, tv = frame["settled"][f], values["settled"][f]
-        out["t_frame" + x], out["t_values" + x], out["order" + x] = tf, tv, _order(tf, tv, last)
+        out["t_frame" + x], out["t_values" + x] = tf, tv
+        out["order" + x] = diagnostics.settle_order(frame, values, f)
         if tf is None:
             out["loss_after" + x] = out["kl_after" + x] = math.nan
             out["attribution_after" + x] = None

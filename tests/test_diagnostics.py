@@ -204,3 +204,15 @@ def test_frame_change_is_the_mean_total_variation_between_rows():
     onehot = torch.tensor([[1.0, 0, 0, 0]] * 3)
     assert diagnostics.frame_change(uniform, onehot) == pytest.approx(0.75)
     assert diagnostics.frame_change(onehot, onehot) == 0.0
+
+
+def test_settle_order_names_what_settled_first_and_what_did_not():
+    steps = np.arange(10, 1010, 10)
+    early = diagnostics.settle(steps, np.exp(-(((steps - 200) / 150.0) ** 2)) + 0.01)
+    late = diagnostics.settle(steps, np.exp(-(((steps - 400) / 150.0) ** 2)) + 0.01)
+    rising = diagnostics.settle(steps, steps / 1000.0)
+    assert diagnostics.settle_order(early, late) == "frame first"
+    assert diagnostics.settle_order(late, early) == "values first"
+    assert diagnostics.settle_order(early, early) == "together"
+    assert diagnostics.settle_order(early, rising) == "frame first (values not settled by step 1000)"
+    assert diagnostics.settle_order(rising, rising) == "neither settled by step 1000"
