@@ -85,11 +85,13 @@ class CausalSelfAttention(nn.Module):
         for probe in PROBES:
             setattr(self, probe, nn.Identity())
 
-    def forward(self, x):
+    def forward(self, x, bias=None):
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
         q, k, v = self.probe_q(q), self.probe_k(k), self.probe_v(v)            # (B, H, T, d_head)
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)             # (B, H, T, T)
+        if bias is not None:                                                   # (H, T, T), e.g. recency
+            scores = scores + bias
         future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         alpha = self.probe_alpha(scores.masked_fill(future, float("-inf")).softmax(-1))
         g = self.probe_g(alpha @ v)                                            # (B, H, T, d_head)
@@ -104,20 +106,35 @@ class _Block(nn.Module):
         self.ln1, self.mixer, self.ln2 = nn.LayerNorm(d_model), mixer, nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
-    def forward(self, x):
-        x = x + self.mixer(self.ln1(x))
+    def forward(self, x, **mixer_kwargs):
+        x = x + self.mixer(self.ln1(x), **mixer_kwargs)
         return x + self.mlp(self.ln2(x))
 
 
 class Transformer(_Model):
     """A small GPT-style causal transformer: token + learned position embeddings, ``n_layers``
-    pre-LN blocks of ``CausalSelfAttention`` (``n_heads`` heads) and a 4x MLP, a linear readout."""
+    pre-LN blocks of ``CausalSelfAttention`` (``n_heads`` heads) and a 4x MLP, a linear readout.
 
-    def __init__(self, vocab_size, n_classes, d_model=64, n_layers=2, n_heads=4, max_len=512):
+    ``stream_start`` (None: off) is for sequences made of a fixed-length prefix and then a stream
+    of any length, like the HMM's matrices and its observations. Positions before it keep their own
+    learned embedding (the prefix is a table read by position); every position from it on shares
+    one, and attention between two stream positions i >= j gets ALiBi's recency bias
+    -m_h (i - j), m_h = 2^-h for head h = 1..H (Press et al. 2022). So the stream's order is read
+    by distance alone and no position past the trained horizon is a vector training never reached:
+    such a model can be tested at longer horizons fairly (chapter 8).
+    """
+
+    def __init__(self, vocab_size, n_classes, d_model=64, n_layers=2, n_heads=4, max_len=512, stream_start=None):
         super().__init__(vocab_size, n_classes, d_model)
         _validate.integer("n_layers", n_layers, 1)
         _validate.integer("n_heads", n_heads, 1)
         self.max_len = _validate.integer("max_len", max_len, 1)
+        self.stream_start = None if stream_start is None else _validate.integer("stream_start", stream_start, 0)
+        if self.stream_start is not None:
+            if self.stream_start >= max_len:
+                _validate.fail("stream_start", f"below max_len={max_len}", stream_start)
+            self.max_len = None  # the stream may be as long as it likes
+            self.register_buffer("slopes", 2.0 ** -torch.arange(1, n_heads + 1, dtype=torch.float32), persistent=False)
         self.pos = nn.Embedding(max_len, d_model)
         self.blocks = nn.ModuleList(_Block(d_model, CausalSelfAttention(d_model, n_heads))
                                     for _ in range(n_layers))
@@ -127,11 +144,24 @@ class Transformer(_Model):
         """The ``CausalSelfAttention`` modules, first layer first."""
         return [block.mixer for block in self.blocks]
 
+    def _stream_bias(self, T, device):
+        """(H, T, T) recency bias -m_h (i - j) between stream positions i, j >= stream_start, 0 elsewhere."""
+        t = torch.arange(T, device=device)
+        both = (t[:, None] >= self.stream_start) & (t[None, :] >= self.stream_start)
+        distance = (t[:, None] - t[None, :]).clamp_min(0) * both
+        return -self.slopes[:, None, None] * distance
+
     def forward(self, tokens):
         _check_tokens(tokens, self.vocab_size, self.max_len)
-        x = self.embed(tokens) + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+        T = tokens.shape[1]
+        positions = torch.arange(T, device=tokens.device)
+        bias = None
+        if self.stream_start is not None:
+            positions = positions.clamp_max(self.stream_start)
+            bias = self._stream_bias(T, tokens.device)
+        x = self.embed(tokens) + self.pos(positions)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, bias=bias)
         return self.head(self.ln_f(x))
 
 

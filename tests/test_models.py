@@ -191,3 +191,52 @@ def test_compare_at_paper_size_with_an_override_builds_the_paper_model():
     model = trained["transformer", "bijection", 0]
     assert model.d_model == paper_sizes("transformer")["d_model"] and len(model.blocks) == 1
     assert rows[0]["n_params"] > 700_000
+
+
+# ----------------------------------------------------------------------------- stream positions
+
+def stream_model(seed=0, stream_start=4):
+    torch.manual_seed(seed)
+    return Transformer(V, C, d_model=16, n_layers=2, n_heads=2, max_len=8, stream_start=stream_start)
+
+
+def test_stream_positions_are_causal_and_run_past_max_len():
+    model = stream_model().eval()
+    x = tokens(T=20)                 # longer than max_len = 8: the stream has no length limit
+    y = x.clone()
+    y[:, 15:] = (y[:, 15:] + 1) % V
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    assert a.shape == (3, 20, C) and torch.isfinite(a).all()
+    torch.testing.assert_close(a[:, :15], b[:, :15])
+    assert not torch.allclose(a[:, 15:], b[:, 15:])
+
+
+def test_stream_bias_is_alibi_inside_the_stream_and_zero_elsewhere():
+    model = stream_model(stream_start=4)
+    bias = model._stream_bias(7, "cpu")
+    assert bias.shape == (2, 7, 7)
+    assert (bias[:, :4] == 0).all() and (bias[:, :, :4] == 0).all()      # no bias to or from the prefix
+    torch.testing.assert_close(bias[0, 6, 4], torch.tensor(-0.5 * 2))     # head 1: slope 1/2, distance 2
+    torch.testing.assert_close(bias[1, 6, 5], torch.tensor(-0.25))        # head 2: slope 1/4, distance 1
+    assert (bias[:, 4, 5:] == 0).all()                                     # the future is masked anyway
+
+
+def test_stream_positions_share_one_embedding():
+    """Positions from stream_start on read the same embedding row: a shifted stream token's
+    first-layer input is the same wherever it sits in the stream."""
+    model = stream_model()
+    x = tokens(T=10)
+    seen = []
+    handle = model.blocks[0].ln1.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    with torch.no_grad():
+        model(x)
+    handle.remove()
+    inputs = seen[0]
+    expected = model.embed(x) + model.pos.weight[model.stream_start]
+    torch.testing.assert_close(inputs[:, 4:], expected[:, 4:])
+
+
+def test_stream_start_must_fit_the_position_table():
+    with pytest.raises(ValueError, match="stream_start"):
+        Transformer(V, C, d_model=16, n_heads=2, max_len=8, stream_start=8)
