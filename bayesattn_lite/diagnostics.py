@@ -446,9 +446,10 @@ def _logits_and_batch(logits, batch):
     return log_q, batch.posterior.to(logits.device).double(), batch.mask.to(logits.device)
 
 
-def _entropy_gap(logits, batch):
+def _entropy_gap(logits, batch, signed=False):
     log_q, p, mask = _logits_and_batch(logits, batch)
-    return (entropy(log_q.exp(), bits=True) - entropy(p, bits=True)).abs(), mask
+    gap = entropy(log_q.exp(), bits=True) - entropy(p, bits=True)
+    return (gap if signed else gap.abs()), mask
 
 
 def entropy_error_bits(logits, batch):
@@ -460,6 +461,15 @@ def entropy_error_bits(logits, batch):
     return gap[mask].mean()
 
 
+def entropy_bias_bits(logits, batch):
+    """The signed mean over scored positions of H(softmax(logits)) - H(posterior), in bits (0-d float64):
+    > 0 when the model is on average *less* confident than Bayes, < 0 when more. Beside
+    ``entropy_error_bits`` it says whether the error has a direction (a recipe that keeps the logits
+    small, such as weight decay, errs on the positive side)."""
+    gap, mask = _entropy_gap(logits, batch, signed=True)
+    return gap[mask].mean()
+
+
 def kl_bits(logits, batch):
     """The mean over scored positions of KL(posterior || softmax(logits)) in bits (0-d float64 tensor).
     The excess cross-entropy of the model over Bayes: 0 only if the model's prediction is the posterior."""
@@ -467,13 +477,25 @@ def kl_bits(logits, batch):
     return kl_divergence(p, log_q, bits=True)[mask].mean()
 
 
+def _per_position(values, mask):
+    """The mean of (B, T) ``values`` over the sequences scored at each position, (T,); nan where none is."""
+    counts = mask.sum(0)
+    total = (values * mask).sum(0)
+    return torch.where(counts > 0, total / counts.clamp_min(1), torch.full_like(total, math.nan))
+
+
 def per_position_error_bits(logits, batch):
     """|H(model) - H(posterior)| in bits averaged over the batch at each position, shape (T,);
     nan where no sequence is scored."""
     gap, mask = _entropy_gap(logits, batch)
-    counts = mask.sum(0)
-    total = (gap * mask).sum(0)
-    return torch.where(counts > 0, total / counts.clamp_min(1), torch.full_like(total, math.nan))
+    return _per_position(gap, mask)
+
+
+def per_position_kl_bits(logits, batch):
+    """KL(posterior || softmax(logits)) in bits averaged over the batch at each position, shape (T,);
+    nan where no sequence is scored."""
+    log_q, p, mask = _logits_and_batch(logits, batch)
+    return _per_position(kl_divergence(p, log_q, bits=True), mask)
 
 
 # ----------------------------------------------------------------------------- Paper I's geometry
@@ -539,6 +561,44 @@ def key_orthogonality(keys):
     return cos.abs()[off].mean().item()
 
 
+_FLOORS = {}
+
+
+def orthogonality_floor(n, d, centred=False, starts=8, steps=1500, seed=0):
+    """The least mean |cos| (``key_orthogonality``) that n vectors in d dimensions can have, found
+    numerically: Adam on the mean |cos| from ``starts`` random starts, the best kept. With
+    ``centred`` the vectors must sum to zero (keys after removing their mean over tokens).
+
+    A computed floor, not a formula: n <= d vectors can be orthogonal (floor 0), more cannot; n
+    centred vectors cannot all be orthogonal, and with unequal lengths they can get well below the
+    regular simplex's 1/(n-1) (three vectors in a plane: towards 1/3, not 1/2; the best such
+    configurations are degenerate, one pair nearly opposite and the rest nearly orthogonal). The
+    best configuration found is an upper estimate of the floor: a measured cosine below it would
+    be a bug, one near it is as orthogonal as n vectors in d dimensions get. Cached per arguments."""
+    n, d = _validate.integer("n", n, 2), _validate.integer("d", d, 1)
+    if not centred and n <= d:
+        return 0.0  # exactly: n orthonormal vectors exist
+    key = (n, d, bool(centred), starts, steps, seed)
+    if key not in _FLOORS:
+        gen = torch.Generator().manual_seed(seed)
+        free = torch.randn(starts, n - 1 if centred else n, d, generator=gen, dtype=torch.float64).requires_grad_()
+        opt = torch.optim.Adam([free], lr=0.01)
+        off = ~torch.eye(n, dtype=torch.bool)
+
+        def mean_abs_cos():
+            x = torch.cat([free, -free.sum(1, keepdim=True)], 1) if centred else free
+            unit = x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+            return (unit @ unit.transpose(1, 2)).abs()[:, off].mean(-1)     # (starts,)
+
+        for _ in range(steps):
+            opt.zero_grad()
+            mean_abs_cos().sum().backward()
+            opt.step()
+        with torch.no_grad():
+            _FLOORS[key] = float(mean_abs_cos().min())
+    return _FLOORS[key]
+
+
 def value_manifold(points, entropy):
     """PCA of value-side vectors (n, d) against the posterior entropy (n,) of the same positions.
 
@@ -557,7 +617,22 @@ def value_manifold(points, entropy):
     return {"pc1_share": float(result["explained"][0]), "spearman": rho, "pc1": pc1}
 
 
-def bayesian_geometry(model, batch):
+def _residual_stream(model, tokens):
+    """The input of the model's final LayerNorm (the last block's output), (B, T, d_model), or None."""
+    final = getattr(model, "ln_f", None)
+    if final is None:
+        return None
+    kept = []
+    handle = final.register_forward_pre_hook(lambda module, args: kept.append(args[0].detach()))
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        handle.remove()
+    return kept[0]
+
+
+def bayesian_geometry(model, batch, token_groups=None):
     """Paper I's three signatures of a transformer on a wind-tunnel batch (``wind_tunnels.WindTunnelBatch``),
     read through the probe points of its attention layers:
 
@@ -565,12 +640,17 @@ def bayesian_geometry(model, batch):
       position and sequence where the token occurs), per head, then averaged over heads; "keys" uses
       the vectors as they are (Paper I's definition), "keys_centred" after removing their mean over
       tokens, the one component attention cannot see (adding a vector c to every key adds q_i . c to
-      every score of query i, which the softmax ignores)
+      every score of query i, which the softmax ignores). With ``token_groups`` ({name: token ids},
+      e.g. a task's ``token_groups()``) also "key_groups": {name: {"n", "keys", "keys_centred"}},
+      the same within each group (centred on the group's mean), where fewer tokens compete for the
+      head's dimensions
     - attention_entropy_bits: for every layer, the mean entropy in bits of the attention rows of the
       scored queries (mean over heads): query focusing is this falling from layer to layer
     - the value manifold of the last layer: its per-head outputs g_i = sum_j alpha_ij v_j at the scored
       positions (heads concatenated) against the posterior entropy there (``value_manifold``):
-      pc1_share, spearman, and the points pc1 and entropy (bits) for plotting
+      pc1_share, spearman, and the points pc1 and entropy (bits) for plotting; the same for each head
+      alone ("pc1_share_heads", "spearman_heads") and for the residual stream that the readout sees
+      ("pc1_share_residual", "spearman_residual")
     """
     records = probe_tensors(model, batch.tokens, ("probe_k", "probe_alpha", "probe_g"))
     k = records[0]["k"]
@@ -586,6 +666,25 @@ def bayesian_geometry(model, batch):
     g = records[-1]["g"].transpose(1, 2).reshape(B, T, -1)[mask]
     entropy = entropy_bits(batch.posterior.to(k.device)[mask])
     manifold = value_manifold(g, entropy)
-    return {"keys": float(np.mean(raw)), "keys_centred": float(np.mean(centred)),
-            "attention_entropy_bits": focus, "pc1_share": manifold["pc1_share"],
-            "spearman": manifold["spearman"], "pc1": manifold["pc1"], "entropy": entropy.cpu().numpy()}
+    heads = [value_manifold(records[-1]["g"][:, h][mask], entropy) for h in range(H)]
+    out = {"keys": float(np.mean(raw)), "keys_centred": float(np.mean(centred)), "n_tokens": len(torch.unique(tokens)),
+           "attention_entropy_bits": focus, "pc1_share": manifold["pc1_share"],
+           "spearman": manifold["spearman"], "pc1": manifold["pc1"], "entropy": entropy.cpu().numpy(),
+           "pc1_share_heads": [m["pc1_share"] for m in heads], "spearman_heads": [m["spearman"] for m in heads]}
+    residual = _residual_stream(model, batch.tokens)
+    if residual is not None:
+        stream = value_manifold(residual[mask.to(residual.device)], entropy.to(residual.device))
+        out["pc1_share_residual"], out["spearman_residual"] = stream["pc1_share"], stream["spearman"]
+    if token_groups:
+        out["key_groups"] = {}
+        for name, ids in token_groups.items():
+            ids = torch.as_tensor(list(ids), device=k.device)
+            raw_g, centred_g = [], []
+            for h in range(H):
+                present, means = group_means(k[:, h].reshape(-1, d), tokens)
+                means = means[torch.isin(present, ids)]
+                raw_g.append(key_orthogonality(means))
+                centred_g.append(key_orthogonality(means - means.mean(0)))
+            out["key_groups"][name] = {"n": len(means), "keys": float(np.mean(raw_g)),
+                                       "keys_centred": float(np.mean(centred_g))}
+    return out

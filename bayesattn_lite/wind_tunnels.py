@@ -130,6 +130,10 @@ class BijectionTask(_WindTunnel):
         values = pi.gather(1, keys)
         return self.batch_from_pairs(keys, values)
 
+    def token_groups(self):
+        """The tokens by role, {name: token ids}: keys 0..V-1, values V..2V-1."""
+        return {"keys": list(range(self.V)), "values": list(range(self.V, 2 * self.V))}
+
     def baseline_posterior(self, batch):
         """What a predictor without the primitive (no accumulation) can do: uniform over all V values
         at every scored position (0 elsewhere). Its error is the task's scale: log2 V - log2(V - i + 1)."""
@@ -253,6 +257,10 @@ class HMMTask(_WindTunnel):
             obs[:, t] = torch.multinomial(E[rows, state], 1, generator=gen).squeeze(-1)
         return self.batch_from_parts(A_units, E_units, obs, states)
 
+    def token_groups(self):
+        """The tokens by role, {name: token ids}: the probability levels of the matrices, the observations."""
+        return {"levels": list(range(self.n_levels)), "observations": list(range(self.n_levels, self.vocab_size))}
+
     def baseline_posterior(self, batch):
         """What a predictor without the primitive (no transport) can do: p(s_t | E, o_t) from the
         current observation alone, the filter with every step's prior reset to uniform (0 where not scored)."""
@@ -330,6 +338,10 @@ class AssociativeRecallTask(_WindTunnel):
         shift = torch.randint(1, self.n_values, (B, n), generator=gen)  # another value, uniformly
         shown = torch.where(corrupt, (answer + shift) % self.n_values, answer)
         return self.batch_from_pairs(keys, shown, answer)
+
+    def token_groups(self):
+        """The tokens by role, {name: token ids}: keys 0..n_keys-1, then the values."""
+        return {"keys": list(range(self.n_keys)), "values": list(range(self.n_keys, self.vocab_size))}
 
     def baseline_posterior(self, batch):
         """What a predictor without the primitive (no binding) can do: uniform over the values at every

@@ -216,3 +216,27 @@ def test_settle_order_names_what_settled_first_and_what_did_not():
     assert diagnostics.settle_order(early, early) == "together"
     assert diagnostics.settle_order(early, rising) == "frame first (values not settled by step 1000)"
     assert diagnostics.settle_order(rising, rising) == "neither settled by step 1000"
+
+
+# ----------------------------------------------------------------------------- the size ladder's measures
+
+def test_entropy_bias_is_signed_and_bounded_by_the_error():
+    from bayesattn_lite import wind_tunnels
+    task = wind_tunnels.wind_tunnel("bijection")
+    batch = task.sample(32, seed=0)
+    exact = torch.log(batch.posterior.clamp_min(1e-12))
+    assert abs(diagnostics.entropy_bias_bits(exact, batch).item()) < 1e-6
+    flat = torch.zeros_like(exact)            # uniform: never more confident than Bayes
+    bias = diagnostics.entropy_bias_bits(flat, batch).item()
+    assert bias > 0 and bias == pytest.approx(diagnostics.entropy_error_bits(flat, batch).item())
+    sharp = 50 * exact                         # more confident than Bayes
+    assert diagnostics.entropy_bias_bits(sharp, batch).item() < 0
+
+
+def test_orthogonality_floor_is_computed_not_a_false_bound():
+    assert diagnostics.orthogonality_floor(4, 6) < 1e-3                  # fits: orthogonal
+    three = diagnostics.orthogonality_floor(3, 2, centred=True)         # the counter-example
+    assert 1 / 3 - 1e-3 < three < 1 / 2 - 0.1                            # below the false bound 1/(n-1)
+    assert diagnostics.orthogonality_floor(16, 12) > 0.02                # 16 cannot be orthogonal in 12
+    random_keys = torch.randn(16, 12, generator=torch.Generator().manual_seed(0))
+    assert diagnostics.key_orthogonality(random_keys) > diagnostics.orthogonality_floor(16, 12)
