@@ -439,3 +439,24 @@ def message(fig, text):
     ax.axis("off")
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=10)
     return ax
+
+
+def ladder(ax, rows, value, group="task", colors=None, ylabel="", log_y=False, labels=None):
+    """One panel of the size ladder: ``value(row)`` against the parameter count (log scale), one
+    point per run and a line through the mean of each rung, one colour per ``group`` (rows from
+    ``comparison.ladder_rows``). ``labels`` maps a group to its legend text."""
+    groups = list(dict.fromkeys(r[group] for r in rows))
+    palette = list(OKABE_ITO.values())
+    for i, g in enumerate(groups):
+        color = (colors or {}).get(g, palette[i % len(palette)])
+        mine = [r for r in rows if r[group] == g]
+        x = np.array([r["n_params"] for r in mine], dtype=float)
+        y = np.array([value(r) for r in mine], dtype=float)
+        ax.scatter(x, y, s=14, color=color, alpha=0.7)
+        rungs = sorted(set(x))
+        ax.plot(rungs, [y[x == n].mean() for n in rungs], color=color, lw=1.4, marker="o", ms=3,
+                label=(labels or {}).get(g, g))
+    ax.set_xscale("log")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set(xlabel="parameters", ylabel=ylabel)

@@ -2,6 +2,14 @@
 
     python scripts/train_wind_tunnels.py                      # CPU sizes, 4 x 3 x 3 runs, 2 workers
     python scripts/train_wind_tunnels.py --size paper --archs transformer --seeds 0 --workers 1
+    python scripts/train_wind_tunnels.py --variants d48 d96 stream   # the size ladder and variants
+    python scripts/train_wind_tunnels.py --variants d96 --measure    # then their measurements
+
+``--size paper`` prints the cost estimate (parameters, steps, GPU-hours) before it starts.
+``--variants`` trains entries of ``comparison.VARIANTS`` (wider or deeper transformers, wider
+LSTMs and SSMs, longer runs, stream positions, no weight decay, the paper's recall) into
+``pretrained/<size>/variants/<name>/``; ``--measure`` then adds ``comparison.measure_run``'s
+figures to their records and moves the weights of the rungs that do not ship out of the package.
 
 Each run is ``comparison.train_converged`` (AdamW, warm-up + cosine, clipping, ``CONVERGED_STEPS``);
 it writes ``<arch>-<task>-seed<seed>.pt`` (weights) and ``.json`` (configuration, recipe, seconds,
@@ -46,26 +54,94 @@ def run_one(job):
     """One run: train, save, return its record (module level, so worker processes can import it)."""
     model, record = comparison.train_converged(
         job["arch"], job["task"], job["seed"], size=job["size"], steps=job["steps"], device=job["device"],
-        checkpoint_path=job["checkpoint_path"], progress=job["progress"])
+        checkpoint_path=job["checkpoint_path"], progress=job["progress"], variant=job["variant"])
     comparison.save_pretrained(model, record, job["out"])
     return record
 
 
-def _up_to_date(path, steps, size):
+def _up_to_date(path, steps, size, variant):
     """A record that a rerun would reproduce: same steps and recipe."""
     if not path.exists():
         return False
     record = json.loads(path.read_text())
-    lr = comparison.PAPER_LR if size == "paper" else comparison.RECIPE["lr"]
-    return record["steps"] == steps and record["recipe"] == dict(comparison.RECIPE, lr=lr)
+    return record["steps"] == steps and record["recipe"] == comparison.variant_recipe(variant, size)
+
+
+def _cost(job):
+    """Relative cost of a job, to start the longest first: COST x steps x length x width x depth."""
+    sizes = dict(models.sizes(job["arch"], job["size"]))
+    if job["variant"]:
+        sizes.update(comparison.VARIANTS[job["variant"]].sizes.get(job["arch"], {}))
+    base = models.sizes(job["arch"], job["size"])
+    task = comparison.variant_task(job["task"], job["variant"], job["size"])
+    return (COST[job["arch"]] * job["steps"] * task.seq_len * sizes["d_model"] / base["d_model"]
+            * sizes.get("n_layers", 1) / base.get("n_layers", 1))
+
+
+def _runs(args):
+    """(arch, task, seed, variant) of every run the arguments ask for."""
+    if not args.variants:
+        return [(a, t, s, None) for t in args.tasks or comparison.TASKS
+                for a in args.archs or models.ARCHITECTURES for s in args.seeds or (0, 1, 2)]
+    runs = []
+    for name in args.variants:
+        v = comparison.VARIANTS[name]
+        runs += [(a, t, s, name) for a, t in v.runs for s in comparison.variant_seeds(name, a)
+                 if (not args.archs or a in args.archs) and (not args.tasks or t in args.tasks)
+                 and (not args.seeds or s in args.seeds)]
+    return runs
+
+
+def print_cost_estimate(jobs):
+    """The paper size's cost before it starts: parameters, steps, GPU-hours per run and in all
+    (``comparison.cost_estimate``: an estimate from stated assumptions, not a measurement)."""
+    total = 0.0
+    print(f"{'run':40s} {'parameters':>11s} {'steps':>8s} {'TFLOP':>8s} {'GPU-hours':>10s}")
+    for j in jobs:
+        c = comparison.cost_estimate(j["arch"], j["task"], j["size"], variant=j["variant"])
+        total += c["gpu_hours"]
+        label = f"{j['arch']}-{j['task']}-seed{j['seed']}" + (f" ({j['variant']})" if j["variant"] else "")
+        print(f"{label:40s} {c['n_params']:11,d} {j['steps']:8,d} {c['tflop']:8.0f} {c['gpu_hours']:10.2f}")
+    print(f"estimated total: {total:.1f} GPU-hours for {len(jobs)} runs (assumes "
+          f"{comparison.ASSUMED_GPU_FLOPS / 1e12:.0f} TFLOP/s and a floor per step, comparison.ASSUMED_*; "
+          "scripts/gpu_check.py measures the real rate)", flush=True)
+
+
+def measure(args):
+    """Write ``measured`` into the record of every run asked for whose weights are there."""
+    import torch
+    torch.set_num_threads(1)
+    done = []
+    for arch, task, seed, variant in _runs(args):
+        out = Path(args.out) if args.out else comparison._folder(args.size, None, variant)
+        path = out / f"{arch}-{task}-seed{seed}.json"
+        if not (path.exists() and path.with_suffix(".pt").exists()):
+            print(f"no weights, not measured: {path}")
+            continue
+        record = json.loads(path.read_text())
+        model = comparison.load_pretrained(arch, task, seed, variant, args.size, directory=out)
+        record["measured"] = comparison.measure_run(model, comparison.variant_task(task, variant, args.size))
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        done.append(path)
+        if variant and not comparison.VARIANTS[variant].ship_weights and not args.out:
+            # the largest rungs ship their records only: keep their weights outside the package
+            keep = Path(args.checkpoint_dir) / args.size / "unshipped" / variant
+            keep.mkdir(parents=True, exist_ok=True)
+            path.with_suffix(".pt").rename(keep / path.with_suffix(".pt").name)
+            print(f"weights not shipped, moved to {keep}: {path.stem}")
+    print(f"measured {len(done)} runs")
+    return done
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", choices=("cpu", "paper"), default="cpu")
-    parser.add_argument("--archs", nargs="+", choices=models.ARCHITECTURES, default=list(models.ARCHITECTURES))
-    parser.add_argument("--tasks", nargs="+", choices=sorted(wind_tunnels.WIND_TUNNELS), default=["bijection", "hmm", "recall"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--archs", nargs="+", choices=models.ARCHITECTURES, default=None, help="default: all")
+    parser.add_argument("--tasks", nargs="+", choices=sorted(wind_tunnels.WIND_TUNNELS), default=None,
+                        help="default: all three")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0 1 2 (a variant's own)")
+    parser.add_argument("--variants", nargs="+", choices=sorted(comparison.VARIANTS), default=None,
+                        help="ladder rungs and training variants (comparison.VARIANTS) instead of the base runs")
     parser.add_argument("--steps", type=int, default=None, help="override CONVERGED_STEPS (for tests)")
     parser.add_argument("--workers", type=int, default=2, help="CPU processes (1 on a GPU)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
@@ -73,25 +149,32 @@ def main(argv=None):
     parser.add_argument("--checkpoint-dir", default=str(ROOT / "runs" / "wind_tunnels"))
     parser.add_argument("--force", action="store_true", help="retrain runs whose record is up to date")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--measure", action="store_true",
+                        help="train nothing: add comparison.measure_run's figures to every finished record "
+                             "(before the weights of the rungs that do not ship are removed)")
     args = parser.parse_args(argv)
+    if args.measure:
+        return measure(args)
 
-    out = Path(args.out) if args.out else comparison.PRETRAINED_DIR / args.size
     jobs = []
-    for task in args.tasks:
-        steps = args.steps or comparison.CONVERGED_STEPS[args.size][task]
-        for arch in args.archs:
-            for seed in args.seeds:
-                name = f"{arch}-{task}-seed{seed}"
-                if not args.force and _up_to_date(out / f"{name}.json", steps, args.size):
-                    print(f"up to date, skipped: {name}")
-                    continue
-                ckpt = Path(args.checkpoint_dir) / args.size / f"{name}-{steps}.pt"
-                if args.force and ckpt.exists():
-                    ckpt.unlink()
-                jobs.append({"arch": arch, "task": task, "seed": seed, "size": args.size, "steps": steps,
-                             "device": args.device, "checkpoint_path": str(ckpt), "out": str(out),
-                             "progress": not args.no_progress})
-    jobs.sort(key=lambda j: -COST[j["arch"]] * j["steps"] * wind_tunnels.wind_tunnel(j["task"], j["size"]).seq_len)
+    for arch, task, seed, variant in _runs(args):
+        steps = args.steps or comparison.variant_steps(task, variant, args.size)
+        out = Path(args.out) if args.out else comparison._folder(args.size, None, variant)
+        name = f"{arch}-{task}-seed{seed}"
+        label = f"{name} ({variant})" if variant else name
+        if not args.force and _up_to_date(out / f"{name}.json", steps, args.size, variant):
+            print(f"up to date, skipped: {label}")
+            continue
+        ckpt = Path(args.checkpoint_dir) / args.size / f"{variant + '-' if variant else ''}{name}-{steps}.pt"
+        if args.force and ckpt.exists():
+            ckpt.unlink()
+        jobs.append({"arch": arch, "task": task, "seed": seed, "size": args.size, "steps": steps,
+                     "variant": variant, "device": args.device, "checkpoint_path": str(ckpt), "out": str(out),
+                     "progress": not args.no_progress})
+    jobs.sort(key=lambda j: -_cost(j))
+    if args.size == "paper":
+        print_cost_estimate(jobs)
+    out = Path(args.out) if args.out else comparison.PRETRAINED_DIR / args.size
     print(f"{len(jobs)} runs to train into {out}, {args.workers} worker(s)", flush=True)
 
     start = time.perf_counter()
@@ -109,10 +192,10 @@ def main(argv=None):
                 records.append(future.result())
     total = time.perf_counter() - start
     for r in sorted(records, key=lambda r: (r["task"], r["arch"], r["seed"])):
-        print(f"{r['arch']:12s} {r['task']:10s} seed {r['seed']}  {r['steps']:6d} steps  {r['seconds']:7.1f} s  "
-              f"KL {r['final']['trained']['kl_bits']:.4f} bits")
+        print(f"{r['arch']:12s} {r['task']:10s} seed {r['seed']}  {r.get('variant') or 'base':9s} {r['steps']:6d} steps  "
+              f"{r['seconds']:7.1f} s  KL {r['final']['trained']['kl_bits']:.4f} bits")
     print(f"total {total / 60:.1f} min for {len(records)} runs ({args.workers} workers)")
-    if records:
+    if records and not args.variants:
         summary = {"size": args.size, "runs": len(records), "workers": args.workers,
                    "total_seconds": round(total, 1), "cpu_count": os.cpu_count(),
                    "run_seconds": round(sum(r["seconds"] for r in records), 1)}

@@ -227,3 +227,89 @@ def test_longer_horizons_follow_paper_one_ratios():
     assert comparison.longer_horizons(wind_tunnels.HMMTask.paper()) == [{"K": 30}, {"K": 50}]
     assert comparison.longer_horizons("recall") == []
     assert comparison.model_sizes_for("transformer", "hmm")["max_len"] >= wind_tunnels.HMMTask().prefix_len + 30
+
+
+# ----------------------------------------------------------------------------- variants: the size ladder
+
+def test_every_variant_names_real_runs_and_sizes():
+    for name, v in comparison.VARIANTS.items():
+        assert v.about and v.runs, name
+        for arch, task in v.runs:
+            assert arch in models.ARCHITECTURES and task in comparison.TASKS, name
+            assert comparison.variant_seeds(name, arch), name
+            for key in v.sizes.get(arch, {}):
+                assert key in models.default_sizes(arch) or key == "stream_start", (name, key)
+        assert set(v.sizes) <= {a for a, _ in v.runs}, name
+
+
+def test_variant_task_steps_and_recipe():
+    recall = comparison.variant_task("recall", "recall20")
+    assert (recall.n_keys, recall.n_values, recall.n_pairs, recall.noise) == (20, 20, 40, 0.0)
+    assert comparison.variant_task("recall") .n_keys == 6
+    assert comparison.variant_steps("bijection", "no-wd-2x") == 2 * comparison.CONVERGED_STEPS["cpu"]["bijection"]
+    assert comparison.variant_steps("hmm", "long") == 30_000
+    assert comparison.variant_recipe("no-wd-2x")["weight_decay"] == 0.0
+    assert comparison.variant_recipe(None) == comparison.RECIPE
+    assert comparison.VARIANTS["stream"].sizes["transformer"]["stream_start"] == wind_tunnels.HMMTask().prefix_len
+    with pytest.raises(ValueError, match="variant"):
+        comparison.load_record("transformer", "hmm", 0, variant="d1000")
+
+
+def test_a_variant_trains_saves_into_its_folder_and_reloads(tmp_path):
+    model, record = comparison.train_converged("transformer", "hmm", 0, steps=30, progress=False, variant="stream")
+    assert record["variant"] == "stream" and record["model_sizes"]["stream_start"] == 18
+    weights, meta = comparison.save_pretrained(model, record, tmp_path)
+    again = comparison.load_pretrained("transformer", "hmm", 0, variant="stream", directory=tmp_path)
+    assert_same_weights(model, again)
+    with pytest.raises(FileNotFoundError, match="--variants d48"):
+        comparison.load_pretrained("transformer", "hmm", 0, variant="d48", directory=tmp_path / "none")
+
+
+def test_measure_run_reports_errors_their_sign_and_the_geometry():
+    task = wind_tunnels.wind_tunnel("recall")
+    model = models.build("transformer", task.vocab_size, task.n_classes, **comparison.model_sizes_for("transformer", task))
+    m = comparison.measure_run(model, task, n_seqs=64)
+    assert m["entropy_error_bits"] >= abs(m["entropy_bias_bits"]) and m["kl_bits"] > 0
+    g = m["geometry"]
+    assert g["d_head"] == 12 and len(g["attention_entropy_bits"]) == 2 and len(g["pc1_share_heads"]) == 2
+    assert set(g["key_groups"]) == {"keys", "values"} and g["key_groups"]["keys"]["n"] == task.n_keys
+    assert 0 < g["pc1_share_residual"] <= 1
+    assert "geometry" not in comparison.measure_run(models.build("lstm", task.vocab_size, task.n_classes), task, n_seqs=8)
+
+
+def test_cost_estimate_counts_the_parameters_it_would_train():
+    c = comparison.cost_estimate("transformer", "bijection", "cpu")
+    task = wind_tunnels.wind_tunnel("bijection")
+    real = models.build("transformer", task.vocab_size, task.n_classes, **comparison.model_sizes_for("transformer", task))
+    assert c["n_params"] == models.count_parameters(real) and c["steps"] == 3000
+    assert c["tflop"] == pytest.approx(6 * c["n_params"] * c["tokens"] / 1e12)
+    paper = comparison.cost_estimate("transformer", "hmm", "paper", seeds=3)
+    assert paper["n_params"] > 2_000_000 and paper["gpu_hours"] > 3 * comparison.cost_estimate("transformer", "hmm")["gpu_hours"] - 1e-9
+
+
+SHIPPED_VARIANTS = [(v, a, t, s) for v, runs in comparison.pretrained_variants().items() for a, t, s, w in runs if w]
+
+
+def test_the_ladder_ships_and_stays_small():
+    shipped = comparison.pretrained_variants()
+    for name in ("d48", "d96", "d96-l4", "d88", "d176", "long", "stream", "no-wd-2x", "recall20"):
+        assert name in shipped, f"variant {name} has no record; run scripts/train_wind_tunnels.py --variants {name}"
+    total = sum(p.stat().st_size for p in comparison.PRETRAINED_DIR.rglob("*") if p.is_file())
+    assert total < 15e6, f"package data {total / 1e6:.1f} MB"
+    for name, runs in shipped.items():  # what does not ship its weights has its measurements
+        for arch, task, seed, has in runs:
+            assert has or "measured" in comparison.load_record(arch, task, seed, name), (name, arch, task, seed)
+
+
+@pytest.mark.parametrize("variant,arch,task,seed", SHIPPED_VARIANTS, ids=lambda x: str(x))
+def test_a_shipped_variant_reproduces_its_record_on_sequences_the_course_never_uses(variant, arch, task, seed):
+    """A held-out evaluation (seed 777, used nowhere else) gives the record's KL within 20%, and
+    the weights give the record's measurements exactly where the record has them."""
+    record = comparison.load_record(arch, task, seed, variant)
+    model = comparison.load_pretrained(arch, task, seed, variant)
+    tunnel = comparison.variant_task(task, variant)
+    fresh = evaluate(model, tunnel, n_seqs=record["n_eval"], seed=777)["kl_bits"]
+    assert fresh == pytest.approx(record["final"]["trained"]["kl_bits"], rel=0.2)
+    if "measured" in record:
+        again = comparison.measure_run(model, tunnel)
+        assert again["kl_bits"] == pytest.approx(record["measured"]["kl_bits"], rel=1e-3)

@@ -118,3 +118,13 @@ def test_score_kernel_panels_draw_the_agreement_and_the_kernel():
     with pytest.raises(ValueError, match="square"):
         plots.score_kernel_panels(axes, steps, agree, agree, np.ones((2, 3)))
     plt.close(fig)
+
+
+def test_ladder_draws_each_run_and_a_line_through_each_rungs_mean(ax):
+    rows = [{"task": t, "n_params": n, "kl": kl} for t, n, kl in
+            [("a", 100, 1.0), ("a", 100, 3.0), ("a", 400, 0.5), ("b", 100, 2.0), ("b", 400, 1.0)]]
+    plots.ladder(ax, rows, lambda r: r["kl"], ylabel="KL", log_y=True, labels={"a": "task a"})
+    lines = ax.get_lines()
+    assert [line.get_label() for line in lines] == ["task a", "b"]
+    np.testing.assert_allclose(lines[0].get_ydata(), [2.0, 0.5])     # the mean of each rung
+    assert len(ax.collections) == 2 and ax.get_xscale() == "log" and ax.get_yscale() == "log"

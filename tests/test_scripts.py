@@ -125,3 +125,30 @@ def test_sticky_long_runs_writes_a_record_that_loads_and_skips_it_next_time(tmp_
     assert "pool64-std0.1: up to date, skipped" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         sticky_long_runs.main(["--only", "no-such-run"])
+
+
+def test_train_wind_tunnels_trains_a_variant_then_measures_it(tmp_path, capsys):
+    """--variants trains a ladder rung with its own sizes into its folder; --measure adds the
+    measurements that the rungs without shipped weights are read from."""
+    train_wind_tunnels = load("train_wind_tunnels")
+    from bayesattn_lite import comparison
+    args = ["--variants", "d48", "--tasks", "recall", "--seeds", "0", "--steps", "20", "--workers", "1",
+            "--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ckpt"), "--no-progress"]
+    [record] = train_wind_tunnels.main(args)
+    assert record["variant"] == "d48" and record["model_sizes"]["d_model"] == 48 and record["steps"] == 20
+    [path] = train_wind_tunnels.main(args + ["--measure"])
+    measured = json.loads(path.read_text())["measured"]
+    assert measured["geometry"]["d_head"] == 24 and "entropy_bias_bits" in measured
+    row = comparison.ladder_row("transformer", "recall", 0, "d48", directory=tmp_path / "out")
+    assert row["source"] == "weights" and row["kl_bits"] == pytest.approx(measured["kl_bits"], rel=1e-6)
+    path.with_suffix(".pt").unlink()  # a rung that ships its record only
+    row = comparison.ladder_row("transformer", "recall", 0, "d48", directory=tmp_path / "out")
+    assert row["source"] == "record" and row["geometry"] == measured["geometry"]
+
+
+def test_train_wind_tunnels_prints_the_paper_cost_before_it_starts(capsys):
+    train_wind_tunnels = load("train_wind_tunnels")
+    job = {"arch": "transformer", "task": "hmm", "seed": 0, "size": "paper", "steps": 100_000, "variant": None}
+    train_wind_tunnels.print_cost_estimate([job])
+    out = capsys.readouterr().out
+    assert "GPU-hours" in out and "3,220,741" in out and "estimated total" in out
