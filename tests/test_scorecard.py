@@ -7,7 +7,9 @@ import copy
 import re
 from pathlib import Path
 
+import nbformat
 import numpy as np
+import pytest
 
 from bayesattn_lite import experiments
 
@@ -43,6 +45,47 @@ def rows():
     """(claim, verdict, figures, links) for every row of the table."""
     return [(c[0], c[1].strip("*"), re.findall(r"`([^`]+)`", c[2]),
              re.findall(r"\]\(([\w.]+\.ipynb)#([\w-]+)\)", c[4])) for c in table()]
+
+
+def outputs_text(path):
+    """Everything a notebook's cells printed, as one string."""
+    nb = nbformat.read(path, as_version=4)
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            parts.append(out.get("text", ""))
+            parts.append(out.get("data", {}).get("text/plain", ""))
+    return "\n".join(parts)
+
+
+def headings(path):
+    nb = nbformat.read(path, as_version=4)
+    return {slug(line.lstrip("#")) for cell in nb.cells if cell.cell_type == "markdown"
+            for line in cell.source.splitlines() if re.match(r"#{1,3} ", line)}
+
+
+def test_the_page_has_a_row_per_claim():
+    claims = [r[0].lower() for r in rows()]
+    assert len(claims) >= 11, claims
+    for word in ("advantage", "value", "specialisation", "em", "two timescales", "frame", "2.3",
+                 "bayes", "orthogonal", "architecture", "content-based routing", "extrapolate"):
+        assert any(word in c for c in claims), f"no row about {word!r}"
+
+
+@pytest.mark.parametrize("claim, verdict, figures, links", rows(), ids=lambda r: r if isinstance(r, str) else None)
+def test_every_figure_is_printed_by_the_chapter_it_links_to(claim, verdict, figures, links):
+    assert verdict in VERDICTS, f"{claim}: verdict {verdict!r}"
+    assert links, f"{claim}: no link to the chapter section that measured it"
+    assert figures, f"{claim}: no measured figure (a 'not tested at this size' row shows the trend it has)"
+    texts = {}
+    for notebook, anchor in links:
+        path = ROOT / "book" / notebook
+        assert path.exists(), f"{claim}: {notebook} does not exist"
+        assert anchor in headings(path), f"{claim}: {notebook} has no heading #{anchor}"
+        texts[notebook] = outputs_text(path)
+    for figure in figures:
+        assert any(figure in text for text in texts.values()), \
+            f"{claim}: {figure!r} is not in the outputs of {', '.join(texts)}"
 
 
 def test_every_row_has_the_five_columns_and_states_its_setting():
