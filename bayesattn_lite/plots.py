@@ -1,5 +1,6 @@
 """Figure helpers shared by the chapters, so every chapter draws the same things the same way."""
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -457,6 +458,10 @@ def ladder(ax, rows, value, group="task", colors=None, ylabel="", log_y=False, l
         ax.plot(rungs, [y[x == n].mean() for n in rungs], color=color, lw=1.4, marker="o", ms=3,
                 label=(labels or {}).get(g, g))
     ax.set_xscale("log")
+    # ticks at 1, 2 and 5 of each decade, in thousands (log-scale minor labels would run into each other)
+    ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 5)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda n, _: f"{n / 1000:g}k"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     if log_y:
         ax.set_yscale("log")
     ax.set(xlabel="parameters", ylabel=ylabel)
