@@ -113,8 +113,8 @@ def main(argv=None):
             rows = []
             for horizon in [{}] + args.horizon:
                 metrics = comparison.evaluate(model, task, n_seqs=args.n_eval, **horizon)
-                metrics["per_position_error_bits"] = [None if v != v else float(v)  # nan -> null
-                                                      for v in metrics["per_position_error_bits"]]
+                for key in ("per_position_error_bits", "per_position_kl_bits"):  # arrays -> JSON lists
+                    metrics[key] = [None if v != v else float(v) for v in metrics[key]]  # nan -> null
                 rows.append({"arch": args.arch, "task": args.task, "size": args.size, "seed": args.seed,
                              "steps": args.steps, "world_size": world,
                              "n_params": models.count_parameters(model),
