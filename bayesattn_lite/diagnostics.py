@@ -657,8 +657,8 @@ def bayesian_geometry(model, batch, token_groups=None):
     B, H, T, d = k.shape
     tokens = batch.tokens.reshape(-1).to(k.device)
     raw, centred = [], []
-    for h in range(H):
-        _, means = group_means(k[:, h].reshape(-1, d), tokens)
+    per_head = [group_means(k[:, h].reshape(-1, d), tokens) for h in range(H)]  # (tokens present, means)
+    for _, means in per_head:
         raw.append(key_orthogonality(means))
         centred.append(key_orthogonality(means - means.mean(0)))
     mask = batch.mask.to(k.device)
@@ -680,8 +680,7 @@ def bayesian_geometry(model, batch, token_groups=None):
         for name, ids in token_groups.items():
             ids = torch.as_tensor(list(ids), device=k.device)
             raw_g, centred_g = [], []
-            for h in range(H):
-                present, means = group_means(k[:, h].reshape(-1, d), tokens)
+            for present, means in per_head:
                 means = means[torch.isin(present, ids)]
                 raw_g.append(key_orthogonality(means))
                 centred_g.append(key_orthogonality(means - means.mean(0)))
