@@ -40,8 +40,13 @@ what one optimizer step actually did (state at t+1), on the training batch itsel
                        rounding whenever W_V trains)
 """
 
+import atexit
+import concurrent.futures
 import contextlib
+import functools
 import math
+import multiprocessing
+import os
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -315,8 +320,46 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
                snapshots=snapshots)
 
 
-def run_seeds(cfg=Config(), seeds=(0, 1, 2, 3, 4), **kwargs):
-    return [run(cfg, seed, **kwargs) for seed in seeds]
+def run_seeds(cfg=Config(), seeds=(0, 1, 2, 3, 4), workers=None, **kwargs):
+    """``run`` for each seed, in the order of ``seeds``. On the CPU the seeds train in ``workers``
+    processes at once (default: one per CPU core, at most one per seed); each run is seeded on its
+    own and uses one thread, so the results are those of one run after the other."""
+    seeds = list(seeds)
+    on_cpu = pick_device(kwargs.get("device", "cpu")).type == "cpu"
+    if workers is None:
+        workers = min(len(seeds), os.cpu_count() or 1) if on_cpu else 1
+    workers = _validate.integer("workers", workers, 1)
+    if workers > 1 and not on_cpu:
+        _validate.fail("workers", "1 on a GPU (worker processes are for CPU runs)", workers)
+    if workers == 1 or len(seeds) < 2:
+        return [run(cfg, seed, **kwargs) for seed in seeds]
+    pool = _worker_pool(workers)
+    try:
+        return list(pool.map(functools.partial(run, cfg, **kwargs), seeds))
+    except concurrent.futures.process.BrokenProcessPool:
+        _POOLS.pop(workers, None)  # a worker died (killed, out of memory): the next call starts a new pool
+        raise
+
+
+_POOLS = {}
+
+
+def _worker_pool(workers):
+    """A pool of ``workers`` processes kept for the session: starting one costs seconds (each worker
+    imports torch), as much as a short run. Spawned, not forked: a forked torch or Jupyter kernel
+    can deadlock."""
+    if workers not in _POOLS:
+        if not _POOLS:
+            atexit.register(_close_pools)
+        _POOLS[workers] = concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"))
+    return _POOLS[workers]
+
+
+def _close_pools():
+    """End the workers before the interpreter tears its modules down (a pool collected later warns)."""
+    while _POOLS:
+        _POOLS.popitem()[1].shutdown(wait=True, cancel_futures=True)
 
 
 def curves(runs, key):

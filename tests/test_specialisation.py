@@ -7,6 +7,7 @@ from dataclasses import replace
 import matplotlib
 import numpy as np
 import pytest
+import torch
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -44,6 +45,19 @@ def test_runs_are_reproducible_and_seeds_differ():
     a, b, c = sp.run(TINY, 2), sp.run(TINY, 2), sp.run(TINY, 3)
     assert np.array_equal(a.history["loss"], b.history["loss"])
     assert not np.array_equal(a.history["loss"], c.history["loss"])
+
+
+def test_run_seeds_in_worker_processes_gives_the_runs_of_one_after_the_other():
+    serial = sp.run_seeds(TINY, (0, 1, 2), workers=1)
+    parallel = sp.run_seeds(TINY, (0, 1, 2), workers=2)
+    assert [r.seed for r in parallel] == [0, 1, 2]
+    for a, b in zip(serial, parallel):
+        for key in ("loss", "kl_bits", "frame_rate"):
+            np.testing.assert_array_equal(a.history[key], b.history[key])
+        for name, p in a.model.params().items():
+            assert torch.equal(p, b.model.params()[name])
+    with pytest.raises(ValueError, match="workers"):
+        sp.run_seeds(TINY, (0, 1), workers=0)
 
 
 def test_value_ratio_sets_the_value_learning_rate():
