@@ -637,6 +637,94 @@ def long_run(cfg, device=None, progress=True, checkpoint_path=None):
     return record
 
 
+# ----------------------------------------------------------------------------- chapter 6's controls
+
+# Which part of the EM-like change matters? Eleven schedules on the paper's seeds at T = 1000 (55 heads
+# in one batched run, about two and a half minutes on a 2-core CPU): chapter 6 loads the run that
+# ``scripts/sticky_long_runs.py --only controls`` saved, and trains it again when asked to.
+CONTROLS_T = 1000
+CONTROLS = {
+    "sgd": schedule(0.01), "em": schedule(0.01, W_V=10),   # the comparison again, at this T
+    "SGD, lr 0.1": schedule(0.1),                           # every matrix at EM's value rate
+    "W_V x3": schedule(0.01, W_V=3),                        # the ratio sweep: 1 (SGD), 3, 10 (EM), 30
+    "W_V x30": schedule(0.01, W_V=30),
+    "W_Q, W_K x10": schedule(0.01, W_Q=10, W_K=10),         # the opposite split: fast routing
+    "SGD, lr 0.003": schedule(0.003), "EM, lr 0.003": schedule(0.003, W_V=10),   # the base-rate sweep
+    "SGD, lr 0.03": schedule(0.03), "EM, lr 0.03": schedule(0.03, W_V=10),
+    "EM, lr 0.1": schedule(0.1, W_V=10),                    # (SGD at base rate 0.1 is the first control)
+}
+CONTROLS_NAME = "controls"
+
+
+def controls_run(seeds=PAPER_SEEDS, steps=1000, T=CONTROLS_T, device=None, progress=True, checkpoint_path=None):
+    """Train chapter 6's controls (``CONTROLS``) in one batched run: a ``ScheduleRun``."""
+    return run_schedules(CONTROLS, seeds=seeds, steps=steps, T=T, device=device, progress=progress,
+                         checkpoint_path=checkpoint_path, checkpoint_every=500, desc="controls")
+
+
+def _run_config(run):
+    """What a saved run was trained with: compared before a saved run is reused."""
+    return {"schedules": run.schedules, "seeds": list(run.seeds), "steps": run.steps, "T": run.T,
+            "chain": repr(run.chain), "pool": run.pool, "init_std": run.init_std}
+
+
+def save_schedule_run(run, path):
+    """Save what ``ScheduleRun``'s speed-ups, tables and held-out scores need (the curves, final and
+    Bayes metrics, final weights), not the snapshots, as one compressed numpy file."""
+    arrays = {f"bayes/{k}": np.asarray(v) for k, v in run.bayes.items()}
+    for i, name in enumerate(run.schedules):
+        for metric in ("loss", "entropy", "accuracy"):
+            arrays[f"{i}/{metric}"] = np.asarray(getattr(run, metric)[name], np.float32)
+        arrays.update({f"{i}/final/{k}": np.asarray(v) for k, v in run.final[name].items()})
+        arrays.update({f"{i}/params/{p}": run.params[name][p].cpu().numpy() for p in PARAM_NAMES})
+    meta = {**_run_config(run), "names": list(run.schedules), "seconds": round(run.seconds, 1), "device": run.device}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, meta=np.array(json.dumps(meta)), **arrays)
+
+
+def saved_run_config(path):
+    """The configuration a saved run was trained with (``_run_config``), or None if there is none."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as f:
+        meta = json.loads(str(f["meta"]))
+    return {k: meta[k] for k in ("schedules", "seeds", "steps", "T", "chain", "pool", "init_std")}
+
+
+def load_schedule_run(path):
+    """A ``ScheduleRun`` as ``save_schedule_run`` wrote it (on the default chain; no snapshots)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `python {LONG_RUN_SCRIPT} --only {CONTROLS_NAME}` "
+                                "to train it")
+    with np.load(path, allow_pickle=False) as f:
+        meta, a = json.loads(str(f["meta"])), {k: f[k] for k in f.files}
+    chain = StickyMarkovChain()
+    if repr(chain) != meta["chain"]:
+        raise ValueError(f"{path}: saved for {meta['chain']}, which load_schedule_run cannot rebuild")
+    names = meta["names"]
+    per = {name: i for i, name in enumerate(names)}
+    return ScheduleRun(
+        schedules=meta["schedules"], seeds=tuple(meta["seeds"]), steps=meta["steps"], T=meta["T"], chain=chain,
+        **{m: {n: a[f"{i}/{m}"] for n, i in per.items()} for m in ("loss", "entropy", "accuracy")},
+        final={n: {k.split("/")[-1]: a[k] for k in a if k.startswith(f"{i}/final/")} for n, i in per.items()},
+        bayes={k.split("/")[-1]: a[k] for k in a if k.startswith("bayes/")},
+        snapshot_steps=np.array([], dtype=int), values={},
+        params={n: {p: torch.from_numpy(a[f"{i}/params/{p}"]) for p in PARAM_NAMES} for n, i in per.items()},
+        seconds=meta["seconds"], device=meta["device"], pool=meta["pool"], init_std=meta["init_std"])
+
+
+def controls_path(directory=None):
+    return Path(directory or RECORDS) / f"{CONTROLS_NAME}.npz"
+
+
+def load_controls(directory=None):
+    """Chapter 6's controls as ``scripts/sticky_long_runs.py --only controls`` saved them."""
+    return load_schedule_run(controls_path(directory))
+
+
 def record_path(name, directory=None):
     return Path(directory or RECORDS) / f"long-{name}.json"
 

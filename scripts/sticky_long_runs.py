@@ -10,7 +10,9 @@ trains the paper's head, rates and seeds on a pool of 64 fresh sequences per see
 8000 steps, and scores it on a held-out sequence; ``paper-design-std0.1`` runs the paper's own
 design for 4000 steps (to show where it memorises); the ``pool64-std*`` runs are the init-scale
 sweep. Each writes ``bayesattn_lite/pretrained/sticky/long-<name>.json`` (``experiments.long_run``),
-where ``experiments.load_long_run`` finds it.
+where ``experiments.load_long_run`` finds it. ``controls`` trains chapter 6's controls
+(``experiments.CONTROLS``: 11 schedules x 5 seeds, 1000 steps at T = 1000) and saves the run as
+``controls.npz`` (``experiments.save_schedule_run``), where ``experiments.load_controls`` finds it.
 
 Resumable at two levels: a run whose record is there with the same configuration is skipped
 (``--force`` retrains it), and an interrupted run continues from its checkpoint in
@@ -36,6 +38,25 @@ def _up_to_date(path, cfg):
     return json.loads(path.read_text())["config"] == json.loads(json.dumps(asdict(cfg)))
 
 
+def controls(args, overrides):
+    """Train and save chapter 6's controls, unless the saved run has the same configuration."""
+    path = experiments.controls_path(args.out)
+    kwargs = {"seeds": experiments.PAPER_SEEDS, "steps": 1000, **overrides}
+    wanted = {"schedules": experiments.CONTROLS, "seeds": list(kwargs["seeds"]), "steps": kwargs["steps"],
+              "T": experiments.CONTROLS_T}
+    saved = experiments.saved_run_config(path)
+    if not args.force and saved and all(saved[k] == json.loads(json.dumps(v)) for k, v in wanted.items()):
+        print(f"{experiments.CONTROLS_NAME}: up to date, skipped ({path})")
+        return None
+    print(f"{experiments.CONTROLS_NAME}: {len(experiments.CONTROLS) * len(kwargs['seeds'])} models x "
+          f"{kwargs['steps']} steps, T = {experiments.CONTROLS_T}")
+    run = experiments.controls_run(**kwargs, device=args.device, progress=not args.no_progress,
+                                   checkpoint_path=args.checkpoint_dir / f"{experiments.CONTROLS_NAME}.pt")
+    experiments.save_schedule_run(run, path)
+    print(f"{experiments.CONTROLS_NAME}: {run.seconds:.0f} s on {run.device} -> {path}")
+    return run
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", help="names of runs to train (default: all)")
@@ -49,9 +70,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     overrides = {**({"steps": args.steps} if args.steps else {}), **({"seeds": tuple(args.seeds)} if args.seeds else {})}
     configs = [replace(c, **overrides) for c in experiments.LONG_RUNS if not args.only or c.name in args.only]
-    unknown = set(args.only or ()) - {c.name for c in experiments.LONG_RUNS}
+    names = [c.name for c in experiments.LONG_RUNS] + [experiments.CONTROLS_NAME]
+    unknown = set(args.only or ()) - set(names)
     if unknown:
-        parser.error(f"unknown run(s) {sorted(unknown)}: expected names from {[c.name for c in experiments.LONG_RUNS]}")
+        parser.error(f"unknown run(s) {sorted(unknown)}: expected names from {names}")
     args.out.mkdir(parents=True, exist_ok=True)
     began, records = time.perf_counter(), []
     for cfg in configs:
@@ -66,6 +88,8 @@ def main(argv=None):
         path.write_text(json.dumps(record) + "\n")
         records.append(record)
         print(f"{cfg.name}: {record['seconds']:.0f} s on {record['device']} -> {path}")
+    if not args.only or experiments.CONTROLS_NAME in args.only:
+        records.append(controls(args, overrides))
     print(f"total {time.perf_counter() - began:.0f} s")
     return records
 

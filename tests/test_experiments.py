@@ -235,6 +235,30 @@ def test_the_shipped_long_run_reproduces_from_a_short_rerun():
     assert shipped["config"]["steps"] == experiments.LongRunConfig.paper().steps
 
 
+def test_a_saved_schedule_run_loads_with_the_same_speedups_tables_and_held_out_scores(small, tmp_path):
+    run = small.run
+    experiments.save_schedule_run(run, tmp_path / "run.npz")
+    loaded = experiments.load_schedule_run(tmp_path / "run.npz")
+    assert loaded.schedules == run.schedules and loaded.seeds == run.seeds and loaded.T == run.T
+    for name in run.schedules:
+        np.testing.assert_allclose(loaded.speedup(name)[1], run.speedup(name)[1])
+        np.testing.assert_allclose(loaded.held_out()[name]["loss"], run.held_out()[name]["loss"])
+    assert loaded.table() == run.table()
+    assert experiments.saved_run_config(tmp_path / "run.npz")["steps"] == run.steps
+    assert experiments.saved_run_config(tmp_path / "missing.npz") is None
+    with pytest.raises(FileNotFoundError, match="sticky_long_runs.py --only controls"):
+        experiments.load_schedule_run(tmp_path / "missing.npz")
+
+
+def test_the_shipped_controls_are_chapter_6s_schedules_and_reproduce_from_a_short_rerun():
+    shipped = experiments.load_controls()
+    assert shipped.schedules == experiments.CONTROLS
+    assert (shipped.seeds, shipped.steps, shipped.T) == (experiments.PAPER_SEEDS, 1000, experiments.CONTROLS_T)
+    rerun = experiments.controls_run(steps=20, progress=False)
+    for name in experiments.CONTROLS:
+        np.testing.assert_allclose(rerun.loss[name], shipped.loss[name][:, :20], rtol=1e-5)
+
+
 def test_within_is_the_first_step_from_which_a_curve_stays_below():
     steps = np.array([0, 10, 20, 30])
     np.testing.assert_array_equal(experiments.within(steps, [[0.5, 0.01, 0.03, 0.01], [0.5, 0.4, 0.3, 0.2]], 0.02),
