@@ -1,28 +1,33 @@
 """The grader's sandbox: one fresh, limited Jupyter kernel per submission, and the data channel to it.
 
-Private to ``bayesattn_lite.grading``. What it enforces, and how:
+Private to ``bayesattn_lite.grading``. The isolation is bubblewrap's (``bwrap``, the sandbox behind
+Flatpak; Debian's package ``bubblewrap``), the same as root and as a plain user:
 
-- **A fresh folder.** ``home/`` (the kernel's working folder, HOME, TMPDIR, IPYTHONDIR, Jupyter and
-  matplotlib folders), ``io/`` (the answers the kernel writes for the grader) and ``ipc/`` (its
-  sockets) in a new temporary folder, plus ``pkg/``, a read-only copy of this package that the kernel
-  imports (PYTHONPATH), so the paths the package knows (``assignments.FOLDER``) lead to nothing.
-  The copy's ``checks.py`` is a stand-in (``grading.KERNEL_CHECKS``): the checks, and the references
-  inside them, run in the grader only.
-- **Another user** (grader running as root, Linux). The kernel gets a user id of its own, used by no
-  other process (a random uid, no groups): it cannot write the package, the instructor notebooks, the
-  submissions or the reports (all owned by root), and every process it starts is found by that uid and
-  killed at the end. Not root: the kernel runs as the grader's user; see ``isolation()``.
-- **Namespaces** (root). A new mount namespace in which the instructor folder, the submissions and
-  the reports are covered by empty, unreadable tmpfs mounts, and a new network namespace without
-  network (the kernel talks to the grader over Unix sockets, which live in the file system).
-- **Limits**: address space (RLIMIT_AS), file size, processes (root: per uid), core dumps; time per
-  cell and per notebook, enforced by the grader (SIGINT, then SIGKILL of everything); output counted
-  on the grader's side and the kernel killed past a cap; one message is at most MAX_MESSAGE bytes
-  (ZeroMQ drops a larger one, and the grader treats the broken connection as "output too large").
-- **A supervisor** between the grader and the kernel: a small process (stdlib only, ``python -I -S``)
-  that sets all this up, forks the kernel in a new session, is the "child subreaper" of everything the
-  kernel starts (a process that detaches with setsid or a double fork is re-parented to it, not to
-  init), and kills them all when the grader says stop or goes away.
+- **Namespaces**: new user, mount, PID, network, IPC and UTS namespaces. The kernel's user has no
+  privileges; as root the whole sandbox also runs as a user id of its own (random, no groups, used by
+  no other process). No network (the kernel talks to the grader over Unix sockets in its folder).
+  Its processes see only each other, and when the sandbox's first process ends, every process the
+  kernel started ends with it, whatever it did to detach or rename itself.
+- **A minimal file system** (``bubblewrap_argv``): /usr and Python read-only; a temporary folder with
+  ``home/`` (the kernel's working folder, HOME, Jupyter and matplotlib folders), ``io/`` (the answers
+  the kernel writes for the grader), ``ipc/`` (its sockets) and ``pkg/``, a read-only copy of this
+  package that the kernel imports (PYTHONPATH) whose ``checks.py`` is a stand-in
+  (``grading.KERNEL_CHECKS``): the checks, and the references inside them, run in the grader only;
+  private /tmp, /var/tmp and /dev/shm, removed with the folder. Nothing else: not the checkout (its
+  .git, the built book), not the instructor notebooks, not the other submissions, not the grader's
+  reports. An installed copy of the package inside a visible folder is covered.
+- **Limits**: address space (RLIMIT_AS), file size, processes (as root, per user id), core dumps;
+  time per cell and per notebook, enforced by the grader (SIGINT, then the end of everything); output
+  counted on the grader's side and the kernel killed past a cap; one message is at most MAX_MESSAGE
+  bytes (ZeroMQ drops a larger one, and the grader treats the broken connection as "output too large").
+- **A supervisor** inside the sandbox (stdlib only, ``python -I -S``): it starts the kernel in a new
+  session with the limits, is the "child subreaper" of everything it starts, passes the grader's
+  interrupt on, and kills them all when the grader says stop; bubblewrap ends it when the grader goes
+  away (``--die-with-parent``).
+
+Where bubblewrap cannot start (not installed, user namespaces disabled), ``check_sandbox`` says why
+and how to fix it, and the grader refuses; ``Sandbox(sandboxed=False)`` (``--no-sandbox``) runs the
+supervisor and kernel as the grader's user without any of this, for notebooks one trusts.
 
 Nothing the kernel prints is read as a verdict. The grader asks the kernel for data only
 (``call``/``fetch``): the request goes in the code of a silent execute request, the answer comes back
@@ -36,6 +41,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -50,15 +56,174 @@ KERNEL_START = 60  # seconds for the kernel to start and answer kernel_info
 
 # ----------------------------------------------------------------------------- where we run
 
-def in_container():
-    """True when this process looks like it runs in a container (Docker, Podman, Kubernetes, LXC)."""
-    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv") or os.environ.get("container"):
-        return True
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap cannot start a sandbox here; the message says why and how to fix it."""
+
+
+HOW_TO_FIX = ("install bubblewrap (Debian and Ubuntu: apt-get install bubblewrap) on Linux with user "
+              "namespaces enabled (sysctl kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0; "
+              "in Docker, run the grader with --security-opt seccomp=unconfined or use a VM), or pass "
+              "--no-sandbox to grade notebooks you trust without one")
+_PROBED = {}
+
+
+def check_sandbox():
+    """Raise SandboxUnavailable unless bubblewrap can start a sandbox as the grader would (probed once)."""
+    if "error" not in _PROBED:
+        _PROBED["error"] = _probe()
+    if _PROBED["error"]:
+        raise SandboxUnavailable(_PROBED["error"])
+
+
+def _probe():
+    if not sys.platform.startswith("linux"):
+        return f"the grader's sandbox needs Linux (this is {sys.platform}): " + HOW_TO_FIX
+    if shutil.which("bwrap") is None:
+        return "bubblewrap (bwrap) is not installed: " + HOW_TO_FIX
+    uid = 1_000_000 + secrets.randbelow(1_000_000_000) if privileged() else None
+    with tempfile.TemporaryDirectory(prefix="bal-probe-") as root:
+        os.chmod(root, 0o711)
+        try:
+            stage_dir = staging_folder() if uid is not None else None
+        except OSError as exc:
+            return str(exc)
+        argv, stage, _ = bubblewrap_argv(Path(root), [], [], [], stage_dir)
+        argv += ["--", sys.executable, "-I", "-S", "-c", "print('ok')"]
+        try:
+            done = subprocess.run(launch_argv(argv, stage, uid), capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"bubblewrap did not start ({exc}): " + HOW_TO_FIX
+        finally:
+            if stage_dir:
+                shutil.rmtree(stage_dir, ignore_errors=True)
+    if done.returncode or done.stdout.strip() != b"ok":
+        why = done.stderr.decode(errors="replace").strip()[-300:] or f"exit status {done.returncode}"
+        return f"bubblewrap cannot create the sandbox here ({why}): " + HOW_TO_FIX
+    return ""
+
+
+def bubblewrap_version():
     try:
-        text = Path("/proc/1/cgroup").read_text()
-    except OSError:
-        return False
-    return any(word in text for word in ("docker", "kubepods", "containerd", "lxc", "libpod"))
+        return subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "bubblewrap"
+
+
+# What the kernel sees of /etc: what the dynamic loader, fonts and user look-ups need, nothing else.
+ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/fonts",
+       "/etc/alternatives", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf")
+
+
+def bubblewrap_argv(root, writable, scratch, hide, stage_dir=None):
+    """bwrap's arguments for a sandbox over ``root`` (the grader's temporary folder): (argv, the
+    folders the launcher binds to a staging place first, paths covered).
+
+    New user, mount, PID, network, IPC and UTS namespaces; the kernel's user has no privileges. Its
+    file system: the system's programs and libraries (/usr) and Python read-only; ``root`` read-only,
+    with ``writable`` (its home, the answer and socket folders, the log) writable; private /tmp,
+    /var/tmp and /dev/shm on ``scratch``; a new /proc and a minimal /dev. Nothing else of the
+    machine: no checkout, no instructor folder, no other submission. ``hide`` and any installed copy
+    of this package (the checks' reference code) are covered where they fall inside what is visible.
+    The sandbox ends when the grader does (--die-with-parent) and takes every process it started with
+    it (the PID namespace ends with its first process).
+
+    With ``stage_dir`` (as root, where bubblewrap runs as a user of its own), a folder that user
+    could not reach (Python under /root, a temporary folder under a private one) is bound by the
+    launcher to an empty folder of ``stage_dir`` first, and bubblewrap binds it from there.
+    """
+    stage = []
+
+    def source(path):
+        path = os.path.realpath(path)
+        if stage_dir is None or _reachable_by_others(path):
+            return path
+        for real, staged in stage:
+            if path == real or path.startswith(real + "/"):
+                return staged + path[len(real):]
+        stage.append((path, os.path.join(stage_dir, str(len(stage)))))
+        return stage[-1][1]
+
+    argv = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--uid", "1000", "--gid", "1000",
+            "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            argv += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            argv += ["--ro-bind", top, top]
+    for path in ETC:
+        argv += ["--ro-bind-try", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    pythons = dict.fromkeys(os.path.realpath(p) for p in
+                            (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))))
+    pythons = [p for p in pythons if not p.startswith("/usr/") and not any(
+        q != p and p.startswith(q.rstrip("/") + "/") for q in pythons)]
+    if os.path.dirname(sys.executable) not in pythons and not os.path.realpath(sys.executable).startswith("/usr/"):
+        pythons.append(os.path.dirname(sys.executable))  # a venv's bin folder of symlinks
+    for path in dict.fromkeys(pythons):
+        argv += ["--ro-bind", source(path), path]
+    root = os.path.realpath(root)
+    source(root)  # staged whole, if it must be: its parts below are then reached through it
+    for name, path in zip(("/tmp", "/var/tmp", "/dev/shm"), scratch):
+        argv += ["--bind", source(path), name]
+    argv += ["--ro-bind", source(root), root]
+    for path in writable:
+        argv += ["--bind", source(path), os.path.realpath(path)]
+    visible = ["/usr", *pythons]
+    package = [os.path.realpath(p) for p in sys.path if p and os.path.isdir(os.path.join(p, "bayesattn_lite"))]
+    covered = []
+    for path in dict.fromkeys([*hide, *(os.path.join(p, "bayesattn_lite") for p in package)]):
+        real = os.path.realpath(path)
+        if not any(real == v or real.startswith(v.rstrip("/") + "/") for v in visible):
+            continue  # not mounted at all
+        argv += (["--tmpfs", real] if os.path.isdir(real) else ["--ro-bind", "/dev/null", real])
+        covered.append(path)
+    return argv, stage, covered
+
+
+def staging_folder():
+    """An empty folder that any user can enter, for the launcher's staging binds (removed by the caller)."""
+    for base in dict.fromkeys([tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"]):
+        if os.path.isdir(base) and _reachable_by_others(os.path.realpath(base) + "/x"):
+            folder = tempfile.mkdtemp(prefix="bal-stage-", dir=base)
+            os.chmod(folder, 0o711)
+            return folder
+    raise OSError("no temporary folder that another user can enter (/tmp, /var/tmp, /dev/shm) for the sandbox")
+
+
+def _reachable_by_others(path):
+    """Whether a user with no rights of its own can reach ``path`` (execute for others on every folder above)."""
+    parts = Path(path).parts
+    return all(os.stat(Path(*parts[:n])).st_mode & 0o001 for n in range(1, len(parts)))
+
+
+# As root the sandbox runs as a user id of its own. This launcher (run as root, stdlib only) binds any
+# Python folder that user could not reach into a staging place, in a mount namespace of its own that
+# nothing else sees, then becomes that user and starts bubblewrap.
+LAUNCHER = r'''
+import ctypes, json, os, sys
+cfg = json.loads(sys.argv[1])
+if cfg["stage"]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x00020000) != 0:  # CLONE_NEWNS
+        sys.exit("launcher: no mount namespace (errno %d)" % ctypes.get_errno())
+    libc.mount(b"none", b"/", None, (1 << 14) | (1 << 18), None)  # MS_REC | MS_PRIVATE
+    for source, target in cfg["stage"]:
+        os.makedirs(target, mode=0o755, exist_ok=True)
+        if libc.mount(source.encode(), target.encode(), None, 4096 | (1 << 14), None) != 0:  # MS_BIND | MS_REC
+            sys.exit("launcher: cannot bind %s (errno %d)" % (source, ctypes.get_errno()))
+os.setgroups([])
+os.setgid(cfg["uid"])
+os.setuid(cfg["uid"])
+os.execv(cfg["argv"][0], cfg["argv"])  # an absolute path: the standard library is out of reach now
+'''
+
+
+def launch_argv(argv, stage, uid):
+    """The command that starts ``argv`` (bubblewrap's) as ``uid``, after staging (as root)."""
+    if uid is None:
+        return argv
+    return [sys.executable, "-I", "-S", "-c", LAUNCHER, json.dumps({"stage": stage, "uid": uid, "argv": argv})]
 
 
 def privileged():
@@ -248,35 +413,7 @@ def say(*words):
 libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 if libc is not None:
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of the kernel come to us
-namespaces, hidden = "none", []
-if cfg["uid"] is not None and libc is not None:
-    if libc.unshare(0x00020000 | 0x40000000) == 0:  # CLONE_NEWNS | CLONE_NEWNET
-        namespaces = "mount+network"
-        libc.mount(b"none", b"/", None, (1 << 14) | (1 << 18), None)  # MS_REC | MS_PRIVATE
-        # Python under a folder the kernel's user cannot enter (/root/.pyenv): bind the installation
-        # to a staging folder, cover that folder with an empty tmpfs, bind the installation back at
-        # its own path (nothing else of the folder), drop the staging mount
-        BIND = 4096 | (1 << 14)  # MS_BIND | MS_REC
-        for n, (_, target) in enumerate(cfg["expose"]):
-            libc.mount(target.encode(), ("%s/%d" % (cfg["stage"], n)).encode(), None, BIND, None)
-        for ancestor in sorted({a for a, _ in cfg["expose"]}, key=len):
-            libc.mount(b"tmpfs", ancestor.encode(), b"tmpfs", 0, b"size=64k,mode=755")
-        for n, (_, target) in enumerate(cfg["expose"]):
-            os.makedirs(target, exist_ok=True)
-            libc.mount(("%s/%d" % (cfg["stage"], n)).encode(), target.encode(), None, BIND, None)
-            libc.umount2(("%s/%d" % (cfg["stage"], n)).encode(), 2)  # MNT_DETACH
-        for path in cfg["hide"]:
-            if os.path.isdir(path):
-                ok = libc.mount(b"tmpfs", path.encode(), b"tmpfs", 0, b"size=4k,mode=000") == 0
-            elif os.path.exists(path):
-                ok = libc.mount(b"/dev/null", path.encode(), None, 4096, None) == 0  # MS_BIND
-            else:
-                continue
-            if ok:
-                hidden.append(path)
-    else:
-        namespaces = "unavailable (errno %d)" % ctypes.get_errno()
-say("namespaces", json.dumps({"namespaces": namespaces, "hidden": hidden}))
+say("ready")
 
 pid = os.fork()
 if pid == 0:
@@ -291,10 +428,6 @@ if pid == 0:
         os.dup2(log, 2)
         os.closerange(3, 4096)
         os.chdir(cfg["cwd"])
-        if cfg["uid"] is not None:
-            os.setgroups([])
-            os.setgid(cfg["uid"])
-            os.setuid(cfg["uid"])
         os.umask(0o077)
         os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
     except BaseException as exc:
@@ -304,20 +437,21 @@ say("pid", pid)
 
 
 def ours():
-    """Our children (the kernel and every orphan it left) and, as root, every process of its uid."""
+    """Every other process of the sandbox's PID namespace (bubblewrap's init, pid 1, excepted), or
+    without a sandbox our children (the kernel and every orphan it left)."""
     found = []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not entry.isdigit() or int(entry) == os.getpid():
+        if not entry.isdigit() or int(entry) in (os.getpid(), 1 if cfg["pid_namespace"] else 0):
             continue
-        try:
-            with open("/proc/%s/status" % entry) as f:
-                status = f.read()
-        except OSError:
+        if cfg["pid_namespace"]:
+            found.append(int(entry))
             continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        ppid = int(fields.get("PPid", "0").split()[0] or 0)
-        uids = {int(u) for u in fields.get("Uid", "").split()}
-        if ppid == os.getpid() or (cfg["uid"] is not None and cfg["uid"] in uids):
+        try:  # bytes: a process may give itself a name that is not UTF-8
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid():
             found.append(int(entry))
     return found
 
@@ -364,8 +498,13 @@ while True:
     ready, _, _ = select.select([0], [], [], 0.2)
     reap()
     if ready:
-        line = os.read(0, 4096)
-        if not line or line.strip() == b"stop":
+        words = os.read(0, 4096)
+        if b"int" in words.split() and pid is not None:  # the grader's interrupt, for the cell that runs
+            try:
+                os.kill(pid, signal.SIGINT)
+            except OSError:
+                pass
+        if not words or b"stop" in words.split():
             clean()
             os._exit(0)
 '''
@@ -386,8 +525,9 @@ class Sandbox:
     ``fetch`` and ``call`` exchange data with the learner's namespace."""
 
     def __init__(self, package_dir, hide=(), notebook_timeout=600, memory_mb=4096, max_output_mb=16,
-                 grace=5.0, replace=None):
+                 grace=5.0, replace=None, sandboxed=True):
         self.package_dir = Path(package_dir)
+        self.sandboxed = sandboxed  # False: --no-sandbox, the kernel runs as the grader's user, unconfined
         self.replace = dict(replace or {})  # file of the package copy -> the text the kernel gets instead
         self.hide = [str(Path(p).resolve()) for p in hide if p]
         self.deadline = time.monotonic() + notebook_timeout
@@ -395,8 +535,8 @@ class Sandbox:
         self.grace = grace
         self.output_bytes = 0
         self.dead = None  # a sentence once the kernel is gone
-        self.info = {"container": in_container(), "kernel_user": None, "namespaces": "none", "hidden": []}
-        self.root = None
+        self.info = {"sandbox": None, "kernel_user": None, "hidden": []}
+        self.root = self.stage_dir = None
         self.proc = None
         self.kc = None
         self._lines = b""
@@ -416,11 +556,16 @@ class Sandbox:
         self.close()
 
     def _start(self):
+        # As root the sandbox starts as a user id of its own (random, no groups): bubblewrap then maps
+        # the kernel's user onto it, a user no other process has. As anyone else it maps onto the
+        # grader's user, which the kernel cannot use outside its namespaces.
         uid = (1_000_000 + secrets.randbelow(1_000_000_000)) if privileged() else None
         self.root = Path(tempfile.mkdtemp(prefix="bal-grade-"))
-        os.chmod(self.root, 0o711)  # the kernel may enter by name, not list
-        home, io, ipc = (self.root / n for n in ("home", "io", "ipc"))
-        for d in (home, io, ipc, home / "tmp"):
+        os.chmod(self.root, 0o711)  # the kernel's user may enter by name, not list
+        home, io, ipc, log = (self.root / n for n in ("home", "io", "ipc", "log"))
+        scratch = [self.root / "scratch" / n for n in ("tmp", "var-tmp", "shm")]
+        (self.root / "scratch").mkdir(mode=0o711)
+        for d in (home, io, ipc, log, *scratch):
             d.mkdir(mode=0o700)
             if uid is not None:
                 os.chown(d, uid, uid)
@@ -437,8 +582,9 @@ class Sandbox:
         write_connection_file(conn, transport="ipc", ip=str(ipc / "k"), key=secrets.token_hex(16).encode(),
                               shell_port=1, iopub_port=2, stdin_port=3, control_port=4, hb_port=5)
         os.chmod(conn, 0o644)
+        tmp = "/tmp" if self.sandboxed else str(scratch[0])
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
-               "TMPDIR": str(home / "tmp"), "IPYTHONDIR": str(home / ".ipython"),
+               "TMPDIR": tmp, "IPYTHONDIR": str(home / ".ipython"),
                "JUPYTER_CONFIG_DIR": str(home / ".jupyter"), "JUPYTER_DATA_DIR": str(home / ".jupyter-data"),
                "JUPYTER_RUNTIME_DIR": str(home / ".jupyter-runtime"), "MPLCONFIGDIR": str(home / ".matplotlib"),
                "MPLBACKEND": "Agg", "PYTHONPATH": str(pkg), "PYTHONNOUSERSITE": "1",
@@ -446,24 +592,29 @@ class Sandbox:
         rlimits = {"RLIMIT_AS": self.memory_mb * MiB, "RLIMIT_CORE": 0, "RLIMIT_FSIZE": 256 * MiB}
         if uid is not None:
             rlimits["RLIMIT_NPROC"] = 512  # per uid: this kernel's own, threads included
-        keep = [self.root, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent]
-        hide = [h for h in self.hide if not any(k.resolve() == Path(h) or Path(h) in k.resolve().parents
-                                                for k in keep)]  # never cover the sandbox or Python
-        expose = _unreachable([sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
-                              ) if uid is not None else []
-        for n in range(len(expose)):
-            (self.root / "stage" / str(n)).mkdir(parents=True)
-        config = {"uid": uid, "hide": hide, "expose": expose, "stage": str(self.root / "stage"), "rlimits": rlimits, "log": str(self.root / "kernel.log"),
+        config = {"pid_namespace": self.sandboxed, "rlimits": rlimits, "log": str(log / "kernel.log"),
                   "cwd": str(home), "env": env,
                   "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", conn,
                            "--HistoryManager.enabled=False"]}
-        self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", SUPERVISOR, json.dumps(config)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     start_new_session=True, cwd=str(self.root))
-        setup = json.loads(self._read_line("namespaces", 30))
-        self.info.update(kernel_user=("its own user id" if uid is not None else "the grader's user"),
-                         namespaces=setup["namespaces"], hidden=setup["hidden"])
-        self.kernel_pid = int(self._read_line("pid", 30))
+        command = [sys.executable, "-I", "-S", "-c", SUPERVISOR, json.dumps(config)]
+        if self.sandboxed:
+            self.stage_dir = staging_folder() if uid is not None else None
+            argv, stage, covered = bubblewrap_argv(self.root, [home, io, ipc, log], scratch, self.hide, self.stage_dir)
+            command = launch_argv(argv + ["--chdir", str(home), "--"] + command, stage, uid)
+            self.info.update(sandbox=bubblewrap_version(), hidden=covered,
+                             kernel_user="an unprivileged user" + (" id of its own" if uid is not None else ""),
+                             namespaces="user, mount, pid, network, ipc, uts")
+        else:
+            self.info.update(sandbox="none (--no-sandbox)", kernel_user="the grader's user", namespaces="none")
+        with open(self.root / "sandbox.err", "wb") as err:  # what bubblewrap says if it cannot start
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         start_new_session=True, cwd=str(self.root))
+        try:
+            self._read_line("ready", 30)
+        except RuntimeError as exc:
+            said = (self.root / "sandbox.err").read_text(errors="replace").strip()[-300:]
+            raise RuntimeError(f"{exc}" + (f": {said}" if said else "")) from None
+        self.kernel_pid = int(self._read_line("pid", 30))  # in the sandbox's PID namespace when sandboxed
         self._connect(conn)
 
     def _read_line(self, word, timeout):
@@ -541,7 +692,7 @@ class Sandbox:
 
     def _log_tail(self):
         try:
-            return (self.root / "kernel.log").read_text(errors="replace")[-300:].strip()
+            return (self.root / "log" / "kernel.log").read_text(errors="replace")[-300:].strip()
         except OSError:
             return ""
 
@@ -550,16 +701,15 @@ class Sandbox:
         if self.dead is None:
             self.dead = reason
         if self.proc is not None and self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(b"stop\n")
-                self.proc.stdin.flush()
-            except OSError:
-                pass
+            self._tell_supervisor(b"stop\n")
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 pass
-        if self.kernel_pid is not None:  # the supervisor may have been killed (same uid): do it here
+        # Without a sandbox, the supervisor may have been killed (same uid): end the kernel's group here.
+        # In a sandbox the kernel's pid is one of its PID namespace, and ending bubblewrap (below) ends
+        # every process in that namespace.
+        if self.kernel_pid is not None and not self.sandboxed:
             try:
                 os.killpg(self.kernel_pid, signal.SIGKILL)
             except OSError:
@@ -567,6 +717,13 @@ class Sandbox:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def _tell_supervisor(self, words):
+        try:
+            self.proc.stdin.write(words)
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            pass
 
     def close(self):
         self.kill(self.dead or "closed")
@@ -578,13 +735,21 @@ class Sandbox:
             except Exception:  # noqa: BLE001 - best effort
                 pass
         if self.root is not None:
-            for path in [self.root, *self.root.rglob("*")] if self.root.exists() else []:
-                try:  # our own read-only copy, and whatever modes the kernel left
-                    if not path.is_symlink():
-                        os.chmod(path, 0o700)
+            # Folders only (our read-only copy, and whatever modes the kernel left), found without following
+            # a link, so a link the kernel planted never points a chmod elsewhere; its processes are gone.
+            stack = [str(self.root)]
+            while stack:
+                folder = stack.pop()
+                try:
+                    if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                        continue
+                    os.chmod(folder, 0o700)  # before listing it: the kernel may have left it mode 000
+                    stack += [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
                 except OSError:
                     pass
             shutil.rmtree(self.root, ignore_errors=True)
+        if self.stage_dir is not None:  # empty folders here: the binds lived in the launcher's namespace
+            shutil.rmtree(self.stage_dir, ignore_errors=True)
 
     # --------------------------------------------------------------------- executing
 
@@ -612,10 +777,7 @@ class Sandbox:
                     self.kill(why + ": the kernel and its processes were killed")
                     return ExecResult("dead", self.dead, time.monotonic() - start)
                 interrupted = True
-                try:
-                    os.kill(self.kernel_pid, signal.SIGINT)
-                except OSError:
-                    pass
+                self._tell_supervisor(b"int\n")  # it sends the kernel SIGINT
                 end = min(now + self.grace, self.deadline)
             events = dict(poller.poll(max(1, int(1000 * min(0.5, end - now)))))
             if self.monitor in events:
@@ -673,7 +835,6 @@ class Sandbox:
             raise RemoteError("no answer came back from the kernel"
                               + (f" ({result.error})" if result.error else "")) from None
         try:
-            import stat
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ANSWER:
                 raise RemoteError(f"the answer is larger than {MAX_ANSWER // MiB} MiB or not a file")
@@ -724,22 +885,6 @@ class Sandbox:
             return decode(answer[1])
         except (ValueError, TypeError, OverflowError, RecursionError) as exc:
             raise RemoteError(f"the kernel's answer is not valid data ({exc})") from None
-
-
-def _unreachable(paths):
-    """[(ancestor, path)] for each of ``paths`` below a folder that another user cannot enter (no
-    execute bit for others): the kernel's user needs them (Python itself) and the supervisor binds them
-    back inside the kernel's mount namespace."""
-    out = []
-    for path in dict.fromkeys(os.path.realpath(p) for p in paths):
-        parts = Path(path).parts
-        for n in range(1, len(parts) + 1):
-            folder = Path(*parts[:n])
-            if not os.stat(folder).st_mode & 0o001:
-                out.append((str(folder), path))
-                break
-    # a path inside another one is covered by the outer bind
-    return [(a, p) for a, p in out if not any(p != q and Path(q) in Path(p).parents for _, q in out)]
 
 
 def _raised(answer):

@@ -4,6 +4,7 @@
     python -m bayesattn_lite.grading DIR --csv grades.csv [--reports DIR2]        # every .ipynb in DIR
     options: --timeout 60 (s per cell)  --notebook-timeout 900  --memory 4096 (MiB)  --max-output 16 (MiB)
              --assignment ID  --folder INSTRUCTOR_FOLDER  --self-test (grade instructor versions)
+             --no-sandbox (trusted notebooks only: no bubblewrap)
 
 What it does, for each submission:
 
@@ -12,10 +13,12 @@ What it does, for each submission:
    the file name), checks that the notebook has the assignment's question cells, and rejects an
    instructor version (metadata ``version: instructor``, cells tagged ``instructor`` or solution
    markers) unless ``--self-test``;
-3. executes the code cells in a fresh sandboxed kernel (``bayesattn_lite._sandbox``: a temporary folder,
-   its own user and namespaces when the grader runs as root, limits on time, memory and output); a
-   cell that runs too long is interrupted, and a kernel that does not stop is killed with everything
-   it started;
+3. executes the code cells in a fresh kernel inside a bubblewrap sandbox (``bayesattn_lite._sandbox``:
+   new user, mount, PID and network namespaces, as root or not; a file system of Python, the system's
+   libraries and a temporary folder, nothing else; limits on time, memory and output); a cell that
+   runs too long is interrupted, and a kernel that does not stop is ended with everything it started.
+   Where bubblewrap cannot start, the grader refuses and says how to fix it; ``--no-sandbox`` grades
+   trusted notebooks without one and says so in every report;
 4. decides each checked question **in the grader's own process**: the ``bayesattn_lite.checks``
    function is called here, on stand-ins for the learner's objects, with inputs drawn from a fresh
    random seed offset for each submission (``checks.SEED_OFFSET``). Calling a stand-in sends the
@@ -29,14 +32,17 @@ What it does, for each submission:
    gradebook CSV, whatever any submission did.
 
 Exit status 0 whenever the reports were written; 2 when they could not be (bad arguments, an
-unwritable path).
+unwritable path, no sandbox).
 """
 
 import argparse
 import ast
+import contextlib
 import csv
+import io
 import json
 import math
+import os
 import secrets
 import sys
 import time
@@ -257,22 +263,14 @@ def _decide(sandbox, question, timeout):
 
 # ----------------------------------------------------------------------------- one submission
 
+NO_SANDBOX_WARNING = ("graded with --no-sandbox: the kernel ran as the grader's user, with the grader's files "
+                      "and network (the package's files are checked and restored after each submission); use it "
+                      "only for notebooks you trust")
+
+
 def _isolation(info):
-    """The report's account of how the kernel was isolated, with a warning where it is weak."""
-    out = dict(info)
-    warnings = []
-    if not info.get("container"):
-        warnings.append("the grader is not running in a container: run it in one without network "
-                        "(see the instructors' page) to grade submissions you do not trust")
-    if info.get("kernel_user") == "the grader's user":
-        warnings.append("the grader is not root, so the kernel runs as the grader's user: it can read the "
-                        "instructor notebooks and write what the grader can write (the package's files are "
-                        "checked and restored after each submission)")
-    elif info.get("namespaces") != "mount+network" and not info.get("container"):
-        warnings.append(f"no mount/network namespace ({info.get('namespaces')}): the kernel has the network, and "
-                        "nothing is hidden from it beyond file permissions (keep the instructor notebooks mode 600)")
-    out["warnings"] = warnings
-    return out
+    """The report's account of how the kernel was isolated, with a warning where it was not."""
+    return {**info, "warnings": [] if info.get("sandbox", "").startswith("bubblewrap") else [NO_SANDBOX_WARNING]}
 
 
 def _run(nb, assignment, limits, hide):
@@ -284,7 +282,7 @@ def _run(nb, assignment, limits, hide):
     checks.SEED_OFFSET = secrets.randbelow(2 ** 31)
     with _sandbox.Sandbox(PACKAGE_DIR, hide=hide, notebook_timeout=limits["notebook_timeout"],
                           memory_mb=limits["memory"], max_output_mb=limits["max_output"],
-                          replace={"checks.py": KERNEL_CHECKS}) as box:
+                          replace={"checks.py": KERNEL_CHECKS}, sandboxed=limits["sandboxed"]) as box:
         number = 0
         for cell in nb.cells:
             if cell.cell_type != "code":
@@ -328,9 +326,12 @@ def _question_entry(q, found, nb):
 
 def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, self_test=False,
           notebook_timeout=DEFAULT_NOTEBOOK_TIMEOUT, memory=DEFAULT_MEMORY, max_output=DEFAULT_MAX_OUTPUT,
-          hide=(), folder=None):
+          hide=(), folder=None, sandboxed=True):
     """The report of one submission as a dict. ``source`` is a path or the file's bytes (then ``name``
-    is its name). Never raises on a bad submission."""
+    is its name). Never raises on a bad submission; raises ``_sandbox.SandboxUnavailable`` (saying how
+    to fix it) when the sandbox cannot start here, unless ``sandboxed=False`` (trusted notebooks only)."""
+    if sandboxed:
+        _sandbox.check_sandbox()
     started = time.monotonic()
     name = str(name or source)
     nb, problem = _read(source)
@@ -367,7 +368,7 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
     if nb is not None:
         report["reference_calls"] = _reference_calls(nb, aid, folder)
         limits = {"timeout": timeout, "notebook_timeout": notebook_timeout, "memory": memory,
-                  "max_output": max_output}
+                  "max_output": max_output, "sandboxed": sandboxed}
         try:
             results, problems, report["isolation"] = _run(nb, assignment, limits, hide)
             report["problems"] += problems
@@ -455,6 +456,8 @@ def markdown(report):
     if report.get("reference_calls"):
         lines += ["## Uses of the course's reference functions (your instructor will look at these)", ""]
         lines += [f"- {c}" for c in report["reference_calls"]] + [""]
+    for warning in report.get("isolation", {}).get("warnings", []):
+        lines += [f"**Warning:** {warning}.", ""]
     return "\n".join(lines)
 
 
@@ -478,8 +481,25 @@ def summary_line(report):
 
 def _write_report(report, path):
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    path.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
+    _write_new(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    _write_new(path.with_suffix(".md"), markdown(report))
+
+
+def _write_new(path, text):
+    """Write ``text`` to ``path`` through a new file of the grader's (created exclusively, never through
+    a link) renamed over it: whatever was at ``path`` before, a planted link included, is replaced,
+    never written through."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def gradebook_rows(reports):
@@ -514,8 +534,9 @@ def gradebook_rows(reports):
 def grade_many(paths, reports_dir, csv_path, **options):
     """Grade every file of ``paths``; write one report each into ``reports_dir`` and the gradebook
     ``csv_path``. Every file is read before the first is run, so a submission cannot change another."""
-    guard = _PackageGuard() if not _sandbox.privileged() else None
-    reports_dir.mkdir(parents=True, exist_ok=True)  # now, so that the kernels' namespace covers it
+    # without a sandbox the kernel could write the package: it is checked and restored after each one
+    guard = None if options.get("sandboxed", True) else _PackageGuard()
+    reports_dir.mkdir(parents=True, exist_ok=True)
     sources = {}
     for path in paths:
         try:
@@ -551,10 +572,11 @@ def grade_many(paths, reports_dir, csv_path, **options):
         _write_report(report, Path(report["report"]))
     header, rows = gradebook_rows(reports)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(csv_path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow(header)
+    writer.writerows(rows)
+    _write_new(csv_path, table.getvalue())
     return reports
 
 
@@ -604,6 +626,8 @@ def main(argv=None):
     parser.add_argument("--gradescope", type=Path, help="one submission: also write Gradescope's results.json here")
     parser.add_argument("--self-test", action="store_true", help="accept instructor versions (to check that "
                                                                  "they get full marks)")
+    parser.add_argument("--no-sandbox", action="store_true", help="run the kernels without bubblewrap, as your "
+                        "user (for notebooks you trust; every report says so)")
     args = parser.parse_args(argv)
     batch = args.submission.is_dir()
     if batch and not args.csv:
@@ -612,7 +636,14 @@ def main(argv=None):
         parser.error("grading one notebook needs --report REPORT.json")
     folder = (args.folder or assignments.FOLDER).resolve()  # the instructor versions
     options = {"assignment_id": args.assignment, "timeout": args.timeout, "self_test": args.self_test, "folder": folder,
-               "notebook_timeout": args.notebook_timeout, "memory": int(args.memory), "max_output": args.max_output}
+               "notebook_timeout": args.notebook_timeout, "memory": int(args.memory), "max_output": args.max_output,
+               "sandboxed": not args.no_sandbox}
+    if not args.no_sandbox:
+        try:
+            _sandbox.check_sandbox()
+        except _sandbox.SandboxUnavailable as exc:
+            print(f"cannot grade: {exc}", file=sys.stderr)
+            return 2
     if batch:
         reports_dir = args.reports or args.csv.with_name(args.csv.stem + "_reports")
         hide = [folder, args.submission, reports_dir, args.csv]
@@ -629,11 +660,11 @@ def main(argv=None):
               f"grader peak memory: {_peak_memory_mib()} MiB")
         return 0
     hide = [folder, args.submission, args.report.parent if args.report.parent != Path(".") else None]
-    guard = _PackageGuard() if not _sandbox.privileged() else None
+    guard = _PackageGuard() if args.no_sandbox else None
     try:
         report = grade(args.submission, args.assignment, args.timeout, self_test=args.self_test,
                        notebook_timeout=args.notebook_timeout, memory=int(args.memory),
-                       max_output=args.max_output, hide=hide, folder=folder)
+                       max_output=args.max_output, hide=hide, folder=folder, sandboxed=not args.no_sandbox)
     except Exception as exc:  # noqa: BLE001 - last resort: still write a report
         report = _internal_error(str(args.submission), args.assignment, exc)
     if guard is not None and guard.restore():
@@ -643,8 +674,7 @@ def main(argv=None):
         _write_report(report, args.report)
         if args.gradescope:
             args.gradescope.parent.mkdir(parents=True, exist_ok=True)
-            args.gradescope.write_text(json.dumps(gradescope_results(report), indent=2, ensure_ascii=False) + "\n",
-                                       encoding="utf-8")
+            _write_new(args.gradescope, json.dumps(gradescope_results(report), indent=2, ensure_ascii=False) + "\n")
     except OSError as exc:
         print(f"could not write the report to {args.report}: {exc}", file=sys.stderr)
         return 2

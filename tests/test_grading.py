@@ -7,8 +7,9 @@ copy of the package and of the instructor folder (files mode 600) in a temporary
 that manages to write "the package on disk" could only change that copy, never the repository.
 
 The single-submission command, the instructor self-test and files that are not notebooks are
-tested on their own. As root the grader gives each kernel a user id and namespaces of its own; run
-the file with BAYESATTN_GRADER_NO_ROOT=1 to test the plain-user mode (what CI runs without root).
+tested on their own. Every kernel runs in a bubblewrap sandbox (user, mount, PID and network
+namespaces), as root with a user id of its own; run the file with BAYESATTN_GRADER_NO_ROOT=1 to test
+the plain-user mode, which must hold the same attacks.
 """
 
 import csv
@@ -30,7 +31,7 @@ from bayesattn_lite.assignments import ASSIGNMENTS
 
 PS1 = ASSIGNMENTS["ps1_derivations"]
 PACKAGE = Path(grading.__file__).resolve().parent
-ROOT = _sandbox.privileged()  # the grader isolates more as root
+ROOT = _sandbox.privileged()  # as root the sandbox also gets a user id of its own
 TOKEN = f"bal-test-{os.getpid()}-{int(time.time())}"  # in the command line of a cheat's background process
 TIMEOUT, NOTEBOOK_TIMEOUT, MAX_OUTPUT = 15, 60, 16  # generous: the test machine may be busy  # seconds per cell, per submission; MiB of output
 
@@ -143,6 +144,34 @@ subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)", {TOKEN!
 """
 
 
+def _classmate_cheat(classmate):
+    """Run a classmate's notebook (from the submissions folder) and read what the grader's processes
+    and the machine would tell: every path that worked is printed, none should."""
+    return f"""
+import json, os
+for _p in ({str(classmate)!r}, "/proc/1/cmdline", "/etc/shadow", "/root/.bash_history"):
+    try:
+        _text = open(_p, "rb").read()
+        print("read", _p, len(_text))
+    except OSError as exc:
+        print("cannot read", _p, type(exc).__name__)
+try:
+    for _cell in json.load(open({str(classmate)!r}))["cells"]:
+        if _cell["cell_type"] == "code":
+            exec("".join(_cell["source"]), globals())
+except OSError:
+    pass
+"""
+
+
+# a detached process with a name that is not UTF-8 (it once made the clean-up fail before it killed anything)
+ODD_NAME = '''
+import ctypes, subprocess, sys
+code = "import ctypes, time\\nctypes.CDLL(None).prctl(15, b'\\\\xff\\\\xfe odd', 0, 0, 0)\\ntime.sleep(1000)"
+subprocess.Popen([sys.executable, "-c", code, TOKEN], start_new_session=True)
+'''
+
+
 def _edit_checks_cheat(grader_checks):
     """Append an always-passing check to checks.py: the kernel's copy and the grader's."""
     return f"""
@@ -192,6 +221,9 @@ def batch(course, tmp_path_factory):
         "c_sigint": _plus(_student(), "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
                                       "while True:\n    pass"),
         "c_output_lines": _plus(_student(), "for _ in range(300):\n    print('x' * 2 ** 20)"),
+        "c_classmate": _plus(_student(), _classmate_cheat(subs / "z_good.ipynb")),
+        "c_odd_name": _plus(_student(), ODD_NAME.replace("TOKEN", repr(TOKEN))),
+        "c_fill_tmp": _plus(_student(), "for _i in range(64):\n    open(f'/tmp/fill{_i}', 'wb').write(bytes(2 ** 20))"),
         "d_dies": _plus(_solved(), "import os\nos._exit(1)", at=3),
         "d_loop": _plus(_plus(_solved(), "while True:\n    pass", at=3), "big = bytearray(8 * 2 ** 30)", at=3),
         "z_good": _solved(),  # graded after the cheats: a later student is not affected by them
@@ -202,7 +234,8 @@ def batch(course, tmp_path_factory):
     (subs / "e_not_a_notebook.ipynb").write_text("{ this is not json")
     before = {p.name: _digest(p) for p in subs.iterdir()}
     checks_before = _digest(grader_checks)
-    env = {**os.environ, "PYTHONPATH": str(course)}
+    (work / "tmp").mkdir()  # the grader's temporary folders (its sandboxes), to check that none is left
+    env = {**os.environ, "PYTHONPATH": str(course), "TMPDIR": str(work / "tmp")}
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "bayesattn_lite.grading", str(subs), "--csv", str(csv_path),
                            "--reports", str(reports), "--timeout", str(TIMEOUT),
@@ -269,25 +302,25 @@ def test_an_instructor_version_handed_in_is_rejected(batch):
     assert "instructor version" in report["problems"][0]
 
 
-@pytest.mark.parametrize("cheat", sorted(CHEATS) + ["c_instructor_solution", "c_edit_checks", "c_background"])
+@pytest.mark.parametrize("cheat", sorted(CHEATS) + ["c_instructor_solution", "c_edit_checks", "c_background",
+                                                    "c_classmate", "c_odd_name", "c_fill_tmp"])
 def test_a_cheat_scores_no_more_than_the_untouched_student_version(batch, cheat):
     assert _score(batch, cheat) <= _score(batch, "a_student") == 0, batch["reports"][cheat]
 
 
-def test_the_instructor_notebooks_are_out_of_the_kernels_reach(batch):
-    report = batch["reports"]["c_instructor_solution"]
-    assert report["score"] == 0
-    if ROOT:  # covered by an empty, unreadable mount in the kernel's namespace
-        assert str(batch["folder"]) in report["isolation"]["hidden"]
-        assert report["isolation"]["namespaces"] == "mount+network"
+def test_the_instructor_notebooks_and_other_submissions_are_out_of_the_kernels_reach(batch):
+    for name in ("c_instructor_solution", "c_classmate"):
+        report = batch["reports"][name]
+        assert report["score"] == 0, report
+        isolation = report["isolation"]
+        assert isolation["sandbox"].startswith("bubblewrap") and isolation["warnings"] == []
+        assert {"user", "mount", "pid", "network"} <= set(isolation["namespaces"].split(", "))
 
 
 def test_editing_checks_on_disk_is_impossible_or_undone_and_later_students_are_unaffected(batch):
     assert _digest(batch["grader_checks"]) == batch["checks_before"]
     report = batch["reports"]["c_edit_checks"]
-    assert report["score"] == 0
-    if not ROOT:  # the kernel could write the file: the grader restored it and says so
-        assert report["status"] == "tampered"
+    assert report["score"] == 0 and report["status"] == "graded"  # nothing of the grader is writable in the sandbox
     good = batch["reports"]["z_good"]
     assert good["score"] == good["automatic_max"] > 0
 
@@ -301,6 +334,7 @@ def test_no_process_of_a_submission_survives_and_reports_stay_written(batch):
         except OSError:
             pass
     assert alive == []
+    assert not list((batch["subs"].parent / "tmp").iterdir()), "a sandbox's folder was left behind"
     report = batch["reports"]["c_background"]  # read after the batch ended and 1.5 s more
     assert report["submission"].endswith("c_background.ipynb") and report["score"] == 0
 
@@ -393,6 +427,43 @@ def test_an_unwritable_report_path_exits_2(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert grading.main([str(tmp_path / "x.ipynb"), "--report", str(blocker / "sub" / "r.json")]) == 2
+
+
+def test_without_bubblewrap_the_grader_refuses_and_says_how_to_fix_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(_sandbox, "_PROBED", {})
+    monkeypatch.setattr(_sandbox.shutil, "which", lambda name, *a, **k: None)
+    submission = tmp_path / "ps1_derivations.ipynb"
+    nbformat.write(_student(), submission)
+    assert grading.main([str(submission), "--report", str(tmp_path / "r.json")]) == 2
+    said = capsys.readouterr().err
+    assert "bubblewrap (bwrap) is not installed" in said and "apt-get install bubblewrap" in said
+    assert "--no-sandbox" in said and not (tmp_path / "r.json").exists()
+    with pytest.raises(_sandbox.SandboxUnavailable, match="bubblewrap"):
+        grading.grade(submission)
+
+
+def test_no_sandbox_grades_with_a_warning_in_the_report(tmp_path, capsys):
+    submission = tmp_path / "ps1_derivations.ipynb"
+    nbformat.write(_solved(), submission)
+    report, md = _grade(tmp_path, submission, "--no-sandbox", "--timeout", str(TIMEOUT))
+    assert report["score"] == report["automatic_max"] > 0
+    assert report["isolation"]["sandbox"] == "none (--no-sandbox)"
+    assert report["isolation"]["warnings"] == [grading.NO_SANDBOX_WARNING] and "--no-sandbox" in md
+    assert "--no-sandbox" in capsys.readouterr().err
+
+
+def test_a_report_path_planted_as_a_link_is_replaced_not_written_through(tmp_path):
+    target = tmp_path / "victim.pth"
+    target.write_text("untouched\n")
+    out = tmp_path / "shared"
+    out.mkdir()
+    (out / "report.json").symlink_to(target)
+    (out / "report.md").symlink_to(target)
+    grading._write_report({"submission": "x", "score": 0, "max_score": 1, "questions": [], "problems": []},
+                          out / "report.json")
+    assert target.read_text() == "untouched\n"
+    assert not (out / "report.json").is_symlink() and json.loads((out / "report.json").read_text())["score"] == 0
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]  # no temporary file left
 
 
 def test_the_data_channel_rebuilds_plain_values():
