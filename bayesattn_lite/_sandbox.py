@@ -303,7 +303,9 @@ def _opaque(name):
     """A stand-in whose type has the kernel object's type name, so a check can say "got Foo"."""
     name = "".join(c for c in str(name) if c.isalnum() or c in "_ ")[:60] or "object"
     if name not in _OPAQUE:
-        _OPAQUE[name] = type(name.replace(" ", "_"), (), {"__repr__": lambda self, n=name: "<" + n + ">"})
+        if len(_OPAQUE) >= 64:  # a few distinct names get their own type; a flood of them costs nothing
+            name = "object"
+        _OPAQUE.setdefault(name, type(name.replace(" ", "_"), (), {"__repr__": lambda self, n=name: "<" + n + ">"}))
     return _OPAQUE[name]()
 
 

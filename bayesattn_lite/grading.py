@@ -31,8 +31,9 @@ What it does, for each submission:
 6. writes REPORT.json and REPORT.md (for the learner); in a batch, one report per submission and a
    gradebook CSV, whatever any submission did.
 
-Exit status 0 whenever the reports were written; 2 when they could not be (bad arguments, an
-unwritable path, no sandbox).
+Exit status 0 when every submission was graded and the reports written; 1 when some could not be
+graded (the grader failed on them: each still has a report and a row, and the count is printed); 2
+when the reports could not be written (bad arguments, an unwritable path) or no sandbox can start.
 """
 
 import argparse
@@ -43,6 +44,7 @@ import io
 import json
 import math
 import os
+import re
 import secrets
 import sys
 import time
@@ -56,6 +58,8 @@ DEFAULT_NOTEBOOK_TIMEOUT = 900  # seconds for the whole submission, checks inclu
 DEFAULT_MEMORY = 4096  # MiB of address space for the kernel
 DEFAULT_MAX_OUTPUT = 16  # MiB the notebook may print before its kernel is killed
 MAX_NOTEBOOK = 20 * 2 ** 20  # bytes: a larger file is not executed
+MAX_CELLS = 2000  # cells: a notebook with more is not executed (the problem sets have about 30)
+MAX_READ_CELL = 2 ** 18  # characters: a larger code cell still runs, but the grader does not parse it
 MAX_ANSWER_TEXT = 20000  # characters of a written answer kept in the report
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -97,7 +101,11 @@ def _read(source):
         return None, f"the file could not be read: {type(exc).__name__}: {exc}"
     if len(raw) > MAX_NOTEBOOK:
         return None, f"the file is larger than {MAX_NOTEBOOK // 2 ** 20} MiB: not executed (clear the outputs)"
-    try:
+    try:  # plain JSON first (linear time), and the cell count checked before nbformat reads it
+        data = json.loads(raw.decode("utf-8"))
+        cells = data.get("cells") if isinstance(data, dict) else None
+        if isinstance(cells, list) and len(cells) > MAX_CELLS:
+            return None, f"the notebook has {len(cells)} cells, more than {MAX_CELLS}: not executed"
         nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
     except Exception as exc:  # noqa: BLE001 - nbformat and the decoder raise several kinds
         return None, f"the file is not a Jupyter notebook (invalid JSON or notebook format): {str(exc)[:300]}"
@@ -150,7 +158,7 @@ def _defined_names(nb):
     from IPython.core.inputtransformer2 import TransformerManager
     names = set()
     for cell in nb.cells:
-        if cell.cell_type != "code":
+        if cell.cell_type != "code" or len(cell.source) > MAX_READ_CELL:
             continue
         try:
             tree = ast.parse(TransformerManager().transform_cell(cell.source))
@@ -333,7 +341,7 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
     if sandboxed:
         _sandbox.check_sandbox()
     started = time.monotonic()
-    name = str(name or source)
+    name = _printable(name if name is not None else source if isinstance(source, (str, Path)) else "submission")
     nb, problem = _read(source)
     report = {"submission": name, "assignment": None, "status": "graded", "score": 0, "max_score": 0,
               "automatic_max": 0, "manual_pending": 0, "questions": [],
@@ -545,18 +553,19 @@ def grade_many(paths, reports_dir, csv_path, **options):
             sources[path] = exc
     reports, used = [], set()
     for path in paths:
-        stem = path.stem
+        name = _printable(path)
+        stem = re.sub(r"[^\w.-]", "_", Path(name).stem)[:100] or "submission"
         while stem in used:
             stem += "_"
         used.add(stem)
         out = reports_dir / f"{stem}.json"
-        source = sources[path]
-        try:
+        try:  # whatever happens to one submission, the batch goes on and it gets a row
+            source = sources[path]
             if isinstance(source, Exception):
                 raise source
-            report = grade(source, name=str(path), **options)
+            report = grade(source, name=name, **options)
         except Exception as exc:  # noqa: BLE001 - a batch never stops at one submission
-            report = _internal_error(str(path), options.get("assignment_id"), exc)
+            report = _internal_error(name, options.get("assignment_id"), exc)
         if guard is not None:
             changed = guard.restore()
             if changed:
@@ -566,7 +575,10 @@ def grade_many(paths, reports_dir, csv_path, **options):
                                           + ", ".join(changed) + "): restored, and the submission gets 0")
         report["report"] = str(out)
         reports.append(report)
-        _write_report(report, out)
+        try:
+            _write_report(report, out)
+        except OSError as exc:
+            report["problems"].append(f"its report could not be written: {exc}")
         print(summary_line(report), flush=True)
     for report in reports:  # again, now that no kernel is left: what a submission wrote is overwritten
         _write_report(report, Path(report["report"]))
@@ -578,6 +590,16 @@ def grade_many(paths, reports_dir, csv_path, **options):
     writer.writerows(rows)
     _write_new(csv_path, table.getvalue())
     return reports
+
+
+def _printable(path):
+    """A file's name as text whatever its bytes (a name that is not UTF-8 gets U+FFFD for each bad byte)."""
+    return os.fsencode(path).decode("utf-8", "replace")
+
+
+def ungraded(reports):
+    """How many of ``reports`` could not be graded (the grader itself failed on them)."""
+    return sum(r.get("status") == "grader error" for r in reports)
 
 
 def _internal_error(name, assignment_id, exc):
@@ -656,9 +678,13 @@ def main(argv=None):
         warnings = {w for r in reports for w in r.get("isolation", {}).get("warnings", [])}
         for w in sorted(warnings):
             print(f"warning: {w}", file=sys.stderr)
+        failed = ungraded(reports)
+        if failed:
+            print(f"{failed} submission(s) could not be graded: see their rows (status 'grader error')",
+                  file=sys.stderr)
         print(f"{len(reports)} submission(s); gradebook: {args.csv}; reports: {reports_dir}; "
               f"grader peak memory: {_peak_memory_mib()} MiB")
-        return 0
+        return 1 if failed else 0
     hide = [folder, args.submission, args.report.parent if args.report.parent != Path(".") else None]
     guard = _PackageGuard() if args.no_sandbox else None
     try:

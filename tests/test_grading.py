@@ -232,6 +232,7 @@ def batch(course, tmp_path_factory):
     for name, nb in wanted.items():
         nbformat.write(nb, subs / f"{name}.ipynb")
     (subs / "e_not_a_notebook.ipynb").write_text("{ this is not json")
+    (subs / os.fsdecode(b"f_\xff\xfe name.ipynb")).write_bytes((subs / "a_student.ipynb").read_bytes())
     before = {p.name: _digest(p) for p in subs.iterdir()}
     checks_before = _digest(grader_checks)
     (work / "tmp").mkdir()  # the grader's temporary folders (its sandboxes), to check that none is left
@@ -260,11 +261,12 @@ def _score(batch, name):
 def test_the_batch_finishes_with_a_row_and_a_report_for_every_submission(batch):
     done = batch["done"]
     assert done.returncode == 0, done.stderr[-3000:]
-    names = sorted(p.stem for p in batch["subs"].iterdir())
+    # a name that is not UTF-8 is shown with U+FFFD for its bad bytes
+    names = sorted(os.fsencode(p.stem).decode("utf-8", "replace") for p in batch["subs"].iterdir())
     assert sorted(Path(r["submission"]).stem for r in batch["rows"]) == names
-    assert sorted(batch["reports"]) == names
+    assert len(batch["reports"]) == len(names) and batch["reports"]["f____name"]["status"] == "graded"
     for row in batch["rows"]:
-        report = batch["reports"][Path(row["submission"]).stem]
+        report = batch["reports"][Path(row["report"]).stem]
         assert int(row["score"]) == report["score"] and int(row["max_score"]) == report["max_score"]
     # the submissions are read, never written
     assert {p.name: _digest(p) for p in batch["subs"].iterdir()} == batch["before"]
@@ -464,6 +466,22 @@ def test_a_report_path_planted_as_a_link_is_replaced_not_written_through(tmp_pat
     assert target.read_text() == "untouched\n"
     assert not (out / "report.json").is_symlink() and json.loads((out / "report.json").read_text())["score"] == 0
     assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]  # no temporary file left
+
+
+def test_a_notebook_of_too_many_cells_is_refused_before_it_is_parsed(tmp_path):
+    nb = _student()
+    nb.cells = [nbformat.v4.new_code_cell("1") for _ in range(grading.MAX_CELLS + 1)]
+    start = time.monotonic()
+    report = grading.grade(nbformat.writes(nb).encode(), name="ps1_derivations.ipynb", sandboxed=False)
+    assert report["status"] == "unreadable" and f"more than {grading.MAX_CELLS}" in report["problems"][0]
+    assert time.monotonic() - start < 5
+
+
+def test_a_flood_of_placeholder_names_creates_a_bounded_number_of_types():
+    for n in range(1000):
+        _sandbox.decode(["opaque", f"Name{n}"])
+    assert len(_sandbox._codec["_OPAQUE"]) <= 65
+    assert repr(_sandbox.decode(["opaque", "Name999"])) == "<object>"
 
 
 def test_the_data_channel_rebuilds_plain_values():
