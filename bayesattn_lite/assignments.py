@@ -240,20 +240,47 @@ def reference_calls(source, assignment_id, context=""):
             elif isinstance(node, ast.Attribute) and node.attr == "backward" and \
                     assignment_id in _AUTOGRAD_ASSIGNMENTS:
                 what = ".backward() (autograd: the question asks for a derivation)"
+            elif isinstance(node, ast.Attribute) and node.attr in ("__dict__", "__getattribute__") and \
+                    _looked_up(node.value, aliases, assignment_id):
+                what = f".{node.attr} of {_looked_up(node.value, aliases, assignment_id)} (a name looked up at " \
+                       "run time: not scanned)"
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
                 node.func.id in ("exec", "eval", "__import__", "globals"):
             what = f"{node.func.id}() (code built at run time: not scanned)"
         elif isinstance(node, ast.Call) and _dotted(node.func, aliases) == "importlib.import_module":
             what = "importlib.import_module() (a dynamic import: not scanned)"
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" and \
-                node.args and (_dotted(node.args[0], aliases) or "").startswith("bayesattn_lite"):
-            what = "getattr() on the package (a name looked up at run time: not scanned)"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars") \
+                and node.args and _looked_up(node.args[0], aliases, assignment_id):
+            what = f"{node.func.id}() on {_looked_up(node.args[0], aliases, assignment_id)} (a name looked up at run " \
+                   "time: not scanned)"
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                node.value.startswith("bayesattn_lite") and _dotted_parent(tree, node) == "sys.modules":
+            what = "sys.modules[...] of the package (a module looked up at run time: not scanned)"
         if what and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
             found.append((node.lineno, what))
     # an attribute chain a.b.c is visited at every level: keep the longest match per line and name
     unique = sorted(set(found))
     return [f"line {line}: {what}" for line, what in unique
             if not any(l2 == line and w2 != what and w2.startswith(what.split(" (")[0] + ".") for l2, w2 in unique)]
+
+
+def _looked_up(node, aliases, assignment_id):
+    """"the package", or "autograd" where the assignment asks for a derivation, when ``node`` names a
+    module whose attributes could answer a question; None otherwise."""
+    name = _dotted(node, aliases) or ""
+    if name.startswith("bayesattn_lite"):
+        return "the package"
+    if assignment_id in _AUTOGRAD_ASSIGNMENTS and (name == "torch" or name.startswith(_AUTOGRAD)):
+        return "autograd"
+    return None
+
+
+def _dotted_parent(tree, constant):
+    """The dotted name subscripted by ``constant`` (``sys.modules`` in ``sys.modules["x"]``), if any."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and node.slice is constant:
+            return ast.unparse(node.value)
+    return None
 
 
 def notebook_reference_calls(nb, assignment_id, folder=None):

@@ -196,6 +196,12 @@ def test_the_notebooks_themselves_call_no_reference(assignment):
     ("ps1_derivations", "from bayesattn_lite import attention\nf = getattr(attention, 'score_' + 'gradient')",
      ["line 2: getattr() on the package"]),
     ("ps1_derivations", "exec('from bayesattn_lite import attention')", ["line 1: exec()"]),
+    ("ps1_derivations", "from bayesattn_lite import attention\nf = vars(attention)['score_gradient']",
+     ["line 2: vars() on the package"]),
+    ("ps1_derivations", "import bayesattn_lite.attention as a\nf = a.__dict__['score_gradient']",
+     ["line 2: .__dict__ of the package"]),
+    ("ps1_derivations", "import torch\ng = getattr(torch, 'auto' + 'grad').grad", ["line 2: getattr() on autograd"]),
+    ("ps1_derivations", "import sys\nm = sys.modules['bayesattn_lite.attention']", ["line 2: sys.modules[...]"]),
     ("ps3_experiment", "chain = tasks.StickyMarkovChain()\nrate = chain.h_min / 0.693", ["line 2: .h_min"]),
     ("ps3_experiment", "%time x = 1\ny = torch.autograd.grad(x, x)", []),  # autograd is no shortcut in set 3
     ("ps1_derivations", "def f(:\n    pass", ["line 1: not valid Python"]),
