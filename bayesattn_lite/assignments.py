@@ -123,7 +123,7 @@ ASSIGNMENTS = {a.id: a for a in (
     Assignment("ps3_experiment", "Problem set 3: floors, a control and an experiment of your own", "6-8", (
         _written("ps3_experiment", "q1", "a falsifiable hypothesis", 1),
         Question("q2", "a reproducible experiment", 2, "check_reproducible", ("run_condition", "results")),
-        Question("q3", "several seeds per condition", 1, "check_seeds", ("results",)),
+        Question("q3", "several seeds per condition", 1, "check_seeds", ("results", "run_condition")),
         _written("ps3_experiment", "q4", "a conclusion that quotes the measurements", 2),
         Question("q5", "the sticky chain's two floors", 2, "check_markov_floors", ("markov_floors",)),
         _written("ps3_experiment", "q6", "predict, then measure, the shuffled control", 2),

@@ -819,31 +819,60 @@ def _results_problem(results):
 
 
 def check_reproducible(run_condition, results):
-    """``run_condition(condition, seed)`` rerun for one (condition, seed) of ``results`` gives the same number."""
+    """``run_condition(condition, seed)`` rerun for two (condition, seed) entries of ``results`` (drawn
+    with the inputs' seed offset) gives the same numbers, and runs for a seed ``results`` does not have:
+    a table of numbers with a lookup for ``run_condition`` is no experiment."""
     problem = _results_problem(results)
     if problem:
         return CheckResult("reproducible", False, problem)
     if not callable(run_condition):
         return CheckResult("reproducible", False, "expected `run_condition` to be a function (condition, seed) -> number.")
-    condition = next(iter(results))
-    seed = next(iter(results[condition]))
+    entries = [(condition, seed) for condition, by_seed in results.items() for seed in by_seed]
+    draw = np.random.default_rng(SEED_OFFSET)
+    chosen = [entries[i] for i in sorted(draw.choice(len(entries), size=min(2, len(entries)), replace=False))]
+    for condition, seed in chosen:
+        try:
+            again = float(run_condition(condition, seed))
+        except Exception as exc:  # noqa: BLE001
+            return CheckResult("reproducible", False, f"run_condition({condition!r}, {seed!r}) raised "
+                               f"{type(exc).__name__}: {str(exc)[:200]}")
+        recorded = float(results[condition][seed])
+        if not math.isclose(again, recorded, rel_tol=1e-5, abs_tol=1e-8):
+            return CheckResult("reproducible", False, (
+                f"run_condition({condition!r}, {seed!r}) gave {again:.6g} now and {recorded:.6g} in `results`: "
+                "seed everything the run uses (the model's initialisation, the data, the optimizer), e.g. with "
+                "train.seed_everything(seed) or explicit generators, and keep one thread."))
+    problem = _not_an_experiment(run_condition, results)
+    if problem:
+        return CheckResult("reproducible", False, problem)
+    return CheckResult("reproducible", True, "run_condition reproduces " + " and ".join(
+        f"{results[c][s]:.6g} ({c!r}, seed {s!r})" for c, s in chosen) + ", and runs for a new seed.")
+
+
+def _not_an_experiment(run_condition, results):
+    """Why ``run_condition`` is not the experiment behind ``results`` (it fails for a seed that
+    ``results`` does not have, drawn with the inputs' seed offset), or None."""
+    entries = [(condition, seed) for condition, by_seed in results.items() for seed in by_seed]
+    seeds = [seed for _, seed in entries]
+    if not all(isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds):
+        return None
+    condition = entries[0][0]
+    fresh = max(seeds) + 1 + int(np.random.default_rng(SEED_OFFSET + 1).integers(1000))
     try:
-        again = float(run_condition(condition, seed))
+        value = float(run_condition(condition, fresh))
     except Exception as exc:  # noqa: BLE001
-        return CheckResult("reproducible", False, f"run_condition({condition!r}, {seed!r}) raised "
-                           f"{type(exc).__name__}: {str(exc)[:200]}")
-    recorded = float(results[condition][seed])
-    if not math.isclose(again, recorded, rel_tol=1e-5, abs_tol=1e-8):
-        return CheckResult("reproducible", False, (
-            f"run_condition({condition!r}, {seed!r}) gave {again:.6g} now and {recorded:.6g} in `results`: "
-            "seed everything the run uses (the model's initialisation, the data, the optimizer), e.g. with "
-            "train.seed_everything(seed) or explicit generators, and keep one thread."))
-    return CheckResult("reproducible", True, f"run_condition({condition!r}, {seed!r}) reproduces {recorded:.6g}.")
+        return (f"run_condition({condition!r}, {fresh}) (a seed `results` does not have) raised "
+                f"{type(exc).__name__}: {str(exc)[:200]}: it should run the experiment for any seed, not read a table.")
+    return None if math.isfinite(value) else f"run_condition({condition!r}, {fresh}) gave {value}."
 
 
-def check_seeds(results):
-    """At least three seeds per condition, the same seeds in every condition."""
+def check_seeds(results, run_condition=None):
+    """At least three seeds per condition, the same seeds in every condition; with ``run_condition``
+    (the grader passes it), the numbers must come from it: it runs for a seed ``results`` lacks."""
     problem = _results_problem(results)
+    if problem:
+        return CheckResult("seeds", False, problem)
+    problem = None if run_condition is None else _not_an_experiment(run_condition, results)
     if problem:
         return CheckResult("seeds", False, problem)
     seeds = [set(by_seed) for by_seed in results.values()]

@@ -253,9 +253,15 @@ def test_experiment_checks():
     assert not checks.check_seeds({"a": {0: 1.0}, "b": {0: 2.0}})
     assert not checks.check_seeds({"a": {0: 1, 1: 1, 2: 1}, "b": {0: 1, 1: 1, 3: 1}})
     assert not checks.check_seeds({"a": {0: float("nan")}, "b": {0: 1.0}})
-    assert checks.check_reproducible(lambda c, s: results[c][s], results)
-    assert not checks.check_reproducible(lambda c, s: results[c][s] + 1, results)
+    def experiment(condition, seed):  # a stand-in experiment: a number for any seed, the same every time
+        return {"a": 1.0, "b": 2.0}[condition] + 0.1 * seed
+
+    assert checks.check_reproducible(experiment, results)
+    lookup = checks.check_reproducible(lambda c, s: results[c][s], results)  # a made-up table, read back
+    assert not lookup and "not read a table" in lookup.message
+    assert not checks.check_reproducible(lambda c, s: experiment(c, s) + 1, results)
     assert not checks.check_reproducible(lambda c, s: 1 / 0, results)
+    assert checks.check_seeds(results, experiment) and not checks.check_seeds(results, lambda c, s: results[c][s])
     good = "The mean error of a was 1.10 bits against 2.10 for b, which supports the hypothesis that a is lower."
     assert checks.check_conclusion(good, results)
     assert not checks.check_conclusion(good.replace("1.10", "1.50").replace("2.10", "2.50"), results)

@@ -172,6 +172,14 @@ subprocess.Popen([sys.executable, "-c", code, TOKEN], start_new_session=True)
 '''
 
 
+# problem set 3's experiment answered with a table of made-up numbers read back by a lookup
+PS3_TABLE = """
+results = {"transformer": {0: 0.11, 1: 0.12, 2: 0.13}, "lstm": {0: 0.31, 1: 0.32, 2: 0.33}}
+def run_condition(condition, seed):
+    return results[condition][seed]
+"""
+
+
 def _edit_checks_cheat(grader_checks):
     """Append an always-passing check to checks.py: the kernel's copy and the grader's."""
     return f"""
@@ -223,6 +231,7 @@ def batch(course, tmp_path_factory):
         "c_output_lines": _plus(_student(), "for _ in range(300):\n    print('x' * 2 ** 20)"),
         "c_classmate": _plus(_student(), _classmate_cheat(subs / "z_good.ipynb")),
         "c_odd_name": _plus(_student(), ODD_NAME.replace("TOKEN", repr(TOKEN))),
+        "c_ps3_table": _plus(_student(ASSIGNMENTS["ps3_experiment"]), PS3_TABLE),
         "c_fill_tmp": _plus(_student(), "for _i in range(64):\n    open(f'/tmp/fill{_i}', 'wb').write(bytes(2 ** 20))"),
         "d_dies": _plus(_solved(), "import os\nos._exit(1)", at=3),
         "d_loop": _plus(_plus(_solved(), "while True:\n    pass", at=3), "big = bytearray(8 * 2 ** 30)", at=3),
@@ -305,7 +314,7 @@ def test_an_instructor_version_handed_in_is_rejected(batch):
 
 
 @pytest.mark.parametrize("cheat", sorted(CHEATS) + ["c_instructor_solution", "c_edit_checks", "c_background",
-                                                    "c_classmate", "c_odd_name", "c_fill_tmp"])
+                                                    "c_classmate", "c_odd_name", "c_fill_tmp", "c_ps3_table"])
 def test_a_cheat_scores_no_more_than_the_untouched_student_version(batch, cheat):
     assert _score(batch, cheat) <= _score(batch, "a_student") == 0, batch["reports"][cheat]
 
