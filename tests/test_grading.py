@@ -172,6 +172,27 @@ subprocess.Popen([sys.executable, "-c", code, TOKEN], start_new_session=True)
 '''
 
 
+def _reference_cheat(paths):
+    """Read the real checks.py (the references inside it) from the checkout or the grader's copy, and
+    answer question 1 with its reference: it must find no such file to read."""
+    return f"""
+_src = None
+for _p in {[str(p) for p in paths]!r}:
+    try:
+        _src = open(_p).read()
+        break
+    except OSError:
+        pass
+if _src:
+    _ns = {{"__name__": "bayesattn_lite._copy", "__package__": "bayesattn_lite"}}
+    exec(compile(_src, _p, "exec"), _ns)
+    def biased_qk_gradients(q, k, v, u, tau, slope):
+        spec = _ns["_biased_spec"]()
+        inputs = dict(zip(spec.signature, (q, k, v, u, tau, slope)))
+        return tuple(o.compute(inputs) for o in spec.outputs)
+"""
+
+
 # problem set 3's experiment answered with a table of made-up numbers read back by a lookup
 PS3_TABLE = """
 results = {"transformer": {0: 0.11, 1: 0.12, 2: 0.13}, "lstm": {0: 0.31, 1: 0.32, 2: 0.33}}
@@ -231,6 +252,7 @@ def batch(course, tmp_path_factory):
         "c_output_lines": _plus(_student(), "for _ in range(300):\n    print('x' * 2 ** 20)"),
         "c_classmate": _plus(_student(), _classmate_cheat(subs / "z_good.ipynb")),
         "c_odd_name": _plus(_student(), ODD_NAME.replace("TOKEN", repr(TOKEN))),
+        "c_read_reference": _plus(_student(), _reference_cheat([PACKAGE / "checks.py", grader_checks])),
         "c_ps3_table": _plus(_student(ASSIGNMENTS["ps3_experiment"]), PS3_TABLE),
         "c_fill_tmp": _plus(_student(), "for _i in range(64):\n    open(f'/tmp/fill{_i}', 'wb').write(bytes(2 ** 20))"),
         "d_dies": _plus(_solved(), "import os\nos._exit(1)", at=3),
@@ -314,7 +336,8 @@ def test_an_instructor_version_handed_in_is_rejected(batch):
 
 
 @pytest.mark.parametrize("cheat", sorted(CHEATS) + ["c_instructor_solution", "c_edit_checks", "c_background",
-                                                    "c_classmate", "c_odd_name", "c_fill_tmp", "c_ps3_table"])
+                                                    "c_classmate", "c_odd_name", "c_fill_tmp", "c_ps3_table",
+                                                    "c_read_reference"])
 def test_a_cheat_scores_no_more_than_the_untouched_student_version(batch, cheat):
     assert _score(batch, cheat) <= _score(batch, "a_student") == 0, batch["reports"][cheat]
 
