@@ -77,7 +77,7 @@ class Assignment:
 _RUBRICS = {
     ("ps1_derivations", "q2"): """\
 1 pt: the bias -m(i - j) does not depend on q or k, so ds_ij/dq_i = k_j/(tau sqrt(d_k)) as without it; the bias acts only through alpha (the advantage law dL/ds = -alpha A is unchanged, with the biased alpha).
-1 pt: as m grows alpha concentrates on the recent keys, so a distant key (alpha_ij ~ exp(-m(i-j))) gets an exponentially small score gradient: the head can hardly learn to attend far back; a temperature tau > 1 flattens alpha and divides the gradient by tau.""",
+1 pt: as m grows alpha concentrates on the recent keys, so a distant key (alpha_ij ~ exp(-m(i-j))) gets an exponentially small score gradient: the head can hardly learn to attend far back; a temperature tau > 1 divides only the content part of the score, so the bias takes over (alpha moves toward exp(-m(i-j)), less weight on far keys; it flattens alpha only when m = 0) and divides the q/k gradients by tau. An answer that says tau > 1 puts more weight on far keys with m > 0 gets 0 for this point.""",
     ("ps1_derivations", "q4"): """\
 1 pt: the proof: dW_V = dv^T x = u^T alpha x (sum over positions), each u_i = W_O^T r_i / T with r_i = softmax(z_i) - onehot(y_i), and sum_c r_ic = 0; so every column of dW_V lies in W_O^T applied to the zero-sum vectors, a space of dimension <= C - 1, hence rank(dW_V) <= C - 1 whatever T, d_x, d_v.
 0.5 pt: a prediction written before running (a number for each of the three measurements), and a comparison with what the cell printed.
