@@ -74,3 +74,18 @@ def test_no_import_cycles():
 
     for m in graph:
         visit(m, [])
+
+
+GRADER = ("assignments", "grading", "_sandbox")  # the instructor's side: student versions and the autograder
+
+
+@pytest.mark.parametrize("module", [m for m in modules() if m not in GRADER])
+def test_nothing_a_learner_imports_depends_on_the_grader(module):
+    """The grader (its sandbox starts processes in namespaces) is the instructor's: no module a chapter or
+    a learner imports reaches it, so a learner's import never runs or needs it."""
+    inside, _ = imports(module)
+    assert not inside & set(GRADER), f"{module} imports {sorted(inside & set(GRADER))} of the grader"
+
+
+def test_only_the_grader_starts_sandboxes():
+    assert [m for m in modules() if "_sandbox" in imports(m)[0]] == ["grading"]
