@@ -235,3 +235,38 @@ def test_a_submission_that_calls_the_reference_is_reported_with_its_cell():
 def attention_reference(x, W_Q, W_K, ds, eta):
     from bayesattn_lite import attention
     return attention.predicted_score_change(x, x @ W_Q.T, x @ W_K.T, ds, float(eta))
+
+
+# What each problem set asks the learner to find: none of it may appear in the student version.
+ANSWERS = {
+    "ps1_derivations": ["alpha (b - E_alpha[b])", "b = u v^T", "sum_c r_c = 0", "W_O^T (I - 11^T", "(dL/ds)^T q"],
+    "ps2_dynamics": ["c_ij = delta_ij", "c_ij^2", "K[i',j',i,j]", "(x_i.x_i')(k_j.k_j')", "-eta / tau^2"],
+    "ps3_experiment": ["pi P = pi", "sum_i pi_i H", "H(pi)", "left eigenvector"],
+}
+
+
+def _solution_lines(nb):
+    """The lines inside the BEGIN/END SOLUTION blocks of every solution cell (the answer itself)."""
+    lines = []
+    for cell in nb.cells:
+        if assignments.SOLUTION_TAG not in cell.metadata.get("tags", []):
+            continue
+        inside = False
+        for line in cell.source.splitlines():
+            if "BEGIN SOLUTION" in line:
+                inside = True
+            elif "END SOLUTION" in line:
+                inside = False
+            elif inside and len(line.strip()) >= 16:
+                lines.append(line.strip())
+    return lines
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS.values(), ids=lambda a: a.id)
+def test_the_student_version_states_the_task_not_its_answer(assignment):
+    instructor = nbformat.read(assignment.instructor_path, as_version=4)
+    student = "\n".join(c.source for c in nbformat.read(assignment.student_path, as_version=4).cells)
+    leaked = [line for line in _solution_lines(instructor) if line in student]
+    assert not leaked, f"{assignment.id}: lines of a solution in the student version: {leaked[:3]}"
+    given = [answer for answer in ANSWERS[assignment.id] if answer in student]
+    assert not given, f"{assignment.id}: the student version gives away {given} (in a hint, docstring or message)"
