@@ -32,6 +32,7 @@ from bayesattn_lite.assignments import ASSIGNMENTS
 PS1 = ASSIGNMENTS["ps1_derivations"]
 PACKAGE = Path(grading.__file__).resolve().parent
 ROOT = _sandbox.privileged()  # as root the sandbox also gets a user id of its own
+SITE_PACKAGES = Path(nbformat.__file__).resolve().parent.parent  # the grader's Python, where a .pth would run
 TOKEN = f"bal-test-{os.getpid()}-{int(time.time())}"  # in the command line of a cheat's background process
 TIMEOUT, NOTEBOOK_TIMEOUT, MAX_OUTPUT = 15, 60, 16  # generous: the test machine may be busy  # seconds per cell, per submission; MiB of output
 
@@ -193,6 +194,24 @@ if _src:
 """
 
 
+def _planting_cheat(victim, site_packages):
+    """Links in the kernel's folders to a folder of the grader's (a clean-up that followed them would
+    chmod its files), and a .pth file dropped into the grader's Python (it would run in the grader)."""
+    return f"""
+import os, tempfile
+for _where in (os.path.expanduser("~"), tempfile.gettempdir()):
+    for _n, _target in enumerate(({str(victim)!r}, {str(victim / "secret.txt")!r})):
+        try:
+            os.symlink(_target, os.path.join(_where, f"link{{_n}}"))
+        except OSError:
+            pass
+try:
+    open(os.path.join({str(site_packages)!r}, "zz_bal_cheat.pth"), "w").write("import os\\n")
+except OSError as exc:
+    print("cannot write", exc)
+"""
+
+
 # problem set 3's experiment answered with a table of made-up numbers read back by a lookup
 PS3_TABLE = """
 results = {"transformer": {0: 0.11, 1: 0.12, 2: 0.13}, "lstm": {0: 0.31, 1: 0.32, 2: 0.33}}
@@ -238,6 +257,10 @@ def batch(course, tmp_path_factory):
     subs.mkdir()
     folder = course / "book" / "assignments"
     grader_checks = course / "bayesattn_lite" / "checks.py"
+    victim = work / "victim"  # a folder of the grader's that no clean-up may touch
+    victim.mkdir(mode=0o750)
+    (victim / "secret.txt").write_text("the grader's\n")
+    (victim / "secret.txt").chmod(0o600)
     wanted = {
         "a_student": _student(),
         "a_student_ps2": _student(ASSIGNMENTS["ps2_dynamics"]),
@@ -253,6 +276,7 @@ def batch(course, tmp_path_factory):
         "c_classmate": _plus(_student(), _classmate_cheat(subs / "z_good.ipynb")),
         "c_odd_name": _plus(_student(), ODD_NAME.replace("TOKEN", repr(TOKEN))),
         "c_read_reference": _plus(_student(), _reference_cheat([PACKAGE / "checks.py", grader_checks])),
+        "c_planted_links": _plus(_student(), _planting_cheat(victim, SITE_PACKAGES)),
         "c_ps3_table": _plus(_student(ASSIGNMENTS["ps3_experiment"]), PS3_TABLE),
         "c_fill_tmp": _plus(_student(), "for _i in range(64):\n    open(f'/tmp/fill{_i}', 'wb').write(bytes(2 ** 20))"),
         "d_dies": _plus(_solved(), "import os\nos._exit(1)", at=3),
@@ -278,7 +302,8 @@ def batch(course, tmp_path_factory):
     with open(csv_path, newline="") as f:
         rows = list(csv.DictReader(f))
     data = {p.stem: json.loads(p.read_text()) for p in reports.glob("*.json")}
-    return {"done": done, "seconds": seconds, "rows": rows, "reports": data, "subs": subs, "before": before,
+    modes = {p.name: oct(p.stat().st_mode & 0o7777) for p in (victim, victim / "secret.txt")}
+    return {"done": done, "seconds": seconds, "victim_modes": modes, "rows": rows, "reports": data, "subs": subs, "before": before,
             "checks_before": checks_before, "grader_checks": grader_checks, "folder": folder}
 
 
@@ -337,7 +362,7 @@ def test_an_instructor_version_handed_in_is_rejected(batch):
 
 @pytest.mark.parametrize("cheat", sorted(CHEATS) + ["c_instructor_solution", "c_edit_checks", "c_background",
                                                     "c_classmate", "c_odd_name", "c_fill_tmp", "c_ps3_table",
-                                                    "c_read_reference"])
+                                                    "c_read_reference", "c_planted_links"])
 def test_a_cheat_scores_no_more_than_the_untouched_student_version(batch, cheat):
     assert _score(batch, cheat) <= _score(batch, "a_student") == 0, batch["reports"][cheat]
 
@@ -371,6 +396,11 @@ def test_no_process_of_a_submission_survives_and_reports_stay_written(batch):
     assert not list((batch["subs"].parent / "tmp").iterdir()), "a sandbox's folder was left behind"
     report = batch["reports"]["c_background"]  # read after the batch ended and 1.5 s more
     assert report["submission"].endswith("c_background.ipynb") and report["score"] == 0
+
+
+def test_planted_links_are_not_followed_and_the_graders_python_is_not_written(batch):
+    assert batch["victim_modes"] == {"victim": "0o750", "secret.txt": "0o600"}
+    assert not (SITE_PACKAGES / "zz_bal_cheat.pth").exists()
 
 
 def test_a_cell_that_ignores_sigint_is_killed_and_the_submission_gets_a_report(batch):
