@@ -143,6 +143,8 @@ def bubblewrap_argv(root, writable, scratch, hide, stage_dir=None):
         stage.append((path, os.path.join(stage_dir, str(len(stage)))))
         return stage[-1][1]
 
+    root = os.path.realpath(root)
+    source(root)  # staged whole, if it must be: its parts below (scratch, writable) are reached through it
     argv = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--uid", "1000", "--gid", "1000",
             "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
@@ -154,6 +156,10 @@ def bubblewrap_argv(root, writable, scratch, hide, stage_dir=None):
     for path in ETC:
         argv += ["--ro-bind-try", path, path]
     argv += ["--proc", "/proc", "--dev", "/dev"]
+    # the private /tmp first: a Python or a sandbox folder below /tmp (a virtual environment in a
+    # checkout under /tmp, say) is mounted on top of it, not hidden by it
+    for name, path in zip(("/tmp", "/var/tmp", "/dev/shm"), scratch):
+        argv += ["--bind", source(path), name]
     pythons = dict.fromkeys(os.path.realpath(p) for p in
                             (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))))
     pythons = [p for p in pythons if not p.startswith("/usr/") and not any(
@@ -162,10 +168,6 @@ def bubblewrap_argv(root, writable, scratch, hide, stage_dir=None):
         pythons.append(os.path.dirname(sys.executable))  # a venv's bin folder of symlinks
     for path in dict.fromkeys(pythons):
         argv += ["--ro-bind", source(path), path]
-    root = os.path.realpath(root)
-    source(root)  # staged whole, if it must be: its parts below are then reached through it
-    for name, path in zip(("/tmp", "/var/tmp", "/dev/shm"), scratch):
-        argv += ["--bind", source(path), name]
     argv += ["--ro-bind", source(root), root]
     for path in writable:
         argv += ["--bind", source(path), os.path.realpath(path)]
