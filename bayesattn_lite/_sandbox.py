@@ -36,6 +36,7 @@ accepts numbers, strings, lists, dicts and arrays of numbers, nothing else).
 """
 
 import builtins
+import functools
 import json
 import os
 import secrets
@@ -80,17 +81,15 @@ def _probe():
         return f"the grader's sandbox needs Linux (this is {sys.platform}): " + HOW_TO_FIX
     if shutil.which("bwrap") is None:
         return "bubblewrap (bwrap) is not installed: " + HOW_TO_FIX
-    uid = 1_000_000 + secrets.randbelow(1_000_000_000) if privileged() else None
     with tempfile.TemporaryDirectory(prefix="bal-probe-") as root:
         os.chmod(root, 0o711)
         try:
-            stage_dir = staging_folder() if uid is not None else None
+            command, stage_dir, _ = sandboxed_command([sys.executable, "-I", "-S", "-c", "print('ok')"],
+                                                      Path(root), [], [], [], sandbox_uid())
         except OSError as exc:
             return str(exc)
-        argv, stage, _ = bubblewrap_argv(Path(root), [], [], [], stage_dir)
-        argv += ["--", sys.executable, "-I", "-S", "-c", "print('ok')"]
         try:
-            done = subprocess.run(launch_argv(argv, stage, uid), capture_output=True, timeout=60)
+            done = subprocess.run(command, capture_output=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"bubblewrap did not start ({exc}): " + HOW_TO_FIX
         finally:
@@ -102,11 +101,27 @@ def _probe():
     return ""
 
 
+@functools.lru_cache(maxsize=None)
 def bubblewrap_version():
+    """bwrap's version, asked once (each report names it)."""
     try:
         return subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return "bubblewrap"
+
+
+def sandbox_uid():
+    """As root, a user id of its own for one sandbox (random, used by no other process); else None."""
+    return 1_000_000 + secrets.randbelow(1_000_000_000) if privileged() else None
+
+
+def sandboxed_command(command, root, writable, scratch, hide, uid, chdir=None):
+    """(the command that runs ``command`` in a sandbox over ``root``, as ``uid`` when given; the staging
+    folder the caller removes afterwards, or None; the paths covered). See ``bubblewrap_argv``."""
+    stage_dir = staging_folder() if uid is not None else None
+    argv, stage, covered = bubblewrap_argv(root, writable, scratch, hide, stage_dir)
+    argv += ["--chdir", str(chdir)] if chdir else []
+    return launch_argv(argv + ["--"] + command, stage, uid), stage_dir, covered
 
 
 # What the kernel sees of /etc: what the dynamic loader, fonts and user look-ups need, nothing else.
@@ -304,10 +319,10 @@ _OPAQUE = {}
 def _opaque(name):
     """A stand-in whose type has the kernel object's type name, so a check can say "got Foo"."""
     name = "".join(c for c in str(name) if c.isalnum() or c in "_ ")[:60] or "object"
+    if name not in _OPAQUE and len(_OPAQUE) >= 64:  # a few distinct names get their own type; a flood
+        name = "object"                                  # of them shares one
     if name not in _OPAQUE:
-        if len(_OPAQUE) >= 64:  # a few distinct names get their own type; a flood of them costs nothing
-            name = "object"
-        _OPAQUE.setdefault(name, type(name.replace(" ", "_"), (), {"__repr__": lambda self, n=name: "<" + n + ">"}))
+        _OPAQUE[name] = type(name.replace(" ", "_"), (), {"__repr__": lambda self, n=name: "<" + n + ">"})
     return _OPAQUE[name]()
 
 
@@ -563,7 +578,7 @@ class Sandbox:
         # As root the sandbox starts as a user id of its own (random, no groups): bubblewrap then maps
         # the kernel's user onto it, a user no other process has. As anyone else it maps onto the
         # grader's user, which the kernel cannot use outside its namespaces.
-        uid = (1_000_000 + secrets.randbelow(1_000_000_000)) if privileged() else None
+        uid = sandbox_uid()
         self.root = Path(tempfile.mkdtemp(prefix="bal-grade-"))
         os.chmod(self.root, 0o711)  # the kernel's user may enter by name, not list
         home, io, ipc, log = (self.root / n for n in ("home", "io", "ipc", "log"))
@@ -602,9 +617,8 @@ class Sandbox:
                            "--HistoryManager.enabled=False"]}
         command = [sys.executable, "-I", "-S", "-c", SUPERVISOR, json.dumps(config)]
         if self.sandboxed:
-            self.stage_dir = staging_folder() if uid is not None else None
-            argv, stage, covered = bubblewrap_argv(self.root, [home, io, ipc, log], scratch, self.hide, self.stage_dir)
-            command = launch_argv(argv + ["--chdir", str(home), "--"] + command, stage, uid)
+            command, self.stage_dir, covered = sandboxed_command(command, self.root, [home, io, ipc, log], scratch,
+                                                                  self.hide, uid, chdir=home)
             self.info.update(sandbox=bubblewrap_version(), hidden=covered,
                              kernel_user="an unprivileged user" + (" id of its own" if uid is not None else ""),
                              namespaces="user, mount, pid, network, ipc, uts")
