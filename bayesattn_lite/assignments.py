@@ -253,8 +253,8 @@ def reference_calls(source, assignment_id, context=""):
                 and node.args and _looked_up(node.args[0], aliases, assignment_id):
             what = f"{node.func.id}() on {_looked_up(node.args[0], aliases, assignment_id)} (a name looked up at run " \
                    "time: not scanned)"
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                node.value.startswith("bayesattn_lite") and _dotted_parent(tree, node) == "sys.modules":
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and \
+                str(node.slice.value).startswith("bayesattn_lite") and ast.unparse(node.value) == "sys.modules":
             what = "sys.modules[...] of the package (a module looked up at run time: not scanned)"
         if what and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
             found.append((node.lineno, what))
@@ -272,14 +272,6 @@ def _looked_up(node, aliases, assignment_id):
         return "the package"
     if assignment_id in _AUTOGRAD_ASSIGNMENTS and (name == "torch" or name.startswith(_AUTOGRAD)):
         return "autograd"
-    return None
-
-
-def _dotted_parent(tree, constant):
-    """The dotted name subscripted by ``constant`` (``sys.modules`` in ``sys.modules["x"]``), if any."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and node.slice is constant:
-            return ast.unparse(node.value)
     return None
 
 
