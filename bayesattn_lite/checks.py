@@ -869,10 +869,7 @@ def _not_an_experiment(run_condition, results):
 def check_seeds(results, run_condition=None):
     """At least three seeds per condition, the same seeds in every condition; with ``run_condition``
     (the grader passes it), the numbers must come from it: it runs for a seed ``results`` lacks."""
-    problem = _results_problem(results)
-    if problem:
-        return CheckResult("seeds", False, problem)
-    problem = None if run_condition is None else _not_an_experiment(run_condition, results)
+    problem = _results_problem(results) or (run_condition is not None and _not_an_experiment(run_condition, results))
     if problem:
         return CheckResult("seeds", False, problem)
     seeds = [set(by_seed) for by_seed in results.values()]

@@ -662,8 +662,11 @@ def controls_run(seeds=PAPER_SEEDS, steps=1000, T=CONTROLS_T, device=None, progr
                          checkpoint_path=checkpoint_path, checkpoint_every=500, desc="controls")
 
 
+RUN_CONFIG = ("schedules", "seeds", "steps", "T", "chain", "pool", "init_std")  # what a saved run was trained with
+
+
 def _run_config(run):
-    """What a saved run was trained with: compared before a saved run is reused."""
+    """What a saved run was trained with (``RUN_CONFIG``): compared before a saved run is reused."""
     return {"schedules": run.schedules, "seeds": list(run.seeds), "steps": run.steps, "T": run.T,
             "chain": repr(run.chain), "pool": run.pool, "init_std": run.init_std}
 
@@ -690,15 +693,11 @@ def saved_run_config(path):
         return None
     with np.load(path, allow_pickle=False) as f:
         meta = json.loads(str(f["meta"]))
-    return {k: meta[k] for k in ("schedules", "seeds", "steps", "T", "chain", "pool", "init_std")}
+    return {k: meta[k] for k in RUN_CONFIG}
 
 
 def load_schedule_run(path):
     """A ``ScheduleRun`` as ``save_schedule_run`` wrote it (on the default chain; no snapshots)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run `python {LONG_RUN_SCRIPT} --only {CONTROLS_NAME}` "
-                                "to train it")
     with np.load(path, allow_pickle=False) as f:
         meta, a = json.loads(str(f["meta"])), {k: f[k] for k in f.files}
     chain = StickyMarkovChain()
@@ -722,7 +721,11 @@ def controls_path(directory=None):
 
 def load_controls(directory=None):
     """Chapter 6's controls as ``scripts/sticky_long_runs.py --only controls`` saved them."""
-    return load_schedule_run(controls_path(directory))
+    path = controls_path(directory)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `python {LONG_RUN_SCRIPT} --only {CONTROLS_NAME}` "
+                                "to train it")
+    return load_schedule_run(path)
 
 
 def record_path(name, directory=None):

@@ -47,14 +47,13 @@ def controls(args, overrides):
     saved = experiments.saved_run_config(path)
     if not args.force and saved and all(saved[k] == json.loads(json.dumps(v)) for k, v in wanted.items()):
         print(f"{experiments.CONTROLS_NAME}: up to date, skipped ({path})")
-        return None
+        return
     print(f"{experiments.CONTROLS_NAME}: {len(experiments.CONTROLS) * len(kwargs['seeds'])} models x "
           f"{kwargs['steps']} steps, T = {experiments.CONTROLS_T}")
     run = experiments.controls_run(**kwargs, device=args.device, progress=not args.no_progress,
                                    checkpoint_path=args.checkpoint_dir / f"{experiments.CONTROLS_NAME}.pt")
     experiments.save_schedule_run(run, path)
     print(f"{experiments.CONTROLS_NAME}: {run.seconds:.0f} s on {run.device} -> {path}")
-    return run
 
 
 def main(argv=None):
@@ -89,7 +88,7 @@ def main(argv=None):
         records.append(record)
         print(f"{cfg.name}: {record['seconds']:.0f} s on {record['device']} -> {path}")
     if not args.only or experiments.CONTROLS_NAME in args.only:
-        records.append(controls(args, overrides))
+        controls(args, overrides)  # a saved run, not a record: main returns the long runs' records
     print(f"total {time.perf_counter() - began:.0f} s")
     return records
 

@@ -247,7 +247,7 @@ def test_a_saved_schedule_run_loads_with_the_same_speedups_tables_and_held_out_s
     assert experiments.saved_run_config(tmp_path / "run.npz")["steps"] == run.steps
     assert experiments.saved_run_config(tmp_path / "missing.npz") is None
     with pytest.raises(FileNotFoundError, match="sticky_long_runs.py --only controls"):
-        experiments.load_schedule_run(tmp_path / "missing.npz")
+        experiments.load_controls(tmp_path)
 
 
 def test_the_shipped_controls_are_chapter_6s_schedules_and_reproduce_from_a_short_rerun():
