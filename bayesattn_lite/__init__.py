@@ -23,7 +23,11 @@ chapter experiments, which compute and return results:
 
 presentation and teaching:
 - ``plots``, ``widgets``  figures and interactive panels used by the chapters
-- ``checks``, ``assignments``, ``grading``  exercise checks, student versions, the autograder
+- ``checks``      the exercise checks (the learner's side)
+
+the instructor's side, in its own subpackage ``instructor`` that nothing above imports:
+- ``instructor.assignments``  the problem sets and their student versions
+- ``instructor.grading``      the autograder, which runs each submission in ``instructor._sandbox``
 
 ``toy`` and ``sticky_widget`` are old names kept for one release; they forward to the new homes.
 """

@@ -608,7 +608,7 @@ def check_projection_gradients(fn):
 
 
 # ============================================================================= problem sets 2 and 3
-# Checks of the assignments (book/assignments, bayesattn_lite.assignments). The same contract:
+# Checks of the assignments (book/assignments, bayesattn_lite.instructor.assignments). The same contract:
 # take the learner's object, never raise, say what is wrong in words.
 
 __all__ += ["check_predicted_attention_change", "check_e_step", "check_m_step_means", "check_settling_step",

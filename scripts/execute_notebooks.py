@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def book_notebooks():
     """Every notebook under book/ except the student versions of the problem sets: their solutions
-    are stubs that raise, and they are committed unexecuted (python -m bayesattn_lite.assignments)."""
+    are stubs that raise, and they are committed unexecuted (python -m bayesattn_lite.instructor.assignments)."""
     return sorted(p for p in (ROOT / "book").rglob("*.ipynb")
                   if ".ipynb_checkpoints" not in p.parts and not p.stem.endswith("_student"))
 

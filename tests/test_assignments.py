@@ -7,17 +7,18 @@ import ast
 import nbformat
 import pytest
 
-from bayesattn_lite import assignments, checks
-from bayesattn_lite.assignments import ASSIGNMENTS
+from bayesattn_lite import checks
+from bayesattn_lite.instructor import assignments
+from bayesattn_lite.instructor.assignments import ASSIGNMENTS
 
 ALL = sorted(ASSIGNMENTS.values(), key=lambda a: a.id)
 
 
 @pytest.mark.parametrize("assignment", ALL, ids=lambda a: a.id)
 def test_committed_student_version_is_up_to_date(assignment):
-    assert assignment.student_path.exists(), f"run python -m bayesattn_lite.assignments to write {assignment.student_path.name}"
+    assert assignment.student_path.exists(), f"run python -m bayesattn_lite.instructor.assignments to write {assignment.student_path.name}"
     assert assignment.student_path.read_text(encoding="utf-8") == assignments.render(assignment), (
-        f"{assignment.student_path.name} is out of date: run python -m bayesattn_lite.assignments")
+        f"{assignment.student_path.name} is out of date: run python -m bayesattn_lite.instructor.assignments")
 
 
 def test_the_command_checks_without_writing(capsys):
@@ -270,3 +271,17 @@ def test_the_student_version_states_the_task_not_its_answer(assignment):
     assert not leaked, f"{assignment.id}: lines of a solution in the student version: {leaked[:3]}"
     given = [answer for answer in ANSWERS[assignment.id] if answer in student]
     assert not given, f"{assignment.id}: the student version gives away {given} (in a hint, docstring or message)"
+
+
+@pytest.mark.parametrize("cells", [50, 400])
+def test_the_reference_call_scan_reads_each_cell_a_bounded_number_of_times(monkeypatch, cells):
+    """The scan once read every other cell's imports for each cell (cells squared parses: a 2,000-cell
+    notebook held the grader for minutes); now each cell is read at most twice, whatever their number."""
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"import math as m{i}\ny{i} = m{i}.pi")
+                                         for i in range(cells)])
+    parsed = []
+    real = assignments._parse
+    monkeypatch.setattr(assignments, "_parse", lambda source: parsed.append(1) or real(source))
+    assignments.notebook_reference_calls(nb, "ps1_derivations")
+    assert len(parsed) <= 2 * cells + 2, f"{len(parsed)} parses for {cells} cells"

@@ -1,6 +1,6 @@
 """The autograder against the submissions a clever student might hand in.
 
-One batch (``python -m bayesattn_lite.grading DIR --csv``) grades, in a subprocess, the untouched
+One batch (``python -m bayesattn_lite.instructor.grading DIR --csv``) grades, in a subprocess, the untouched
 student version of problem set 1, a correct submission, broken ones and one submission per cheat of
 issue 15; every cheat must score no more than the untouched student version. The grader runs from a
 copy of the package and of the instructor folder (files mode 600) in a temporary folder, so a cheat
@@ -26,11 +26,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from bayesattn_lite import _sandbox, assignments, grading
-from bayesattn_lite.assignments import ASSIGNMENTS
+from bayesattn_lite.instructor import _sandbox, assignments, grading
+from bayesattn_lite.instructor.assignments import ASSIGNMENTS
 
 PS1 = ASSIGNMENTS["ps1_derivations"]
-PACKAGE = Path(grading.__file__).resolve().parent
+PACKAGE = grading.PACKAGE_DIR  # bayesattn_lite/
 ROOT = _sandbox.privileged()  # as root the sandbox also gets a user id of its own
 SITE_PACKAGES = Path(nbformat.__file__).resolve().parent.parent  # the grader's Python, where a .pth would run
 
@@ -84,7 +84,7 @@ for _n in dir(_c):
 CHEATS = {
     # the grader's in-kernel check function (the old design), and every check, replaced
     "c_replace_check": ALWAYS_PASS + """
-import bayesattn_lite.grading as _g
+import bayesattn_lite.instructor.grading as _g
 _g._kernel_check = lambda marker, qid, *a: print(marker + '{"id": "%s", "passed": true, "feedback": "ok"}' % qid)
 """,
     # a hook that prints pass lines after every execution, the checks' included
@@ -129,8 +129,13 @@ def _instructor_cheat(paths):
     """Run the solution cells of the instructor notebook: at the path the package gives, and ``paths``."""
     return f"""
 import json
-from bayesattn_lite import assignments as _a
-for _p in [str(_a.ASSIGNMENTS["ps1_derivations"].instructor_path)] + {paths!r}:
+_paths = {paths!r}
+try:  # the kernel's copy of the package has no instructor subpackage: this should fail
+    from bayesattn_lite.instructor import assignments as _a
+    _paths.insert(0, str(_a.ASSIGNMENTS["ps1_derivations"].instructor_path))
+except ImportError as exc:
+    print("no instructor subpackage:", exc)
+for _p in _paths:
     try:
         _nb = json.load(open(_p))
     except OSError as exc:
@@ -304,7 +309,7 @@ def batch(course, tmp_path_factory):
     (work / "tmp").mkdir()  # the grader's temporary folders (its sandboxes), to check that none is left
     env = {**os.environ, "PYTHONPATH": str(course), "TMPDIR": str(work / "tmp")}
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "bayesattn_lite.grading", str(subs), "--csv", str(csv_path),
+    done = subprocess.run([sys.executable, "-m", "bayesattn_lite.instructor.grading", str(subs), "--csv", str(csv_path),
                            "--reports", str(reports), "--timeout", str(TIMEOUT),
                            "--notebook-timeout", str(NOTEBOOK_TIMEOUT), "--max-output", str(MAX_OUTPUT)],
                           capture_output=True, text=True, env=env, cwd=str(work), timeout=900)
@@ -376,6 +381,17 @@ def test_an_instructor_version_handed_in_is_rejected(batch):
                                                     "c_read_reference", "c_planted_links"])
 def test_a_cheat_scores_no_more_than_the_untouched_student_version(batch, cheat):
     assert _score(batch, cheat) <= _score(batch, "a_student") == 0, batch["reports"][cheat]
+
+
+def test_the_kernel_imports_the_package_without_its_instructor_subpackage_or_real_checks():
+    _require_sandbox()
+    with _sandbox.Sandbox(grading.PACKAGE_DIR, notebook_timeout=120, replace={"checks.py": grading.KERNEL_CHECKS},
+                          leave_out=("instructor",)) as box:
+        probe = ("import importlib.util, bayesattn_lite.checks as c\n"
+                 "found = [importlib.util.find_spec('bayesattn_lite.instructor') is not None,"
+                 " hasattr(c, '_biased_spec'), importlib.util.find_spec('bayesattn_lite.attention') is not None]")
+        assert box.execute(probe, timeout=60).status == "ok"
+        assert box.fetch("found", timeout=30) == [False, False, True]
 
 
 def test_the_instructor_notebooks_and_other_submissions_are_out_of_the_kernels_reach(batch):
@@ -475,7 +491,7 @@ def test_a_file_that_is_not_a_notebook_gets_a_report_from_the_command_line(tmp_p
     bad = tmp_path / "ps1_derivations_submission.ipynb"
     bad.write_text(content)
     report = tmp_path / "report.json"
-    done = subprocess.run([sys.executable, "-m", "bayesattn_lite.grading", str(bad), "--report", str(report)],
+    done = subprocess.run([sys.executable, "-m", "bayesattn_lite.instructor.grading", str(bad), "--report", str(report)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     data = json.loads(report.read_text())
@@ -553,6 +569,23 @@ def test_a_notebook_of_too_many_cells_is_refused_before_it_is_parsed(tmp_path):
     assert time.monotonic() - start < 5
 
 
+def test_a_15_mb_cell_costs_the_grader_a_bounded_amount_of_memory(tmp_path):
+    """One large cell once cost about 730 MiB of grader memory per MB: the grader reads a cell over
+    MAX_READ_CELL characters without parsing it, and its peak memory is reported (and bounded here)."""
+    _require_sandbox()
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    nb = _student()
+    nb.cells.insert(3, nbformat.v4.new_code_cell("x = 1  # " + "a" * (15 * 2 ** 20)))
+    nbformat.write(nb, subs / "ps1_derivations_big.ipynb")
+    done = subprocess.run([sys.executable, "-m", "bayesattn_lite.instructor.grading", str(subs), "--csv",
+                           str(tmp_path / "g.csv"), "--reports", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=300)
+    peak = re.search(r"grader peak memory: (\d+) MiB", done.stdout)
+    assert done.returncode == 0 and peak, done.stdout[-500:] + done.stderr[-2000:]
+    assert int(peak.group(1)) < 700, done.stdout[-500:]
+
+
 def test_a_flood_of_placeholder_names_creates_a_bounded_number_of_types():
     for n in range(1000):
         _sandbox.decode(["opaque", f"Name{n}"])
@@ -564,7 +597,7 @@ def test_the_data_channel_rebuilds_plain_values():
     import numpy as np
     import torch
 
-    from bayesattn_lite import _sandbox
+    from bayesattn_lite.instructor import _sandbox
 
     class Sub(torch.Tensor):
         pass

@@ -2,7 +2,8 @@
 
 1. concepts: what the paper is about, with no chapter and no figure in them;
 2. chapter experiments: compute what a chapter measures and return plain results;
-3. presentation and teaching: figures, widgets, exercise checks, problem sets, the grader.
+3. presentation and teaching: figures, widgets, exercise checks;
+4. the instructor's subpackage (``instructor``): problem sets, their student versions, the grader.
 
 CONTRIBUTING.md draws the graph this test enforces.
 """
@@ -18,25 +19,31 @@ TIERS = {
     "concepts": ["_validate", "attention", "checkpoints", "tasks", "wind_tunnels", "models", "train",
                  "batched", "em", "diagnostics", "monitor", "gradcheck", "toy"],
     "experiments": ["specialisation", "experiments", "comparison", "distributed", "dynamics"],
-    "presentation": ["plots", "widgets", "checks", "assignments", "grading", "_sandbox", "sticky_widget"],
+    "presentation": ["plots", "widgets", "checks", "sticky_widget"],
+    "instructor": ["instructor.assignments", "instructor.grading", "instructor._sandbox"],
 }
 LEVEL = {module: level for level, modules in enumerate(TIERS.values()) for module in modules}
 PLOTTING = ("matplotlib", "ipywidgets", "IPython")
 
 
 def modules():
-    return sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    """Every module of the package by its dotted name below it ("attention", "instructor.grading")."""
+    return sorted(".".join(p.relative_to(PACKAGE).with_suffix("").parts) for p in PACKAGE.rglob("*.py")
+                  if p.stem != "__init__" and "__pycache__" not in p.parts)
 
 
 def imports(module, top_level_only=False):
-    """The package modules ``module`` imports (``from . import x``, ``from .x import y``), and the
-    outside packages, anywhere in the file or only at its top level."""
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    """The package modules ``module`` imports (``from . import x``, ``from .x import y``, ``from .. import
+    x`` in a subpackage), and the outside packages, anywhere in the file or only at its top level."""
+    tree = ast.parse((PACKAGE / f"{module.replace('.', '/')}.py").read_text())
     nodes = tree.body if top_level_only else ast.walk(tree)
     inside, outside = set(), set()
+    here = module.split(".")[:-1]  # the subpackage the module is in ([] at the top)
     for node in nodes:
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            inside.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+        if isinstance(node, ast.ImportFrom) and node.level >= 1:
+            base = here[:len(here) - (node.level - 1)]
+            names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+            inside.update(".".join([*base, name]) for name in names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             outside.add(node.module.split(".")[0])
         elif isinstance(node, ast.Import):
@@ -76,7 +83,11 @@ def test_no_import_cycles():
         visit(m, [])
 
 
-GRADER = ("assignments", "grading", "_sandbox")  # the instructor's side: student versions and the autograder
+GRADER = tuple(TIERS["instructor"])  # the instructor's side: student versions and the autograder
+
+
+def test_the_instructor_side_is_its_own_subpackage():
+    assert sorted(m for m in modules() if m.startswith("instructor.")) == sorted(GRADER)
 
 
 @pytest.mark.parametrize("module", [m for m in modules() if m not in GRADER])
@@ -84,8 +95,9 @@ def test_nothing_a_learner_imports_depends_on_the_grader(module):
     """The grader (its sandbox starts processes in namespaces) is the instructor's: no module a chapter or
     a learner imports reaches it, so a learner's import never runs or needs it."""
     inside, _ = imports(module)
-    assert not inside & set(GRADER), f"{module} imports {sorted(inside & set(GRADER))} of the grader"
+    assert not {m for m in inside if m == "instructor" or m.startswith("instructor.")}, \
+        f"{module} imports {sorted(inside)} of the grader"
 
 
 def test_only_the_grader_starts_sandboxes():
-    assert [m for m in modules() if "_sandbox" in imports(m)[0]] == ["grading"]
+    assert [m for m in modules() if "instructor._sandbox" in imports(m)[0]] == ["instructor.grading"]

@@ -1,7 +1,7 @@
 """The problem sets: which questions each has, how each is checked, and the student-version generator.
 
-    python -m bayesattn_lite.assignments            # rewrite every student version from its instructor version
-    python -m bayesattn_lite.assignments --check    # exit 1 if a committed student version is out of date
+    python -m bayesattn_lite.instructor.assignments            # rewrite every student version from its instructor version
+    python -m bayesattn_lite.instructor.assignments --check    # exit 1 if a committed student version is out of date
 
 An instructor version ``book/assignments/<id>.ipynb`` is an executed notebook with the solutions in.
 The generator writes ``book/assignments/<id>_student.ipynb`` from it:
@@ -16,7 +16,7 @@ The generator writes ``book/assignments/<id>_student.ipynb`` from it:
   assignment this is (the grader reads it) and that it is the student version.
 
 Every checked question names a ``checks`` function and the names of the learner's objects it is called
-on; the grader (``bayesattn_lite.grading``) runs exactly that. A written question (``check=None``) is the
+on; the grader (``bayesattn_lite.instructor.grading``) runs exactly that. A written question (``check=None``) is the
 Markdown cells tagged ``answer-<id>``, graded by the instructor with ``Question.rubric``.
 ``notebook_reference_calls`` lists where a submission calls what would answer a question for it (the
 package's reference functions, autograd in a derivation), for the grader's report.
@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: bayesattn_lite/instructor/ is two below it
 FOLDER = ROOT / "book" / "assignments"
 STUDENT_SUFFIX = "_student"
 SOLUTION_TAG, INSTRUCTOR_TAG = "solution", "instructor"
@@ -206,11 +206,12 @@ def _parse(source):
     return ast.parse(source)
 
 
-def reference_calls(source, assignment_id, context=""):
+def reference_calls(source, assignment_id, context="", context_aliases=None):
     """The uses, in ``source`` (Python code, IPython magics allowed), of what answers a question of
     ``assignment_id`` by itself: the package's reference functions (``REFERENCES``), autograd in the
     derivation sets, a dynamic import of the package. One string per use, ``"line N: what (why)"``.
-    ``context``: code of other cells (a notebook's install cell) whose imports the names may come from.
+    ``context``: code of other cells (a notebook's install cell) whose imports the names may come from;
+    ``context_aliases``: the same, already read (``_aliases``), so a notebook's imports are read once.
 
     Static (AST) detection: it sees imports, aliases and attribute access, not code built at run time
     (``exec`` of a string, an object reached through ``globals()``), which it reports as such."""
@@ -218,9 +219,9 @@ def reference_calls(source, assignment_id, context=""):
         tree = _parse(source)
     except SyntaxError as exc:
         return [f"line {exc.lineno}: not valid Python, not scanned ({exc.msg})"]
-    aliases = {}
+    aliases = dict(context_aliases or {})
     try:
-        aliases = _aliases(_parse(context)) if context else {}
+        aliases = _aliases(_parse(context), aliases) if context else aliases
     except SyntaxError:  # the context only lends its imports: an invalid one lends none
         pass
     aliases = _aliases(tree, aliases)
@@ -287,14 +288,19 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
         instructor = nbformat.read(instructor_path, as_version=4)
         given = {c.source.strip() for c in instructor.cells
                  if c.cell_type == "code" and SOLUTION_TAG not in c.get("metadata", {}).get("tags", [])}
-    code = [cell.source for cell in nb.cells if cell.cell_type == "code"]
+    # the names may come from an import in any cell (the install cell imports the package): the
+    # notebook's imports are read once, not once per cell (that was quadratic in the number of cells)
+    imports = "\n".join(_import_lines(cell.source) for cell in nb.cells if cell.cell_type == "code")
+    try:
+        context_aliases = _aliases(_parse(imports))
+    except SyntaxError:  # pragma: no cover - unparsed import statements always parse
+        context_aliases = {}
     found = []
     for n, cell in enumerate(nb.cells, start=1):
         if cell.cell_type != "code" or cell.source.strip() in given:
             continue
-        # the names may come from an import in any other cell (the install cell imports the package)
-        context = "\n".join(_import_lines(other) for other in code if other is not cell.source)
-        found += [f"cell {n}, {use}" for use in reference_calls(cell.source, assignment_id, context)]
+        found += [f"cell {n}, {use}" for use in reference_calls(cell.source, assignment_id,
+                                                                 context_aliases=context_aliases)]
     return found
 
 
@@ -383,7 +389,7 @@ def render(assignment, folder=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m bayesattn_lite.assignments",
+    parser = argparse.ArgumentParser(prog="python -m bayesattn_lite.instructor.assignments",
                                      description="Write the student versions of the problem sets.")
     parser.add_argument("ids", nargs="*", help=f"default: all of {sorted(ASSIGNMENTS)}")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if one is out of date")
@@ -407,7 +413,7 @@ def main(argv=None):
             print(f"{student}: up to date")
         elif args.check:
             stale.append(student.name)
-            print(f"{student}: OUT OF DATE (run python -m bayesattn_lite.assignments)")
+            print(f"{student}: OUT OF DATE (run python -m bayesattn_lite.instructor.assignments)")
         else:
             student.write_text(text, encoding="utf-8")
             print(f"{student}: written")

@@ -1,6 +1,6 @@
 """The grader's sandbox: one fresh, limited Jupyter kernel per submission, and the data channel to it.
 
-Private to ``bayesattn_lite.grading``. The isolation is bubblewrap's (``bwrap``, the sandbox behind
+Private to ``bayesattn_lite.instructor.grading``. The isolation is bubblewrap's (``bwrap``, the sandbox behind
 Flatpak; Debian's package ``bubblewrap``), the same as root and as a plain user:
 
 - **Namespaces**: new user, mount, PID, network, IPC and UTS namespaces. The kernel's user has no
@@ -12,7 +12,8 @@ Flatpak; Debian's package ``bubblewrap``), the same as root and as a plain user:
   ``home/`` (the kernel's working folder, HOME, Jupyter and matplotlib folders), ``io/`` (the answers
   the kernel writes for the grader), ``ipc/`` (its sockets) and ``pkg/``, a read-only copy of this
   package that the kernel imports (PYTHONPATH) whose ``checks.py`` is a stand-in
-  (``grading.KERNEL_CHECKS``): the checks, and the references inside them, run in the grader only;
+  (``grading.KERNEL_CHECKS``) and which has no ``instructor/`` (no grader, no problem-set solutions):
+  the checks, and the references inside them, run in the grader only;
   private /tmp, /var/tmp and /dev/shm, removed with the folder. Nothing else: not the checkout (its
   .git, the built book), not the instructor notebooks, not the other submissions, not the grader's
   reports. An installed copy of the package inside a visible folder is covered.
@@ -544,8 +545,9 @@ class Sandbox:
     ``fetch`` and ``call`` exchange data with the learner's namespace."""
 
     def __init__(self, package_dir, hide=(), notebook_timeout=600, memory_mb=4096, max_output_mb=16,
-                 grace=5.0, replace=None, sandboxed=True):
+                 grace=5.0, replace=None, leave_out=(), sandboxed=True):
         self.package_dir = Path(package_dir)
+        self.leave_out = tuple(leave_out)  # subfolders of the package the kernel's copy does not have
         self.sandboxed = sandboxed  # False: --no-sandbox, the kernel runs as the grader's user, unconfined
         self.replace = dict(replace or {})  # file of the package copy -> the text the kernel gets instead
         self.hide = [str(Path(p).resolve()) for p in hide if p]
@@ -590,7 +592,7 @@ class Sandbox:
                 os.chown(d, uid, uid)
         pkg = self.root / "pkg"
         shutil.copytree(self.package_dir, pkg / self.package_dir.name,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *self.leave_out))
         for name, text in self.replace.items():
             (pkg / self.package_dir.name / name).write_text(text, encoding="utf-8")
         for path in [pkg, *pkg.rglob("*")]:  # read-only for everyone, also for a same-uid kernel

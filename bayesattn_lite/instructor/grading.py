@@ -1,7 +1,7 @@
 """The autograder: run a submitted notebook in a sandbox, decide each question in the grader, write reports.
 
-    python -m bayesattn_lite.grading SUBMISSION.ipynb --report REPORT.json      # one submission
-    python -m bayesattn_lite.grading DIR --csv grades.csv [--reports DIR2]        # every .ipynb in DIR
+    python -m bayesattn_lite.instructor.grading SUBMISSION.ipynb --report REPORT.json      # one submission
+    python -m bayesattn_lite.instructor.grading DIR --csv grades.csv [--reports DIR2]        # every .ipynb in DIR
     options: --timeout 60 (s per cell)  --notebook-timeout 900  --memory 4096 (MiB)  --max-output 16 (MiB)
              --assignment ID  --folder INSTRUCTOR_FOLDER  --self-test (grade instructor versions)
              --no-sandbox (trusted notebooks only: no bubblewrap)
@@ -13,7 +13,7 @@ What it does, for each submission:
    the file name), checks that the notebook has the assignment's question cells, and rejects an
    instructor version (metadata ``version: instructor``, cells tagged ``instructor`` or solution
    markers) unless ``--self-test``;
-3. executes the code cells in a fresh kernel inside a bubblewrap sandbox (``bayesattn_lite._sandbox``:
+3. executes the code cells in a fresh kernel inside a bubblewrap sandbox (``bayesattn_lite.instructor._sandbox``:
    new user, mount, PID and network namespaces, as root or not; a file system of Python, the system's
    libraries and a temporary folder, nothing else; limits on time, memory and output); a cell that
    runs too long is interrupted, and a kernel that does not stop is ended with everything it started.
@@ -51,7 +51,8 @@ import time
 import traceback
 from pathlib import Path
 
-from . import _sandbox, assignments, checks
+from .. import checks
+from . import _sandbox, assignments
 
 DEFAULT_TIMEOUT = 60  # seconds per cell (and per call of a learner's function by a check)
 DEFAULT_NOTEBOOK_TIMEOUT = 900  # seconds for the whole submission, checks included
@@ -61,7 +62,7 @@ MAX_NOTEBOOK = 20 * 2 ** 20  # bytes: a larger file is not executed
 MAX_CELLS = 2000  # cells: a notebook with more is not executed (the problem sets have about 30)
 MAX_READ_CELL = 2 ** 18  # characters: a larger code cell still runs, but the grader does not parse it
 MAX_ANSWER_TEXT = 20000  # characters of a written answer kept in the report
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # bayesattn_lite/, of which this is instructor/
 
 # What the kernel imports as bayesattn_lite.checks while a submission is graded: the notebook's own check
 # cells still run, but the checks and the reference computations inside them stay in the grader.
@@ -290,7 +291,8 @@ def _run(nb, assignment, limits, hide):
     checks.SEED_OFFSET = secrets.randbelow(2 ** 31)
     with _sandbox.Sandbox(PACKAGE_DIR, hide=hide, notebook_timeout=limits["notebook_timeout"],
                           memory_mb=limits["memory"], max_output_mb=limits["max_output"],
-                          replace={"checks.py": KERNEL_CHECKS}, sandboxed=limits["sandboxed"]) as box:
+                          replace={"checks.py": KERNEL_CHECKS}, leave_out=("instructor",),
+                          sandboxed=limits["sandboxed"]) as box:
         number = 0
         for cell in nb.cells:
             if cell.cell_type != "code":
@@ -630,7 +632,7 @@ def _peak_memory_mib():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m bayesattn_lite.grading", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bayesattn_lite.instructor.grading", description=__doc__.splitlines()[0])
     parser.add_argument("submission", type=Path, help="a submitted notebook (.ipynb), or a folder of them")
     parser.add_argument("--report", type=Path, help="one submission: where to write the JSON report (.md beside it)")
     parser.add_argument("--csv", type=Path, help="a folder: where to write the gradebook CSV")
