@@ -165,7 +165,7 @@ def test_chapters_import_helpers_instead_of_pasting_them(path):
     nb = nbformat.read(path, as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     exercised = {name for args in CHECKED.findall(code) for name in re.findall(r"\w+", args)}
-    from bayesattn_lite import assignments
+    from bayesattn_lite.instructor import assignments
     for assignment in assignments.ASSIGNMENTS.values():
         for question in assignment.questions:
             exercised.update(question.names)
@@ -173,3 +173,24 @@ def test_chapters_import_helpers_instead_of_pasting_them(path):
     pasted = sorted(f"{name} (the package has {exports[name]})"
                     for name in re.findall(r"^def (\w+)", code, re.M) if name in exports and name not in exercised)
     assert not pasted, f"{path.name} defines functions the package exports; import them instead: {pasted}"
+
+
+CHAPTERS = sorted((ROOT / "book").glob("0[0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_every_chapter_opens_with_its_time_what_it_builds_on_and_where_the_paper_says_it(path):
+    """As Neuromatch's tutorials do: before the first idea, the reader learns how long the chapter takes
+    (reading at about 200 words a minute, about 5 minutes an exercise: the stated figures within a factor
+    of two of that), which earlier chapters it needs, and which part of which paper it is about."""
+    import re
+    nb = nbformat.read(path, as_version=4)
+    box = nb.cells[1].source
+    assert box.startswith("```{admonition} Before you start"), f"{path.name}: cell 2 is not the 'Before you start' box"
+    read, exercises = re.search(r"\*\*Time:\*\* about (\d+) minutes to read, and (\d+) more for its", box).groups()
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    words, count = len(re.findall(r"\w+", markdown)), len(re.findall(r"\{exercise\}", markdown))
+    assert words / 400 <= int(read) <= words / 100, f"{path.name}: {read} minutes to read {words} words?"
+    assert int(exercises) == 5 * count, f"{path.name}: {count} exercises, {exercises} minutes stated"
+    assert "**Builds on:**" in box and "**In the paper:**" in box
+    assert re.search(r"arXiv:2512\.2247[13]", box.split("**In the paper:**")[1]), f"{path.name}: cite the paper's arXiv id"
