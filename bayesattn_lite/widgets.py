@@ -16,6 +16,7 @@ error signal u_i and the scores s_ij. The panel shows
   scores, s_i <- s_i - eta dL/ds_i.
 """
 
+import functools
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
@@ -173,6 +174,33 @@ def draw_advantage_panel(fig_or_axes, state, moved=DEFAULT_MOVED):
     return axes
 
 
+# ----------------------------------------------------------------------------- panels
+
+# What a panel shows where no kernel runs it: the online book leaves the widget view out of its pages
+# (_config.yml, nb_mime_priority_overrides), since its sliders would move nothing there, and shows this
+# line, the panel's plain-text form, under the static figure of its default state instead.
+# (ipywidgets cuts a plain-text form at 110 characters.)
+KERNEL_ONLY = "Interactive panel: its sliders run in Jupyter or Colab. The figure above shows its default state."
+
+
+@functools.cache
+def _panel_class():
+    import ipywidgets
+
+    class Panel(ipywidgets.interactive):
+        """ipywidgets.interactive, whose plain-text form says where its controls work."""
+
+        def __repr__(self):
+            return KERNEL_ONLY
+
+    return Panel
+
+
+def _panel(update, **controls):
+    """``ipywidgets.interactive(update, **controls)`` that the online book replaces by ``KERNEL_ONLY``."""
+    return _panel_class()(update, **controls)
+
+
 # ----------------------------------------------------------------------------- widget
 
 def advantage_explorer(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES, eta=DEFAULT_ETA,
@@ -211,7 +239,7 @@ def advantage_explorer(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES
         plt.close(fig)
         return state
 
-    return ipywidgets.interactive(
+    return _panel(
         update,
         v_x=slider(values[moved, 0], -1.5, 1.5, 0.05, f"v_{moved}, coordinate 1"),
         v_y=slider(values[moved, 1], -1.5, 1.5, 0.05, f"v_{moved}, coordinate 2"),
@@ -323,7 +351,7 @@ def snapshot_slider(states, index=0, figsize=(14.0, 4.2)):
         plt.close(fig)
         return i
 
-    return ipywidgets.interactive(update, step=ipywidgets.SelectionSlider(
+    return _panel(update, step=ipywidgets.SelectionSlider(
         options=steps, value=steps[index], description="training step", continuous_update=False,
         style={"description_width": "initial"}, layout=ipywidgets.Layout(width="520px")))
 
@@ -359,7 +387,7 @@ def specialisation_explorer(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
         return runs
 
     style, layout = {"description_width": "initial"}, ipywidgets.Layout(width="420px")
-    return ipywidgets.interactive(
+    return _panel(
         update,
         lr=ipywidgets.FloatLogSlider(value=cfg.lr, base=10, min=-2, max=0.3, step=0.1, description="learning rate η",
                                      continuous_update=False, style=style, layout=layout),
@@ -408,7 +436,7 @@ def sticky_explorer(initial=None, figsize=(10.0, 4.4), device=None):
         plt.close(fig)
         return result
 
-    return ipywidgets.interactive(
+    return _panel(
         update,
         ratio=ipywidgets.SelectionSlider(options=experiments.SMALL_RATIOS, value=D["ratio"], continuous_update=False,
                                          description="W_V rate / routing rate", style=style, layout=layout),

@@ -3,8 +3,9 @@
 On every page: MathJax has typeset the math (no raw ``$$`` or ``\\(`` left in the text, no MathJax
 error), every figure has loaded (``naturalWidth > 0``; a chapter shows at least as many figures as
 its notebook has image outputs), no output shows an error or a traceback, the Colab launch button
-opens this notebook's path in the repository of ``_config.yml``, and every widget has its static
-figure directly above it (and its state embedded, so it renders online). On every numbered chapter
+opens this notebook's path in the repository of ``_config.yml``, no widget control is on the page
+(without a kernel a slider moves nothing) and every widget of the notebook is replaced by a line saying
+where it runs (``widgets.KERNEL_ONLY``), with its static figure directly above it. On every numbered chapter
 (01-09): at least three exercises (sphinx-exercise admonitions), every solution collapsed (a closed
 dropdown whose text and code cells show only once the reader opens it) and no install cell. The
 search page finds every chapter by a word of its title. A full-page screenshot of each page goes to
@@ -20,7 +21,7 @@ by ``.ci/run``), which turns that into a failure.
 
 The network may be closed: requests that leave localhost are answered from local copies where one
 exists (MathJax 3, from the pinned ``django-static-mathjax`` wheel) and refused otherwise (the
-widget manager's CDN: widgets themselves are not rendered offline, their static figures are).
+widget manager's CDN; the book has no widget view to render).
 """
 
 import functools
@@ -50,6 +51,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-dev-shm-usage"]
 SOURCES = ["_config.yml", "_toc.yml", "book"]  # a build older than any of these is stale
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+KERNEL_ONLY = "Interactive panel: its sliders run in Jupyter or Colab."  # the start of widgets.KERNEL_ONLY
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
 # JavaScript errors that change nothing a reader sees: sphinx-thebe's script is included twice by
 # the theme and declares its constant twice; the widget manager's loader (require.js, from a CDN)
@@ -225,22 +227,22 @@ OUTPUT_ERRORS = """() => [...document.querySelectorAll('.cell_output')].flatMap(
   return bad ? [text.slice(0, 300)] : [];
 })"""
 
-# For each widget view: is there a loaded image in the same cell before it, or in the nearest
-# code cell above it? And is the model's state embedded in the page?
-WIDGETS = """(mime) => {
-  const state = [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-state+json"]')]
-                  .map(s => s.textContent).join('');
-  return [...document.querySelectorAll(`script[type="${mime}"]`)].map(view => {
-    const cell = view.closest('.cell');
-    const loaded = el => !!el && [...el.querySelectorAll('img')].some(i => i.complete && i.naturalWidth > 0);
+# Controls that would move nothing without a kernel (a widget view, a slider), and, for each panel
+# the book shows as its plain-text line instead, whether a loaded image sits directly above it (in
+# its own cell before it, or in the nearest cell above).
+PANELS = """(line) => {
+  const controls = document.querySelectorAll(
+    'script[type="application/vnd.jupyter.widget-view+json"], input[type="range"], .jupyter-widgets, .widget-slider').length;
+  const loaded = el => !!el && [...el.querySelectorAll('img')].some(i => i.complete && i.naturalWidth > 0);
+  const panels = [...document.querySelectorAll('.cell_output')].filter(o => o.innerText.includes(line)).map(out => {
+    const cell = out.closest('.cell');
     let above = cell ? cell.previousElementSibling : null;
     while (above && !above.classList.contains('cell')) above = above.previousElementSibling;
-    let model = '';
-    try { model = JSON.parse(view.textContent).model_id; } catch (e) {}
     const inCell = cell && [...cell.querySelectorAll('img')].some(
-      i => i.complete && i.naturalWidth > 0 && (i.compareDocumentPosition(view) & Node.DOCUMENT_POSITION_FOLLOWING));
-    return {model, figure: inCell || loaded(above), state: !!model && state.includes(model)};
+      i => i.complete && i.naturalWidth > 0 && (i.compareDocumentPosition(out) & Node.DOCUMENT_POSITION_FOLLOWING));
+    return inCell || loaded(above);
   });
+  return {controls, panels};
 }"""
 
 
@@ -367,11 +369,17 @@ def test_page_reads_well(open_page, shots, page_name):
         if page.evaluate(INSTALL_CELL_VISIBLE):
             problems.append("the install cell is visible: tag the notebook's first code cell remove-cell")
 
-    for widget in page.evaluate(WIDGETS, WIDGET_VIEW):
-        if not widget["figure"]:
-            problems.append(f"widget {widget['model']}: no static figure directly above it")
-        if not widget["state"]:
-            problems.append(f"widget {widget['model']}: its state is not embedded (execute with store_widget_state)")
+    panels = page.evaluate(PANELS, KERNEL_ONLY)
+    if panels["controls"]:
+        problems.append(f"{panels['controls']} widget controls on the page: without a kernel they move nothing "
+                        "(_config.yml should leave the widget view out)")
+    if page_name in NOTEBOOK_PAGES:
+        nb = nbformat.read(ROOT / f"{page_name}.ipynb", as_version=4)
+        views = sum(WIDGET_VIEW in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+        if len(panels["panels"]) != views:
+            problems.append(f"{views} widgets in the notebook, {len(panels['panels'])} lines saying where they run")
+    if not all(panels["panels"]):
+        problems.append("a widget's line has no static figure directly above it")
 
     real_js_errors = [e for e in js_errors if not any(known in e for known in HARMLESS_JS_ERRORS)]
     if real_js_errors:

@@ -163,3 +163,14 @@ def test_the_old_sticky_widget_names_forward():
     from bayesattn_lite import experiments, plots, sticky_widget
     assert sticky_widget.small_run is experiments.small_em_vs_sgd and sticky_widget.draw is plots.sticky_em_vs_sgd
     assert sticky_widget.explorer is widgets.sticky_explorer
+
+
+def test_a_panel_says_in_plain_text_that_its_sliders_need_a_kernel():
+    """The online book shows a panel's plain-text form in place of its sliders (_config.yml leaves the
+    widget view out of the HTML): that text must say where the panel runs, and fit ipywidgets' 110
+    characters."""
+    panel = widgets.advantage_explorer()
+    bundle = panel._repr_mimebundle_()
+    assert bundle["text/plain"] == widgets.KERNEL_ONLY and len(widgets.KERNEL_ONLY) <= 110
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # Jupyter and Colab still get the sliders
+    assert panel.result is not None  # still an ipywidgets.interactive: it ran once
