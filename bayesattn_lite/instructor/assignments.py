@@ -79,15 +79,15 @@ _RUBRICS = {
 1 pt: the bias -m(i - j) does not depend on q or k, so ds_ij/dq_i = k_j/(tau sqrt(d_k)) as without it; the bias acts only through alpha (the advantage law dL/ds = -alpha A is unchanged, with the biased alpha).
 1 pt: as m grows alpha concentrates on the recent keys, so a distant key (alpha_ij ~ exp(-m(i-j))) gets an exponentially small score gradient: the head can hardly learn to attend far back; a temperature tau > 1 divides only the content part of the score, so the bias takes over (alpha moves toward exp(-m(i-j)), less weight on far keys; it flattens alpha only when m = 0) and divides the q/k gradients by tau. An answer that says tau > 1 puts more weight on far keys with m > 0 gets 0 for this point.""",
     ("ps1_derivations", "q4"): """\
-1 pt: the proof: dW_V = dv^T x = u^T alpha x (sum over positions), each u_i = W_O^T r_i / T with r_i = softmax(z_i) - onehot(y_i), and sum_c r_ic = 0; so every column of dW_V lies in W_O^T applied to the zero-sum vectors, a space of dimension <= C - 1, hence rank(dW_V) <= C - 1 whatever T, d_x, d_v.
+1 pt: the proof: dW_V = dv^T x = u^T alpha x (sum over positions), each u_i = W_O^T r_i / N (N the number of positions in the batch) with r_i = softmax(z_i) - onehot(y_i), and sum_c r_ic = 0; so every column of dW_V lies in W_O^T applied to the zero-sum vectors, a space of dimension <= C - 1, hence rank(dW_V) <= C - 1 whatever T, d_x, d_v.
 0.5 pt: a prediction written before running (a number for each of the three measurements), and a comparison with what the cell printed.
-0.5 pt: why the bound survives many steps with W_O frozen (every step adds columns in the same fixed subspace) and fails when W_O trains (the subspace moves, so the sum of steps spans more).""",
+0.5 pt: why the bound survives many steps with W_O frozen (every step adds columns in the same fixed subspace) and fails when W_O trains (the subspace moves, so the sum of steps spans more), and why this agrees with chapter 4: the rank counts directions down to 1e-9 of the largest, while almost all of the change (the printed share in the top C - 1 directions) stays in a slowly turning (C - 1)-dimensional subspace.""",
     ("ps2_dynamics", "q2"): """\
 1 pt: the prediction, written before running: the first-order error is O(eta^2) (slope 2 on log-log axes), the error after adding the second-order term O(eta^3) (slope 3), because the next term of the Taylor series is the first one left out.
 1 pt: the comparison with the measured slopes, and where it breaks down (large eta, where the series is no longer dominated by its first terms; tiny eta, where rounding dominates).""",
     ("ps2_dynamics", "q4"): """\
 1 pt: to first order the loss changes by dL = sum_{ij} (dL/ds_ij) Delta s_ij = -(eta/tau^2) g^T K g with g = dL/ds flattened; K = J J^T (J the Jacobian of the scores in W_Q, W_K) is positive semi-definite, so dL <= 0: a small enough step never raises the loss.
-1 pt: the temperature divides the kernel by tau^2 (once through dL/dW, once through how W moves s), so the scores move tau^2 times more slowly at the same eta (and alpha, flattened by the temperature, changes less again); compensating needs eta * tau^2.""",
+1 pt: the temperature divides the kernel by tau^2 (once through dL/dW, once through how W moves s), so the scores move tau^2 times more slowly at the same eta; compensating needs eta * tau^2. An added claim that a flatter alpha also responds less to a score change is wrong and earns nothing: the softmax Jacobian diag(alpha) - alpha alpha^T vanishes for a near-one-hot row, so flattening a sharp row makes alpha respond more.""",
     ("ps3_experiment", "q1"): """\
 0.5 pt: names the task, the conditions compared and the training budget.
 0.5 pt: names the measure (with its unit) and the direction of the expected difference, so that a measurement could refute it.""",
@@ -96,7 +96,7 @@ _RUBRICS = {
 1 pt: a verdict (supports / refutes / inconclusive) that follows from those numbers, and one limit of the experiment (budget, size, one task).""",
     ("ps3_experiment", "q6"): """\
 1 pt: a prediction written before running, from the floors of q5: (i) the sticky estimate at the entropy rate, the shuffled one at H(pi) = log2 8 = 3 bits (pi is uniform); (ii) the head above the entropy rate and below 3 bits on the sticky chain, and unable to beat 3 bits on a fresh sequence of the control.
-1 pt: the comparison with the printed numbers, and the two reasons a measurement falls below a floor: the plug-in entropy of a finite sample is biased low, and a head's loss on its own training sequence of the control dips below 3 bits by fitting that sequence (its loss on a fresh one does not).""",
+1 pt: the comparison with the printed numbers, saying where the prediction missed (a head predicted well below 3 bits on the sticky chain is, after 300 steps, well below it only on its training sequence and barely below on a fresh one), and the two reasons a measurement falls below a floor: the plug-in entropy of a finite sample is biased low, and a head's loss on its own training sequence of the control dips below 3 bits by fitting that sequence (its loss on a fresh one does not).""",
 }
 
 
