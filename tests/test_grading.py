@@ -386,7 +386,7 @@ def test_a_cheat_scores_no_more_than_the_untouched_student_version(batch, cheat)
 def test_the_kernel_imports_the_package_without_its_instructor_subpackage_or_real_checks():
     _require_sandbox()
     with _sandbox.Sandbox(grading.PACKAGE_DIR, notebook_timeout=120, replace={"checks.py": grading.KERNEL_CHECKS},
-                          leave_out=("instructor",)) as box:
+                          leave_out=grading.KERNEL_LEAVES_OUT) as box:
         probe = ("import importlib.util, bayesattn_lite.checks as c\n"
                  "found = [importlib.util.find_spec('bayesattn_lite.instructor') is not None,"
                  " hasattr(c, '_biased_spec'), importlib.util.find_spec('bayesattn_lite.attention') is not None]")

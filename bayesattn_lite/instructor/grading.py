@@ -64,6 +64,11 @@ MAX_READ_CELL = 2 ** 18  # characters: a larger code cell still runs, but the gr
 MAX_ANSWER_TEXT = 20000  # characters of a written answer kept in the report
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # bayesattn_lite/, of which this is instructor/
 
+# What the kernel's copy of the package leaves out: the grader and the problem sets' registry (rubrics,
+# solutions' paths), and the shipped models, which no problem set loads (copying their 8.8 MB cost
+# 1.35 s per submission, a quarter of a class's grading time).
+KERNEL_LEAVES_OUT = ("instructor", "pretrained")
+
 # What the kernel imports as bayesattn_lite.checks while a submission is graded: the notebook's own check
 # cells still run, but the checks and the reference computations inside them stay in the grader.
 KERNEL_CHECKS = '''"""Stand-in for bayesattn_lite.checks during grading: the grader runs the real checks itself."""
@@ -291,7 +296,7 @@ def _run(nb, assignment, limits, hide):
     checks.SEED_OFFSET = secrets.randbelow(2 ** 31)
     with _sandbox.Sandbox(PACKAGE_DIR, hide=hide, notebook_timeout=limits["notebook_timeout"],
                           memory_mb=limits["memory"], max_output_mb=limits["max_output"],
-                          replace={"checks.py": KERNEL_CHECKS}, leave_out=("instructor",),
+                          replace={"checks.py": KERNEL_CHECKS}, leave_out=KERNEL_LEAVES_OUT,
                           sandboxed=limits["sandboxed"]) as box:
         number = 0
         for cell in nb.cells:
