@@ -14,6 +14,9 @@ task (``toy``), with everything the chapters measure recorded along the way.
 - ``Config.frozen`` the loop's ablations: matrices trained at rate 0 (W_V, or W_Q and W_K)
 - ``timescales``    the course's settle measure (``diagnostics.settle``) of the frame and precision
                     rates: t_frame, t_values, and what the loss does after t_frame
+- ``continue_training``  more steps of the same schedule from a run's final weights (the end of
+                    a longer run, cheaply)
+- ``loop_size``     the loop's flow and change of signal mass against their own peaks (size, not timing)
 - ``content_gap``   the EM reading as a mechanism: the trained head's loss against the best content
                     (W_O W_V, a convex problem) for the head's own routing at the same step
 (its figures are in ``plots``: ``specialisation_curves``, ``value_manifold``, ``one_step_loop``,
@@ -341,6 +344,48 @@ def run_seeds(cfg=Config(), seeds=(0, 1, 2, 3, 4), workers=None, **kwargs):
         raise
 
 
+
+def _continue(cfg, seed, params, steps):
+    """``continue_training``'s work for one run (module level, so that a worker process can run it)."""
+    with _one_thread():
+        task, (x, y, _), probe = make_data(cfg, seed)
+        model = make_model(cfg, seed)
+        model.load_state_dict(params)
+        train(model, lambda m, step: attention.loss(x, y, m.params()), steps, lr=cfg.lr,
+              **_optimizer_groups(model, cfg), seed=seed, log_every=steps, progress=False, device="cpu")
+        with torch.no_grad():
+            metrics, _ = probe_metrics(model, task, probe)
+            loss = attention.loss(x, y, model.params()).item()
+    return {"steps": cfg.steps + steps, "loss": loss, **metrics, "model": model}
+
+
+def continue_training(runs, steps, workers=None):
+    """Train each run of ``runs`` for ``steps`` more steps of its own schedule, from its final weights,
+    and measure the head again: one dict per run with ``steps`` (the total), the training ``loss``, the
+    probe measurements of ``probe_metrics`` (``kl_bits``, ``attn_entropy``, ``signal_mass``, ...) and
+    the ``model``. The runs are not changed.
+
+    Full-batch gradient descent at constant rates keeps no optimizer state, so this is the end of the
+    longer run, ``run(replace(cfg, steps=cfg.steps + steps))``, at a fraction of the cost (no probe
+    measurements on the way). Workers as in ``run_seeds``."""
+    runs = list(runs)
+    steps = _validate.integer("steps", steps, 1)
+    if not runs:
+        raise ValueError("runs: expected at least one Run")
+    jobs = [(r.cfg, r.seed, {n: p.detach().cpu().clone() for n, p in r.model.state_dict().items()}) for r in runs]
+    if workers is None:
+        workers = min(len(jobs), os.cpu_count() or 1)
+    workers = _validate.integer("workers", workers, 1)
+    if workers == 1 or len(jobs) < 2:
+        return [_continue(*job, steps) for job in jobs]
+    pool = _worker_pool(workers)
+    try:
+        return list(pool.map(_continue, *zip(*jobs), [steps] * len(jobs)))
+    except concurrent.futures.process.BrokenProcessPool:
+        _POOLS.pop(workers, None)
+        raise
+
+
 _POOLS = {}
 
 
@@ -444,6 +489,35 @@ def loop_correlations(run_, start=0, stop=100):
             "query_time": float(query.mean()) if len(query) else math.nan,
             "mean_time": diagnostics.pearson(L["flow"][k], L["dmass"][k])
             if np.ptp(L["dmass"][k]) > 0 and np.ptp(L["flow"][k]) > 0 else math.nan}
+
+
+def loop_size(run_, start=0, stop=100):
+    """Does the advantage flow predict the *size* of the aggregate change, or only its timing? From
+    the loop measurements of one run (the means over all queries, ``flow`` and ``dmass``):
+
+    flow_vs_peak    the mean flow over the loop steps in [start, stop), over its peak over the record
+    dmass_vs_peak   the same for the realised change of attention mass on the signal positions
+    gain_vs_peak    the mean of dmass / flow over the window, over dmass / flow at the step where the
+                    flow peaks: 1 if the change of mass kept a fixed proportion to the flow
+
+    A correlation over time ignores the scale of either curve; these ratios are what it leaves out."""
+    L = run_.loop
+    if "flow" not in L:
+        raise ValueError(f"run with seed {run_.seed} has no loop measurements: pass loop_every > 0 to run")
+    k = (L["step"] >= start) & (L["step"] < stop)
+    if not k.any():
+        raise ValueError(f"start, stop: expected at least one loop step in [{start}, {stop})")
+    flow, dmass = np.asarray(L["flow"], float), np.asarray(L["dmass"], float)
+    top = int(np.argmax(flow))
+    if flow[top] <= 0 or dmass.max() <= 0:
+        raise ValueError(f"run with seed {run_.seed}: expected a flow and a change of mass that rise above 0 "
+                         "somewhere in the loop record")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gain = dmass[k] / flow[k]
+    gain = gain[np.isfinite(gain) & (flow[k] > 0)]
+    return {"flow_vs_peak": float(flow[k].mean() / flow[top]),
+            "dmass_vs_peak": float(dmass[k].mean() / dmass.max()),
+            "gain_vs_peak": float(gain.mean() / (dmass[top] / flow[top])) if len(gain) else math.nan}
 
 
 def manifold(run_, model=None):

@@ -164,6 +164,54 @@ def test_loop_correlations_compare_pairs_and_groups_with_the_same_statistics():
         sp.loop_correlations(sp.run(TINY, 0))
 
 
+
+def test_loop_size_compares_flow_and_change_of_mass_with_their_own_peaks():
+    from types import SimpleNamespace
+    steps = np.arange(0, 100, 5)
+    bump = np.exp(-((steps - 30) / 15.0) ** 2)
+    flow = np.where(steps <= 30, bump, 0.5 + 0.5 * bump)  # peaks at 30, then stays at half
+    proportional = SimpleNamespace(seed=0, loop={"step": steps, "flow": flow, "dmass": 0.1 * flow})
+    same = sp.loop_size(proportional, 50, 100)
+    assert same["gain_vs_peak"] == pytest.approx(1.0)
+    assert same["flow_vs_peak"] == pytest.approx(same["dmass_vs_peak"])
+    # the change of mass falls back to zero while the flow stays up: same timing, not the same size
+    dmass = 0.1 * bump
+    decays = sp.loop_size(SimpleNamespace(seed=0, loop={"step": steps, "flow": flow, "dmass": dmass}), 50, 100)
+    assert decays["flow_vs_peak"] > 0.45 and decays["dmass_vs_peak"] < 0.05 and decays["gain_vs_peak"] < 0.05
+    assert diagnostics_pearson(flow, dmass) > 0.5  # yet over time the two curves correlate
+    r = sp.run(replace(TINY, steps=60), 0, loop_every=5, loop_until=60)
+    out = sp.loop_size(r, 0, 60)
+    assert all(np.isfinite(v) for v in out.values())
+    with pytest.raises(ValueError, match="loop"):
+        sp.loop_size(sp.run(TINY, 0))
+    with pytest.raises(ValueError, match="start"):
+        sp.loop_size(r, 500, 600)
+
+
+def diagnostics_pearson(a, b):
+    from bayesattn_lite import diagnostics
+    return diagnostics.pearson(torch.as_tensor(a), torch.as_tensor(b))
+
+
+def test_continue_training_ends_where_the_longer_run_ends():
+    short, long_ = sp.run(replace(TINY, steps=20), 0), sp.run(replace(TINY, steps=40), 0)
+    (out,) = sp.continue_training([short], 20, workers=1)
+    assert out["steps"] == 40
+    for name, p in long_.model.params().items():
+        assert torch.allclose(out["model"].params()[name], p, atol=1e-5), name
+    assert out["kl_bits"] == pytest.approx(long_.history["kl_bits"][-1], abs=1e-4)
+    assert out["loss"] == pytest.approx(long_.history["loss"][-1], abs=1e-5)
+    assert torch.equal(short.model.W_Q, sp.run(replace(TINY, steps=20), 0).model.W_Q)  # the run is not changed
+    # a frozen matrix stays frozen; the workers give the same answer as one after the other
+    frozen = [sp.run(replace(TINY, steps=20, frozen=("W_V",)), s) for s in (0, 1)]
+    serial, parallel = sp.continue_training(frozen, 10, workers=1), sp.continue_training(frozen, 10, workers=2)
+    for r, a, b in zip(frozen, serial, parallel):
+        assert torch.equal(a["model"].W_V, r.model.W_V) and not torch.equal(a["model"].W_Q, r.model.W_Q)
+        assert a["kl_bits"] == b["kl_bits"]
+    with pytest.raises(ValueError, match="steps"):
+        sp.continue_training([short], 0)
+
+
 # plots.binned and plots.trajectories were added to plots.py for chapters 4-5; they are tested here.
 
 def test_binned_draws_bin_means_and_rejects_mismatched_samples():
