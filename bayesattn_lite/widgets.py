@@ -188,7 +188,15 @@ def _panel_class():
     import ipywidgets
 
     class Panel(ipywidgets.interactive):
-        """ipywidgets.interactive, whose plain-text form says where its controls work."""
+        """ipywidgets.interactive, whose plain-text form says where its controls work, and which runs its
+        function once when it is made, under ipywidgets 8 (which does) and 7 (Colab's, which waits
+        until it is displayed): ``result`` is the default state either way, computed once."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if self.result is None and hasattr(self, "on_displayed"):  # ipywidgets 7
+                self.on_displayed(self.update, remove=True)
+                self.update()
 
         def __repr__(self):
             return KERNEL_ONLY
