@@ -2,7 +2,7 @@
 
 Every page of the table of contents exists; no page shows a Python traceback or an error output;
 the intro's notation table carries math for MathJax; every chapter has a Colab launch link to its
-own notebook in the repository.
+own notebook in the repository; every page carries the licence notice (CC BY 4.0 text, MIT code).
 """
 
 import sys
@@ -33,6 +33,8 @@ def problems():
         html = html_path.read_text()
         if "Traceback (most recent call last)" in html or 'class="output error' in html:
             yield f"{page}: shows an error or traceback"
+        if "CC BY 4.0" not in html or "MIT" not in html:
+            yield f"{page}: no licence notice in the footer (html.extra_footer in _config.yml)"
         if (ROOT / f"{page}.ipynb").exists():
             colab = f"colab.research.google.com/github/{repo}/blob/{config['repository']['branch']}/{page}.ipynb"
             if colab not in html:

@@ -8,7 +8,8 @@ chapter then runs top to bottom in a kernel of that environment, and the test ch
 cell installed the package, this release, from the wheel, and installed or changed nothing else (in
 particular, it did not upgrade Colab's ipywidgets inside the running kernel, nor reinstall torch).
 
-It takes a few minutes (a virtual environment with torch). It runs chapter 1 and chapter 2, whose
+It takes a few minutes. torch is linked from this environment into the new one, not installed a
+second time (it must then be Colab's pinned version, which requirements.txt's pin is). It runs chapter 1 and chapter 2, whose
 widget exercises ipywidgets; ``BAYESATTN_COLAB_CHAPTER`` picks another chapter instead.
 """
 
@@ -45,13 +46,34 @@ def frozen(python):
     return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(lines)}
 
 
+def link_torch(python):
+    """Give the fresh environment this environment's torch by linking its files, not by installing it
+    again (from PyPI that is a second download of several GB): torch's folders and its .dist-info, so
+    pip sees torch installed. The version must be Colab's pin. Returns torch's own requirements, for
+    pip to install (small: sympy, networkx, ...)."""
+    import importlib.metadata
+    from packaging.requirements import Requirement
+    dist = importlib.metadata.distribution("torch")
+    pin = next(p for p in COLAB if p.startswith("torch=="))
+    assert dist.version.split("+")[0] == pin.split("==")[1], f"this environment has torch {dist.version}, Colab's pin is {pin}"
+    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+    here = Path(dist.locate_file(""))
+    tops = {Path(str(f)).parts[0] for f in dist.files if not str(f).startswith("..")}
+    for top in tops:
+        if (here / top).exists() and not (site / top).exists() and top != "bin":
+            (site / top).symlink_to(here / top)
+    return [str(r) for r in map(Requirement, dist.requires or []) if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+
 @pytest.fixture(scope="module")
 def colab(tmp_path_factory):
     """(python of a fresh venv with Colab's packages, wheel of this checkout, folder)."""
     where = tmp_path_factory.mktemp("colab")
     venv.create(where / "venv", with_pip=True)
     python = where / "venv" / "bin" / "python"
-    run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *COLAB)
+    torch_requirements = link_torch(python)
+    others = [pin for pin in COLAB if not pin.startswith("torch==")]
+    run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *others, *torch_requirements)
     wheel_cmd = [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--quiet", "--disable-pip-version-check",
                  "-w", str(where / "dist")]
     # this environment's setuptools first (offline, fast); an isolated build if it has none
