@@ -20,7 +20,8 @@ TIERS = {
                  "batched", "em", "diagnostics", "monitor", "gradcheck", "toy"],
     "experiments": ["specialisation", "experiments", "comparison", "distributed", "dynamics"],
     "presentation": ["plots", "widgets", "checks", "sticky_widget"],
-    "instructor": ["instructor.assignments", "instructor.grading", "instructor._sandbox"],
+    "instructor": ["instructor.assignments", "instructor.learner_copies", "instructor.grading",
+                   "instructor._sandbox"],
 }
 LEVEL = {module: level for level, modules in enumerate(TIERS.values()) for module in modules}
 PLOTTING = ("matplotlib", "ipywidgets", "IPython")
