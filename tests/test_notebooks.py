@@ -19,7 +19,11 @@ import bayesattn_lite
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-INSTALL_SPEC = f"bayesattn-lite @ git+{bayesattn_lite.REPOSITORY_URL}@v{bayesattn_lite.__version__}"
+# the release's wheel, attached to its GitHub release by .github/workflows/release.yml
+INSTALL_SPEC = f'"{bayesattn_lite.REPOSITORY_URL}/releases/download/"\n' \
+               '                          f"v{RELEASE}/bayesattn_lite-{RELEASE}-py3-none-any.whl"'
+RELEASE_LINE = f'RELEASE = "{bayesattn_lite.__version__}"'
+
 
 
 def toc_files(entries):
@@ -32,6 +36,7 @@ def toc_files(entries):
 def test_config_names_the_package_release_and_repository():
     assert str(CONFIG["release"]) == bayesattn_lite.__version__
     assert CONFIG["repository"]["url"] == bayesattn_lite.REPOSITORY_URL
+    assert CONFIG["repository"]["branch"] == f"v{bayesattn_lite.__version__}", "buttons open this release's tag"
     assert bayesattn_lite.REPOSITORY_URL in (ROOT / "pyproject.toml").read_text()
 
 
@@ -49,6 +54,8 @@ def test_install_cell_pins_this_release(path):
     nb = nbformat.read(path, as_version=4)
     first = next(cell.source for cell in nb.cells if cell.cell_type == "code")
     assert INSTALL_SPEC in first, f"first code cell should install {INSTALL_SPEC!r}"
+    assert RELEASE_LINE in first, f"first code cell should say {RELEASE_LINE!r}"
+    assert "bayesattn_lite.__version__ != RELEASE" in first, "check the installed version against the release"
     assert 'find_spec("bayesattn_lite") is None' in first, "install only when the package is missing"
     assert "BAYESATTN_LITE_SPEC" in first, "a test environment must be able to point at a local wheel"
     assert not re.search(r"pip install[^\n]*\btorch\b", first), "never reinstall torch"
@@ -137,6 +144,21 @@ def test_install_cell_fails_with_a_readable_message(tmp_path, monkeypatch, path)
         assert words in str(error), words
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS[:1], ids=lambda p: p.name)
+def test_install_cell_refuses_another_release_of_the_package(monkeypatch, path):
+    """A runtime that already has another release of the package (an old install) is told so, with what
+    to do, instead of running this release's notebook on other functions."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    nb = nbformat.read(path, as_version=4)
+    guard = next(cell.source for cell in nb.cells if cell.cell_type == "code").split("\n\n")[0]
+    monkeypatch.setattr(bayesattn_lite, "__version__", "0.0.1")
+    error = InteractiveShell.instance().run_cell(guard).error_in_exec
+    assert isinstance(error, RuntimeError) and "0.0.1 is installed" in str(error), repr(error)
+    monkeypatch.undo()
+    assert InteractiveShell.instance().run_cell(guard).error_in_exec is None
+
+
 def package_exports():
     """Every public function and class name of every bayesattn_lite module."""
     import importlib
@@ -194,3 +216,8 @@ def test_every_chapter_opens_with_its_time_what_it_builds_on_and_where_the_paper
     assert int(exercises) == 5 * count, f"{path.name}: {count} exercises, {exercises} minutes stated"
     assert "**Builds on:**" in box and "**In the paper:**" in box
     assert re.search(r"arXiv:2512\.2247[13]", box.split("**In the paper:**")[1]), f"{path.name}: cite the paper's arXiv id"
+    # the exercises without their solutions, in Colab, of the release the buttons and install cell name
+    repo = CONFIG["repository"]["url"].removeprefix("https://github.com/")
+    copy = f"learner/{path.name}"
+    assert f"colab.research.google.com/github/{repo}/blob/{CONFIG['repository']['branch']}/{copy}" in box
+    assert (ROOT / copy).exists(), f"{copy} is missing: python -m bayesattn_lite.instructor.learner_copies"
