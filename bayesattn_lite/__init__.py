@@ -29,7 +29,6 @@ the instructor's side, in its own subpackage ``instructor`` that nothing above i
 - ``instructor.assignments``  the problem sets and their student versions
 - ``instructor.grading``      the autograder, which runs each submission in ``instructor._sandbox``
 
-``toy`` and ``sticky_widget`` are old names kept for one release; they forward to the new homes.
 """
 
 __version__ = "0.1.0"

@@ -924,26 +924,3 @@ def oracle_heads(cfg, seed, temperatures=(0.25, 0.5, 1.0, 2.0)):
         best = min(fits, key=lambda c: fits[c][0])  # chosen on the training loss, not on the probe
         content = dict(fits[best][1], temperature=best)
     return {"signal": signal, "content": content}
-
-
-# ----------------------------------------------------------------------------- old names, for one release
-# The figures and the widget moved to the presentation modules (this module only computes). The
-# old names still work for one release; they are looked up only when used, so importing this module
-# never imports matplotlib.
-_MOVED = {"draw_curves": ("plots", "specialisation_curves"), "draw_manifold": ("plots", "value_manifold"),
-          "draw_attention_maps": ("plots", "signal_attention_maps"), "draw_loop": ("plots", "one_step_loop"),
-          "explorer_figure": ("widgets", "specialisation_figure"), "explorer": ("widgets", "specialisation_explorer")}
-
-
-def band(ax, steps, values, color, label=None, log=False):
-    """Old name of ``plots.seed_bands`` (median and min-max band; the median needs no log option)."""
-    import importlib
-    return importlib.import_module(".plots", __package__).seed_bands(ax, values, color, label, steps)
-
-
-def __getattr__(name):
-    if name in _MOVED:
-        import importlib
-        module, new = _MOVED[name]
-        return getattr(importlib.import_module(f".{module}", __package__), new)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -285,10 +285,3 @@ def sources_task(n_sources=3, d_x=12, seq_len=16, signal_prob=0.4, noise=1.0, se
     directions = separation * directions / directions.norm(dim=1, keepdim=True)
     return SourcesTask(means=directions[:n_sources], distractor=directions[n_sources],
                        signal_prob=signal_prob, noise=noise, seq_len=seq_len)
-
-
-# Kept for one release: the wind tunnels moved to ``wind_tunnels``.
-from .wind_tunnels import (  # noqa: E402, F401
-    IGNORE_INDEX, WIND_TUNNELS, AssociativeRecallTask, BijectionTask, HMMTask, WindTunnelBatch,
-    forward_filter, quantised_stochastic_rows, wind_tunnel,
-)

@@ -440,9 +440,9 @@ def _recall(counts, noise, split=True, normalise=True, others=True):
 
 
 def test_recall_posterior_reference_matches_the_task():
-    from bayesattn_lite import tasks
+    from bayesattn_lite import wind_tunnels
     assert checks.check_recall_posterior(_recall)
-    task = tasks.wind_tunnel("recall")  # key 0 shown with 3, 3, 5; the fourth pair asks for it
+    task = wind_tunnels.wind_tunnel("recall")  # key 0 shown with 3, 3, 5; the fourth pair asks for it
     batch = task.batch_from_pairs(torch.tensor([[0, 0, 0, 0]]), torch.tensor([[3, 3, 5, 3]]), torch.tensor([[3, 3, 3, 3]]))
     counts = np.bincount([3, 3, 5], minlength=task.n_values)
     assert np.allclose(batch.posterior[0, 6].double().numpy(), _recall(counts, task.noise), atol=1e-6)

@@ -8,6 +8,9 @@ chapter then runs top to bottom in a kernel of that environment, and the test ch
 cell installed the package, this release, from the wheel, and installed or changed nothing else (in
 particular, it did not upgrade Colab's ipywidgets inside the running kernel, nor reinstall torch).
 
+It also runs the learner copy of chapter 1 (``learner/``, which the chapter's "Before you start" box
+opens in Colab): from its own install cell, it may raise only in its exercise stubs.
+
 It takes a few minutes. torch is linked from this environment into the new one, not installed a
 second time (it must then be Colab's pinned version, which requirements.txt's pin is). It runs chapter 1 and chapter 2, whose
 widget exercises ipywidgets; ``BAYESATTN_COLAB_CHAPTER`` picks another chapter instead.
@@ -28,7 +31,8 @@ import bayesattn_lite
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ([os.environ["BAYESATTN_COLAB_CHAPTER"]] if os.environ.get("BAYESATTN_COLAB_CHAPTER")
-            else ["book/01_attention_block.ipynb", "book/02_score_gradient.ipynb"])
+            else ["book/01_attention_block.ipynb", "book/02_score_gradient.ipynb",
+                  "learner/01_attention_block.ipynb"])  # the copy the box's Colab link opens
 
 # What a Colab runtime has preinstalled that the package could ask for, at Colab's versions.
 COLAB = [line.strip() for line in (ROOT / "tests" / "colab_runtime.txt").read_text().splitlines()
@@ -117,12 +121,16 @@ def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch,
     # nbclient (0.11, with Colab's ipywidgets 7) now and then sits out a full per-cell timeout after a
     # widget cell although the kernel has replied, and then carries on without an error (it cost 120 s
     # of a 130 s run at 120 s per cell); a short timeout keeps that stall short.
-    client = NotebookClient(nb, kernel_name="colab-like", timeout=40, resources={"metadata": {"path": str(work)}})
-    client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
+    # a learner copy raises where the learner has not written the exercise yet (its stubs), nowhere else
+    copy = chapter.startswith("learner/")
+    client = NotebookClient(nb, kernel_name="colab-like", timeout=40, allow_errors=copy,
+                            resources={"metadata": {"path": str(work)}})
+    client.execute()  # raises CellExecutionError, with the cell and traceback, on any error (a chapter)
 
-    errors = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
-              if out.output_type == "error"]
-    assert not errors
+    errors = [f"{out.ename}: {out.evalue}" for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
+              if out.output_type == "error" and not (copy and "learner-stub" in cell.metadata.get("tags", []))
+              and not (copy and out.ename == "NotImplementedError" and out.evalue.startswith("write "))]
+    assert not errors, errors
     after = frozen(python)
     added = {name: after[name] for name in set(after) - set(before)}
     changed = {name: (before[name], after[name]) for name in set(before) & set(after) if before[name] != after[name]}

@@ -224,7 +224,7 @@ def test_only_the_stubs_raise_when_a_copy_runs(chapter):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+        nbclient.NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True,
                                 resources={"metadata": {"path": str(ROOT)}}).execute()
     finally:
         for key, value in saved.items():

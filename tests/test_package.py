@@ -17,9 +17,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "bayesattn_lite"
 
 TIERS = {
     "concepts": ["_validate", "attention", "checkpoints", "tasks", "wind_tunnels", "models", "train",
-                 "batched", "em", "diagnostics", "monitor", "gradcheck", "toy"],
+                 "batched", "em", "diagnostics", "monitor", "gradcheck"],
     "experiments": ["specialisation", "experiments", "comparison", "distributed", "dynamics"],
-    "presentation": ["plots", "widgets", "checks", "sticky_widget"],
+    "presentation": ["plots", "widgets", "checks"],
     "instructor": ["instructor.assignments", "instructor.learner_copies", "instructor.grading",
                    "instructor._sandbox"],
 }
@@ -58,8 +58,7 @@ def test_every_module_has_a_tier():
 
 @pytest.mark.parametrize("module", modules())
 def test_imports_go_down_the_tiers(module):
-    """A module imports only its own tier or a lower one. (specialisation's forwarding of its old
-    figure names, kept for one release, goes through importlib on first use and is not an import.)"""
+    """A module imports only its own tier or a lower one."""
     inside, outside = imports(module)
     upward = sorted(m for m in inside if LEVEL[m] > LEVEL[module])
     assert not upward, f"{module} ({list(TIERS)[LEVEL[module]]}) imports {upward} from a higher tier"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from bayesattn_lite import diagnostics, tasks, toy
+from bayesattn_lite import diagnostics, tasks
 from bayesattn_lite.tasks import StickyMarkovChain, circular_distance, sticky_transition_matrix
 
 
@@ -228,11 +228,3 @@ def test_a_task_without_distractors_has_the_plain_gaussian_posterior():
     assert sig.all()
     ll = -((x.double()[..., None, :] - task.means) ** 2).sum(-1) / 2
     assert torch.allclose(task.posterior(x), torch.softmax(ll.cumsum(1), -1))
-
-
-def test_the_old_toy_names_forward_to_tasks(task):
-    x, y, _ = toy.sample(task, 3, seed=1)
-    assert torch.equal(x, task.sample(3, seed=1)[0])
-    assert torch.equal(toy.posterior(task, x), task.posterior(x))
-    assert toy.bayes_loss(task, x, y) == task.bayes_loss(x, y)
-    assert toy.make_task(seed=3).means.equal(tasks.sources_task(seed=3).means)

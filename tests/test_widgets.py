@@ -159,11 +159,6 @@ def test_sticky_explorer_reuses_the_static_result_and_reports_divergence(monkeyp
     assert panel.result is None                            # a message, no figure of nan curves
 
 
-def test_the_old_sticky_widget_names_forward():
-    from bayesattn_lite import experiments, plots, sticky_widget
-    assert sticky_widget.small_run is experiments.small_em_vs_sgd and sticky_widget.draw is plots.sticky_em_vs_sgd
-    assert sticky_widget.explorer is widgets.sticky_explorer
-
 
 def test_a_panel_says_in_plain_text_that_its_sliders_need_a_kernel():
     """The online book shows a panel's plain-text form in place of its sliders (_config.yml leaves the
