@@ -227,6 +227,20 @@ except OSError as exc:
 """
 
 
+SIGSTOP_ALL = """
+import os, signal
+_stopped = []
+for _pid in range(1, 65536):
+    if _pid != os.getpid():
+        try:
+            os.kill(_pid, signal.SIGSTOP)
+            _stopped.append(_pid)
+        except OSError:
+            pass
+print("stopped", _stopped)
+"""
+
+
 # problem set 3's experiment answered with a table of made-up numbers read back by a lookup
 PS3_TABLE = """
 results = {"transformer": {0: 0.11, 1: 0.12, 2: 0.13}, "lstm": {0: 0.31, 1: 0.32, 2: 0.33}}
@@ -295,6 +309,8 @@ def batch(course, tmp_path_factory):
         "c_planted_links": _plus(_student(), _planting_cheat(victim, SITE_PACKAGES)),
         "c_ps3_table": _plus(_student(ASSIGNMENTS["ps3_experiment"]), PS3_TABLE),
         "c_fill_tmp": _plus(_student(), "for _i in range(64):\n    open(f'/tmp/fill{_i}', 'wb').write(bytes(2 ** 20))"),
+        # every process the kernel can name, stopped (as a plain user it once could SIGSTOP the grader)
+        "c_sigstop": _plus(_student(), SIGSTOP_ALL),
         "d_dies": _plus(_solved(), "import os\nos._exit(1)", at=3),
         "d_loop": _plus(_plus(_solved(), "while True:\n    pass", at=3), "big = bytearray(8 * 2 ** 30)", at=3),
         "z_good": _solved(),  # graded after the cheats: a later student is not affected by them
@@ -378,7 +394,7 @@ def test_an_instructor_version_handed_in_is_rejected(batch):
 
 @pytest.mark.parametrize("cheat", sorted(CHEATS) + ["c_instructor_solution", "c_edit_checks", "c_background",
                                                     "c_classmate", "c_odd_name", "c_fill_tmp", "c_ps3_table",
-                                                    "c_read_reference", "c_planted_links"])
+                                                    "c_read_reference", "c_planted_links", "c_sigstop"])
 def test_a_cheat_scores_no_more_than_the_untouched_student_version(batch, cheat):
     assert _score(batch, cheat) <= _score(batch, "a_student") == 0, batch["reports"][cheat]
 
