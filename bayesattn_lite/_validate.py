@@ -120,3 +120,92 @@ def finite_values(what, value):
             first = tuple(int(i) for i in bad.nonzero()[0].tolist())
             fail(what, "finite values", f"{int(bad.sum())} NaN/inf entries (the first at index {first})", described=True)
     return value
+
+
+def boolean(what, value):
+    """A bool (numpy's too), returned as a Python bool: a string such as "no" is not a flag."""
+    if not isinstance(value, (bool, np.bool_)):
+        fail(what, "True or False", value)
+    return bool(value)
+
+
+def float_dtype(what, value):
+    """A floating-point torch dtype: an integer or bool dtype would truncate a float computation."""
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        fail(what, "a floating-point torch dtype (torch.float32 or torch.float64)", value)
+    return value
+
+
+def device(what, value):
+    """A torch.device this machine has (None is left to the caller); cuda without CUDA is refused."""
+    try:
+        dev = torch.device(value)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        fail(what, "None, 'cpu', 'cuda' or another device torch knows", f"{value!r} ({exc})", described=True)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        fail(what, "a device this machine has", f"'{dev}' but CUDA is not available; use device=None or 'cpu'",
+             described=True)
+    return dev
+
+
+def function(what, value, expected):
+    """A callable; ``expected`` says what it is called with, e.g. "a function f(tensor) -> number"."""
+    if not callable(value):
+        fail(what, expected, value)
+    return value
+
+
+def step_list(what, value, minimum=0):
+    """Steps: one int, or a non-empty strictly increasing sequence of ints (a list, range or 1-D
+    array), each >= ``minimum``; returned as a list of Python ints."""
+    if isinstance(value, (str, bytes, set, frozenset, dict)) or value is None:
+        fail(what, f"an int or an increasing list of ints >= {minimum}", value)
+    if _scalar(value) is not None:
+        return [integer(what, value, minimum)]
+    try:
+        items = list(value)
+    except TypeError:
+        fail(what, f"an int or an increasing list of ints >= {minimum}", value)
+    if not items:
+        fail(what, "at least one step", value)
+    steps = [integer(f"{what}[{i}]", s, minimum) for i, s in enumerate(items)]
+    if any(b <= a for a, b in zip(steps, steps[1:])):
+        fail(what, "strictly increasing steps", value)
+    return steps
+
+
+def labels(what, value, n_classes, shape=None):
+    """Class indices: an integer tensor (not float, not bool) of ``shape`` with values in [0, n_classes)."""
+    if not isinstance(value, torch.Tensor):
+        fail(what, "an integer torch.Tensor of class indices", type(value).__name__, described=True)
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        fail(f"{what}.dtype", "an integer dtype (class indices, torch.long)", value.dtype)
+    if shape is not None and tuple(value.shape) != tuple(shape):
+        fail(f"{what}.shape", f"{tuple(shape)}", tuple(value.shape))
+    if value.numel() and (int(value.min()) < 0 or int(value.max()) >= n_classes):
+        fail(what, f"class indices in [0, {n_classes - 1}]",
+             f"values from {int(value.min())} to {int(value.max())}", described=True)
+    return value
+
+
+def writable_path(what, path):
+    """A file path that can be written: a str or os.PathLike, not a directory, in a folder that
+    exists or can be made and that this process may write to. Checked before any work starts."""
+    import os
+
+    if not isinstance(path, (str, os.PathLike)):
+        fail(what, "a file path (str or os.PathLike)", path)
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        fail(what, "a file path that can be written", f"{path!r}, which is a directory", described=True)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        fail(what, "a file path that can be written", f"{path!r}: its folder cannot be made ({exc.strerror or exc})",
+             described=True)
+    if not os.access(folder, os.W_OK):
+        fail(what, "a file path that can be written", f"{path!r}: its folder {folder!r} is not writable", described=True)
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        fail(what, "a file path that can be written", f"{path!r}: the file is not writable", described=True)
+    return path

@@ -55,6 +55,8 @@ def _check_inputs(x, params, y=None):
         _fail("x", "shape (T, d_x) or (B, T, d_x)", f"shape {tuple(x.shape)}")
     if x.shape[-2] == 0:
         _fail("x", "at least one position", f"shape {tuple(x.shape)}")
+    if not hasattr(params, "keys"):
+        _fail("params", f"a mapping with keys {PARAM_NAMES}", type(params).__name__)
     missing = [name for name in PARAM_NAMES if name not in params]
     if missing:
         _fail("params", f"a mapping with keys {PARAM_NAMES}", f"missing {missing}")
@@ -98,6 +100,8 @@ def init_params(d_x, d_k, d_v, n_classes, std=0.1, seed=0, dtype=torch.float32, 
     d_x, d_k, d_v = (_validate.integer(n, v, 1) for n, v in (("d_x", d_x), ("d_k", d_k), ("d_v", d_v)))
     n_classes = _validate.integer("n_classes", n_classes, 2)
     std = _validate.positive("std", std)
+    dtype = _validate.float_dtype("dtype", dtype)  # an integer dtype would truncate the weights to 0
+    device = _validate.device("device", device)
     gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
     shapes = {"W_Q": (d_k, d_x), "W_K": (d_k, d_x), "W_V": (d_v, d_x), "W_O": (n_classes, d_v)}
     return {name: (std * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype=dtype, device=device)
@@ -106,6 +110,7 @@ def init_params(d_x, d_k, d_v, n_classes, std=0.1, seed=0, dtype=torch.float32, 
 
 def causal_mask(T, device="cpu"):
     """True where query i may look at key j (j <= i)."""
+    T = _validate.integer("T", T, 0)
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
@@ -116,6 +121,7 @@ def forward(x, params, causal=True):
     alpha (..., T, T; rows sum to 1), g (..., T, d_v) and logits (..., T, n_classes).
     """
     _check_inputs(x, params)
+    causal = _validate.boolean("causal", causal)
     q = x @ params["W_Q"].T
     k = x @ params["W_K"].T
     v = x @ params["W_V"].T
@@ -131,6 +137,7 @@ def forward(x, params, causal=True):
 def loss(x, y, params, causal=True):
     """Mean cross-entropy over every position (and batch element): the L of the paper."""
     _check_inputs(x, params, y)
+    causal = _validate.boolean("causal", causal)
     logits = forward(x, params, causal)["logits"]
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).long())
 
@@ -139,6 +146,11 @@ def loss(x, y, params, causal=True):
 
 def error_signal(logits, y, W_O):
     """u_i = dL/dg_i = W_O^T (softmax(z_i) - onehot(y_i)) / N, N = number of positions."""
+    logits = _validate.tensor("logits", logits, floating=True)
+    _validate.labels("y", y, logits.shape[-1], logits.shape[:-1])
+    W_O = _validate.tensor("W_O", W_O, 2, floating=True)
+    if W_O.shape[0] != logits.shape[-1]:
+        _fail("W_O.shape", f"(n_classes={logits.shape[-1]}, d_v): one row per class of the logits", tuple(W_O.shape))
     n_positions = y.numel()
     dlogits = torch.softmax(logits, dim=-1)
     dlogits = dlogits - nn.functional.one_hot(y.long(), logits.shape[-1]).to(logits.dtype)
@@ -151,6 +163,10 @@ def score_gradient(alpha, b):
 
     Where alpha_ij = 0 (behind a causal mask) the gradient is exactly 0: masked keys get none.
     """
+    alpha = _validate.tensor("alpha", alpha, floating=True, finite=False)
+    b = _validate.tensor("b", b, floating=True, finite=False)
+    if b.shape != alpha.shape:
+        _fail("b.shape", f"{tuple(alpha.shape)} (the shape of alpha)", tuple(b.shape))
     expected_b = (alpha * b).sum(dim=-1, keepdim=True)
     advantage = expected_b - b
     return alpha * (b - expected_b), advantage
@@ -164,6 +180,7 @@ def gradients(x, y, params, causal=True):
     (b, advantage and s are (..., T, T)).
     """
     _check_inputs(x, params, y)
+    causal = _validate.boolean("causal", causal)
     fw = forward(x, params, causal)
     q, k, v, alpha, g = fw["q"], fw["k"], fw["v"], fw["alpha"], fw["g"]
     dlogits, u = error_signal(fw["logits"], y, params["W_O"])
@@ -258,7 +275,7 @@ class AttentionHead(nn.Module):
 
     def __init__(self, d_x, d_k, d_v, n_classes, std=0.1, seed=0, causal=True, dtype=torch.float32):
         super().__init__()
-        self.causal = causal
+        self.causal = _validate.boolean("causal", causal)
         for name, W in init_params(d_x, d_k, d_v, n_classes, std, seed, dtype).items():
             self.register_parameter(name, nn.Parameter(W))
 

@@ -53,13 +53,29 @@ PAD = 16  # thin (N, d) operands are padded to a multiple of this many columns (
 
 def stack(param_dicts):
     """A list of M parameter dicts (as ``attention.init_params`` returns) -> one dict of (M, out, in)."""
+    expected = f"a non-empty list of parameter dicts with keys {PARAM_NAMES} and one shape per matrix"
+    if param_dicts is None or isinstance(param_dicts, (dict, str)) or not hasattr(param_dicts, "__iter__"):
+        _validate.fail("param_dicts", expected, param_dicts)
+    param_dicts = list(param_dicts)
     if not param_dicts:
         raise ValueError("param_dicts: expected at least one parameter dict, got none")
+    for i, p in enumerate(param_dicts):
+        if not hasattr(p, "keys") or set(PARAM_NAMES) - set(p.keys()):
+            _validate.fail(f"param_dicts[{i}]", expected, sorted(p) if hasattr(p, "keys") else p)
+        for name in PARAM_NAMES:
+            W = _validate.tensor(f"param_dicts[{i}][{name!r}]", p[name], 2, finite=False, convert=False)
+            first = param_dicts[0][name]
+            if W.shape != first.shape or W.dtype != first.dtype or W.device != first.device:
+                _validate.fail(f"param_dicts[{i}][{name!r}]", f"shape {tuple(first.shape)}, dtype {first.dtype} on "
+                               f"{first.device} (those of param_dicts[0])", W)
     return {name: torch.stack([p[name] for p in param_dicts]) for name in PARAM_NAMES}
 
 
 def unstack(params, m):
     """Model ``m`` of a stacked dict, as a plain parameter dict for ``attention``."""
+    if not hasattr(params, "keys") or set(PARAM_NAMES) - set(params.keys()):
+        _validate.fail("params", f"a stacked mapping with keys {PARAM_NAMES} (batched.stack)", params)
+    m = _validate.integer("m", m, 0, params[PARAM_NAMES[0]].shape[0] - 1)
     return {name: params[name][m] for name in PARAM_NAMES}
 
 
@@ -70,6 +86,9 @@ def check_inputs(x, y, params):
     M, N, d_x = x.shape
     if N < 1:
         _validate.fail("x", "at least one position", tuple(x.shape))
+    _validate.finite_values("x", x)
+    if not hasattr(params, "keys"):
+        _validate.fail("params", f"a mapping with keys {PARAM_NAMES}", type(params).__name__, described=True)
     missing = [name for name in PARAM_NAMES if name not in params]
     if missing:
         _validate.fail("params", f"a mapping with keys {PARAM_NAMES}", f"missing {missing}")
@@ -84,9 +103,7 @@ def check_inputs(x, y, params):
             _validate.fail(name, f"dtype {x.dtype} on {x.device} (those of x)", f"{W.dtype} on {W.device}")
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != (M, N) or y.is_floating_point():
         _validate.fail("y", f"an integer tensor of shape {(M, N)}", getattr(y, "shape", type(y).__name__))
-    n_classes = W_O.shape[1]
-    if int(y.min()) < 0 or int(y.max()) >= n_classes:
-        _validate.fail("y", f"class indices in [0, {n_classes - 1}]", f"values from {int(y.min())} to {int(y.max())}")
+    _validate.labels("y", y, W_O.shape[1])
 
 
 LOG2E = 1.4426950408889634  # exp(s) = 2^(s log2 e): exp2 is several times faster than exp on CPUs
@@ -132,6 +149,8 @@ def forward_backward(x, y, params, block_size=None, grads=True, check=True):
     """
     if check:
         check_inputs(x, y, params)
+    if block_size is not None:
+        block_size = _validate.integer("block_size", block_size, 1)
     B = min(block_size or default_block_size(x.device), x.shape[1])
     with torch.no_grad():
         out = _forward_backward(x, y, params, B, grads, exact_max=False)
@@ -260,7 +279,10 @@ def _check_lrs(lrs, M):
                        sorted(lrs) if isinstance(lrs, dict) else lrs)
     out = {}
     for name in PARAM_NAMES:
-        rate = torch.as_tensor(lrs[name], dtype=torch.float64).reshape(-1)
+        try:
+            rate = torch.as_tensor(lrs[name], dtype=torch.float64).reshape(-1)
+        except (TypeError, ValueError, RuntimeError):
+            _validate.fail(f"lrs[{name!r}]", f"a finite rate >= 0, or {M} of them (one per model)", lrs[name])
         if rate.numel() == 1:
             rate = rate.expand(M)
         if rate.numel() != M or not bool(torch.isfinite(rate).all()) or bool((rate < 0).any()):
@@ -305,6 +327,10 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     """
     x = _validate.tensor("x", x, (3, 4), floating=True)
     y = _validate.tensor("y", y, x.dim() - 1)
+    dtype = _validate.float_dtype("dtype", dtype)  # an integer dtype would truncate data and weights
+    checkpoint_every = _validate.integer("checkpoint_every", checkpoint_every, 1)
+    if checkpoint_path:
+        checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path)
     pooled = x.dim() == 4
     if pooled and tuple(y.shape) != tuple(x.shape[:3]):
         _validate.fail("y", f"an integer tensor of shape {tuple(x.shape[:3])} (a pool like x)", y)

@@ -16,6 +16,8 @@ import tempfile
 import torch
 from tqdm.auto import tqdm
 
+from . import _validate
+
 
 class CheckpointMismatch(ValueError):
     """A checkpoint that cannot be resumed into this run (damaged, another loop, another run)."""
@@ -34,6 +36,7 @@ def fingerprint(*parts):
 
 def save(path, state):
     """Write to a temp file beside ``path``, then rename: a crash mid-save keeps the old checkpoint."""
+    path = _validate.writable_path("path", path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")

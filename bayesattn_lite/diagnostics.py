@@ -74,11 +74,17 @@ def _check_distributions(name, probs, dim):
                        f"sums from {sums.min().item():.4g} to {sums.max().item():.4g}", described=True)
 
 
+def _dim(dim, t):
+    """An axis of ``t``: an int in [-t.dim(), t.dim() - 1]."""
+    return _validate.integer("dim", dim, -max(t.dim(), 1), max(t.dim(), 1) - 1)
+
+
 def entropy(probs, dim=-1, bits=False):
     """Shannon entropy -sum_k p_k log p_k along ``dim`` (0 log 0 = 0), in nats, or bits if ``bits``.
 
     Computed in float64; NaN or inf probabilities are an error, not a NaN result."""
     probs = _validate.tensor("probs", _tensor("probs", probs), floating=True).double()
+    dim = _dim(dim, probs)
     _check_distributions("probs", probs, dim)
     h = -torch.xlogy(probs, probs).sum(dim)
     return h / LOG2 if bits else h
@@ -88,6 +94,7 @@ def kl_divergence(p, log_q, dim=-1, bits=False):
     """KL(p || q) = sum_k p_k (log p_k - log q_k) along ``dim``, from probabilities ``p`` and
     log-probabilities ``log_q`` (e.g. a model's log_softmax), in nats, or bits if ``bits``."""
     p = _validate.tensor("p", _tensor("p", p), floating=True).double()
+    dim = _dim(dim, p)
     _check_distributions("p", p, dim)
     log_q = _tensor("log_q", log_q).double()
     if log_q.shape != p.shape:
@@ -163,6 +170,7 @@ def predicted_attention_change(alpha, advantage, eta=1.0):
     advantage = _tensor("advantage", advantage, 2)
     if advantage.shape != alpha.shape:
         raise ValueError(f"advantage: expected the shape of alpha {tuple(alpha.shape)}, got {tuple(advantage.shape)}")
+    eta = _validate.real("eta", eta)
     ds = eta * alpha * advantage
     return alpha * (ds - (alpha * ds).sum(-1, keepdim=True))
 
@@ -170,7 +178,9 @@ def predicted_attention_change(alpha, advantage, eta=1.0):
 def compatibility_and_advantage(x, y, params, causal=True):
     """The monitors of the paper for one batch: b_ij = u_i . v_j, A_ij = E_{alpha_i}[b] - b_ij and
     dL/ds_ij = -alpha_ij A_ij, each (..., T, T), from the closed-form gradients (no autograd)."""
-    params = {name: p.detach() for name, p in params.items()}
+    if not hasattr(params, "items"):
+        _validate.fail("params", f"a mapping with keys {attention.PARAM_NAMES}", type(params).__name__, described=True)
+    params = {name: p.detach() if isinstance(p, torch.Tensor) else p for name, p in params.items()}
     g = attention.gradients(x, y, params, causal)
     return {"b": g["b"], "advantage": g["advantage"], "score_grad": g["s"], "u": g["u"]}
 
@@ -221,6 +231,8 @@ def relative_change(before, after):
     before, after = _tensor("before", before), _tensor("after", after)
     if before.shape != after.shape:
         raise ValueError(f"before, after: expected the same shape, got {tuple(before.shape)} and {tuple(after.shape)}")
+    _validate.finite_values("before", before)
+    _validate.finite_values("after", after)
     norm = before.double().norm().item()
     if norm == 0:
         raise ValueError("before: expected a nonzero tensor (a relative change of 0 is undefined)")
@@ -255,6 +267,8 @@ def _curve(steps, values, name):
     if steps.ndim != 1 or values.shape != steps.shape or len(steps) == 0:
         raise ValueError(f"steps, {name}: expected two 1-D arrays of the same nonzero length, "
                          f"got {steps.shape} and {values.shape}")
+    if not np.issubdtype(steps.dtype, np.number) or not np.isfinite(steps).all() or (np.diff(steps) <= 0).any():
+        _validate.fail("steps", "strictly increasing finite numbers", steps)
     return steps, values
 
 
@@ -303,6 +317,8 @@ def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW):
     if (rates < 0).any():
         _validate.fail("rates", "change rates >= 0", f"a minimum of {rates.min():g}", described=True)
     window = _validate.integer("window", window, 1)
+    if isinstance(fractions, str) or not hasattr(fractions, "__iter__"):
+        _validate.fail("fractions", "a tuple of fractions in (0, 1), e.g. (0.2, 0.1)", fractions)
     fractions = tuple(_validate.real("fractions", f, 0, 1, low_open=True, high_open=True) for f in fractions)
     smooth = _smooth(rates, window)
     k = int(np.argmax(smooth))
@@ -432,11 +448,15 @@ def entropy_bits(probs):
     return entropy(probs, bits=True)
 
 
-def _logits_and_batch(logits, batch):
+def _check_batch(batch):
     for field in ("tokens", "posterior", "mask"):
         if not hasattr(batch, field):
             raise ValueError(f"batch: expected a wind_tunnels.WindTunnelBatch, got {type(batch).__name__}")
-    logits = _tensor("logits", logits, 3)
+
+
+def _logits_and_batch(logits, batch):
+    _check_batch(batch)
+    logits = _validate.tensor("logits", _tensor("logits", logits, 3), floating=True)
     if tuple(logits.shape) != tuple(batch.posterior.shape):
         raise ValueError(f"logits: expected shape (B, T, n_classes) = {tuple(batch.posterior.shape)} "
                          f"(the batch's posterior), got {tuple(logits.shape)}")
@@ -576,6 +596,8 @@ def orthogonality_floor(n, d, centred=False, starts=8, steps=1500, seed=0):
     best configuration found is an upper estimate of the floor: a measured cosine below it would
     be a bug, one near it is as orthogonal as n vectors in d dimensions get. Cached per arguments."""
     n, d = _validate.integer("n", n, 2), _validate.integer("d", d, 1)
+    starts, steps = _validate.integer("starts", starts, 1), _validate.integer("steps", steps, 0)
+    seed = _validate.seed("seed", seed)
     if not centred and n <= d:
         return 0.0  # exactly: n orthonormal vectors exist
     key = (n, d, bool(centred), starts, steps, seed)
@@ -652,6 +674,7 @@ def bayesian_geometry(model, batch, token_groups=None):
       alone ("pc1_share_heads", "spearman_heads") and for the residual stream that the readout sees
       ("pc1_share_residual", "spearman_residual")
     """
+    _check_batch(batch)
     records = probe_tensors(model, batch.tokens, ("probe_k", "probe_alpha", "probe_g"))
     k = records[0]["k"]
     B, H, T, d = k.shape

@@ -53,7 +53,7 @@ def e_step(x, means, variance, weights=None):
     variance = _check_variance(variance)
     K = means.shape[0]
     weights = (torch.full((K,), 1.0 / K, dtype=torch.float64, device=x.device) if weights is None
-               else weights.to(x.device, torch.float64))
+               else _validate.tensor("weights", weights).to(x.device, torch.float64))
     if weights.shape != (K,) or (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
         raise ValueError(f"weights: expected K={K} non-negative numbers summing to 1, got {weights}")
     log_joint = _log_joint(x, means, variance, weights)
@@ -82,7 +82,10 @@ def mean_gradient(x, resp, means, variance):
     x = _check_x(x)
     means = _check_means(means, x.shape[1])
     variance = _check_variance(variance)
-    resp = resp.to(torch.float64)
+    resp = _validate.tensor("resp", resp, 2)
+    if tuple(resp.shape) != (x.shape[0], means.shape[0]):
+        _validate.fail("resp", f"shape (n={x.shape[0]}, K={means.shape[0]}): one row per point, one column per mean", resp)
+    resp = resp.to(x.device, torch.float64)
     return (resp.T @ x - resp.sum(0)[:, None] * means) / variance
 
 
@@ -101,7 +104,7 @@ def initial_means(x, n_components, seed=0):
     x = _check_x(x)
     if isinstance(n_components, bool) or not isinstance(n_components, int) or not 1 <= n_components <= x.shape[0]:
         raise ValueError(f"n_components: expected an int in [1, n={x.shape[0]}], got {n_components!r}")
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
     return x[torch.randperm(x.shape[0], generator=gen).to(x.device)[:n_components]].clone()
 
 
@@ -135,8 +138,8 @@ def gradient_fit(x, init, variance, lr, n_iter=30):
     x = _check_x(x)
     means = _check_means(init, x.shape[1]).clone()
     variance = _check_variance(variance)
-    if not (isinstance(lr, (int, float)) and lr > 0):
-        raise ValueError(f"lr: expected a positive number, got {lr!r}")
+    lr = _validate.positive("lr", lr)
+    n_iter = _validate.integer("n_iter", n_iter, 1)
     path, log_lik = [means.clone()], []
     for _ in range(n_iter):
         resp, ll = e_step(x, means, variance)
@@ -153,7 +156,8 @@ def gradient_fit(x, init, variance, lr, n_iter=30):
 def match(found, reference):
     """The permutation p (a list) that minimises sum_k ||found[p[k]] - reference[k]||: which fitted
     component is which true one. Exhaustive, so for K <= 8."""
-    found, reference = found.to(torch.float64), reference.to(torch.float64)
+    found = _validate.tensor("found", found).to(torch.float64)
+    reference = _validate.tensor("reference", reference).to(torch.float64)
     if found.dim() != 2 or found.shape != reference.shape:
         raise ValueError(f"found, reference: expected two (K, d) tensors of one shape, got "
                          f"{tuple(found.shape)} and {tuple(reference.shape)}")

@@ -41,8 +41,15 @@ POOL_OFFSET = 2_000_000          # sequence k of seed s's training pool is chain
 POOL_STRIDE = 10_000
 
 
+def _check_chain(chain):
+    if not isinstance(chain, StickyMarkovChain):
+        _validate.fail("chain", "a tasks.StickyMarkovChain", type(chain).__name__, described=True)
+    return chain
+
+
 def init_model(seed, chain, dtype=torch.float32, std=INIT_STD):
     """The seed's initial weights, N(0, std^2) (the paper's 0.1 by default), as ``attention.init_params`` draws them."""
+    _check_chain(chain)
     return attention.init_params(chain.d_embed, D_K, D_V, chain.n_symbols, std=std, seed=seed, dtype=dtype)
 
 
@@ -50,6 +57,7 @@ def training_sequences(chain, T, seed, pool=0):
     """(x, y) of seed ``seed``'s training data: the paper's one sequence ``chain.sample(T, seed)``
     ((T-1, d_x), (T-1,)) when ``pool`` is 0, else ``pool`` fresh sequences stacked ((pool, T-1, d_x),
     (pool, T-1)), none of them the paper's sequence or the held-out one."""
+    _check_chain(chain)
     pool = _validate.integer("pool", pool, 0, POOL_STRIDE - 1)
     if pool == 0:
         return chain.sample(T, seed, dtype=torch.float64)
@@ -67,7 +75,16 @@ def first_step_at_or_below(curve, final, threshold):
     after all ``steps``; so a run that reaches the threshold only at its very end gives ``steps``.
     A loss within a relative RTOL of the threshold counts as reaching it.
     """
-    losses = np.concatenate([curve, np.asarray(final)[:, None]], axis=1)
+    curve = np.asarray(curve, dtype=float)
+    if curve.ndim != 2:
+        _validate.fail("curve", "shape (S seeds, steps)", curve)
+    final, threshold = np.asarray(final, dtype=float), np.asarray(threshold, dtype=float)
+    for what, a in (("final", final), ("threshold", threshold)):
+        if a.shape != curve.shape[:1]:
+            _validate.fail(what, f"shape ({curve.shape[0]},): one value per seed, as curve", a)
+    if not np.isfinite(threshold).all():
+        _validate.fail("threshold", "finite values", threshold)
+    losses = np.concatenate([curve, final[:, None]], axis=1)
     hit = losses <= np.asarray(threshold)[:, None] * (1 + RTOL)
     return np.where(hit.any(axis=1), hit.argmax(axis=1), np.nan).astype(float)
 
@@ -192,6 +209,8 @@ def _check_schedules(schedules):
 
 
 def _check_seeds(seeds):
+    if isinstance(seeds, (str, dict)) or not hasattr(seeds, "__iter__"):
+        _validate.fail("seeds", "a tuple of distinct ints", seeds)
     seeds = tuple(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds: expected one or more distinct ints, got {seeds!r}")
@@ -212,7 +231,7 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
     _check_schedules(schedules)
     seeds = _check_seeds(seeds)
     init_std = _validate.positive("init_std", init_std)
-    chain = chain or StickyMarkovChain()
+    chain = StickyMarkovChain() if chain is None else _check_chain(chain)
     names = list(schedules)
     S = len(seeds)
     data = [training_sequences(chain, T, seed, pool) for seed in seeds]   # checks T >= 2
@@ -309,8 +328,7 @@ def em_vs_sgd(seeds=PAPER_SEEDS, steps=1000, T=2000, lr=0.01, value_lr_ratio=10.
     schedules = {"sgd": rates(_validate.positive("lr", lr)), "em": rates(lr, em_like(value_lr_ratio))}
     for name, extra in (extra_schedules or {}).items():
         if name in schedules:
-            raise ValueError("extra_schedules: the names 'sgd' and 'em' are taken by the main comparison, "
-                             f"got {name!r}")
+            _validate.fail("extra_schedules", "names other than 'sgd' and 'em' (taken by the main comparison)", name)
         schedules[name] = extra
     run = run_schedules(schedules, seeds, steps, T, chain=chain, device=device, **kwargs)
     steps_to, speedup = run.speedup("em", "sgd")
@@ -338,6 +356,9 @@ def small_em_vs_sgd(ratio=SMALL_DEFAULTS["ratio"], self_prob=SMALL_DEFAULTS["sel
                     device=None, **size):
     """A small EM-vs-SGD run (3 seeds, T = 600, 1000 steps: a few seconds on a CPU), what chapter 6's
     widget reruns when a control moves; ``size`` overrides seeds, T, steps."""
+    unknown = set(size) - set(SMALL_SIZE)
+    if unknown:
+        _validate.fail("size", f"keywords among {sorted(SMALL_SIZE)}", sorted(unknown))
     size = {**SMALL_SIZE, **size}
     chain = StickyMarkovChain(self_prob=self_prob)
     return em_vs_sgd(seeds=size["seeds"], steps=size["steps"], T=size["T"], lr=lr,
@@ -360,6 +381,9 @@ def value_pca(trajectories, n_components=2):
     for name, t in arrays.items():
         if t.ndim != 3 or t.shape[0] < 2:
             raise ValueError(f"trajectories[{name!r}]: expected shape (snapshots >= 2, n_symbols, d_v), got {t.shape}")
+        if not np.isfinite(t).all():
+            _validate.fail(f"trajectories[{name!r}]", "finite values", f"{int((~np.isfinite(t)).sum())} NaN/inf entries",
+                           described=True)
     fit = diagnostics.pca(np.concatenate([t.reshape(-1, t.shape[-1]) for t in arrays.values()]), n_components)
     out = {"projections": {}, "path_length": {}, "displacement": {}, "straightness": {},
            "explained": fit["explained"][:n_components]}
@@ -391,13 +415,26 @@ def _attention_maps(x, W_Q, W_K, queries):
     return torch.softmax(s.masked_fill(future, float("-inf")), dim=-1)
 
 
+def _snapshot_input(what, value, dims):
+    """A float64 tensor of ``dims`` dimensions from a tensor or array (x: (T, d_x); weights: (snapshots, out, in))."""
+    try:
+        value = torch.as_tensor(value, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        _validate.fail(what, f"a tensor or array of {dims} dimensions", value)
+    return _validate.tensor(what, value, dims)
+
+
 def frame_rate(x, W_Q, W_K, max_queries=500):
     """(snapshots - 1,) the frame rate between consecutive snapshots: ``diagnostics.frame_change``
     of the attention maps on one sequence, the mean over query rows of the total-variation distance
     1/2 sum_j |alpha'_ij - alpha_ij|, in [0, 1]. The mean is taken over ``max_queries`` evenly
     spaced query rows (all rows if there are fewer): at T = 2000 that is a quarter of the rows and
     a quarter of the time, for the same mean."""
-    x = torch.as_tensor(x, dtype=torch.float64)
+    x = _snapshot_input("x", x, 2)
+    W_Q, W_K = _snapshot_input("W_Q", W_Q, 3), _snapshot_input("W_K", W_K, 3)
+    if W_K.shape != W_Q.shape or W_Q.shape[2] != x.shape[1]:
+        _validate.fail("W_K", f"shape {tuple(W_Q.shape[:2]) + (x.shape[1],)}: one per snapshot of W_Q, reading x", W_K)
+    max_queries = _validate.integer("max_queries", max_queries, 1)
     queries = torch.linspace(0, x.shape[0] - 1, min(max_queries, x.shape[0])).round().long()
     previous, out = None, []
     for wq, wk in zip(torch.as_tensor(W_Q), torch.as_tensor(W_K)):
@@ -413,8 +450,10 @@ def precision_rate(x, W_V):
     between consecutive snapshots, relative to their *final* size (``diagnostics.change_vs_final``).
     Dividing by the current size instead would inflate the early rates, when the values are still
     near their small start."""
-    x = torch.as_tensor(x, dtype=torch.float64)
-    return diagnostics.change_vs_final(torch.as_tensor(W_V, dtype=torch.float64) @ x.T)  # V: (snapshots, d_v, T)
+    x, W_V = _snapshot_input("x", x, 2), _snapshot_input("W_V", W_V, 3)
+    if W_V.shape[2] != x.shape[1]:
+        _validate.fail("W_V", f"shape (snapshots, d_v, d_x={x.shape[1]}) to read x", W_V)
+    return diagnostics.change_vs_final(W_V @ x.T)  # V: (snapshots, d_v, T)
 
 
 @dataclass
@@ -747,6 +786,10 @@ def within(steps, excess, tolerance):
     """The first of ``steps`` at which ``excess`` (a loss above some target) is <= ``tolerance``
     and stays there to the end, per row; nan where it never does."""
     excess = np.atleast_2d(np.asarray(excess, float))
+    steps = np.asarray(steps)
+    if steps.ndim != 1 or len(steps) != excess.shape[-1]:
+        _validate.fail("steps", f"{excess.shape[-1]} steps (one per column of excess)", steps)
+    tolerance = _validate.real("tolerance", tolerance)
     out = np.full(len(excess), np.nan)
     for i, e in enumerate(excess):
         above = np.nonzero(~(e <= tolerance))[0]

@@ -5,7 +5,7 @@ Chapters use these to show, in the open, that each formula they derive is right.
 
 import torch
 
-from . import attention
+from . import _validate, attention
 
 
 def autograd_gradients(x, y, params, causal=True):
@@ -13,6 +13,8 @@ def autograd_gradients(x, y, params, causal=True):
 
     ``alpha`` here is dL/dalpha, which the paper calls b (compatibility).
     """
+    attention._check_inputs(x, params, y)
+    causal = _validate.boolean("causal", causal)
     leaves = {name: W.detach().clone().requires_grad_(True) for name, W in params.items()}
     fw = attention.forward(x, leaves, causal)
     for name in ("q", "k", "v", "s", "alpha", "g"):
@@ -34,6 +36,16 @@ def finite_difference(f, tensor, index, eps=1e-6):
 
     ``f`` takes the tensor and returns a scalar; ``tensor`` is left unchanged. Use float64.
     """
+    _validate.function("f", f, "a function f(tensor) -> a number")
+    # an integer tensor would truncate the bump to 0: refuse it rather than return 0 / (2 eps)
+    tensor = _validate.tensor("tensor", tensor, floating=True, finite=False, convert=False)  # masked scores are -inf
+    eps = _validate.positive("eps", eps)
+    try:
+        if tensor[index].numel() != 1:
+            raise IndexError(f"it selects {tensor[index].numel()} entries")
+    except (IndexError, TypeError, RuntimeError) as exc:
+        _validate.fail("index", f"the index of one entry of a tensor of shape {tuple(tensor.shape)}",
+                       f"{index!r} ({exc})", described=True)
     bumped = tensor.detach().clone()
     bumped[index] += eps
     up = float(f(bumped))
@@ -44,5 +56,15 @@ def finite_difference(f, tensor, index, eps=1e-6):
 
 def relative_error(a, b):
     """max |a - b| / max(|b|, tiny): one number that says how far two tensors disagree."""
-    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    tensors = []
+    for what, t in (("a", a), ("b", b)):
+        try:
+            t = torch.as_tensor(t.detach() if isinstance(t, torch.Tensor) else t, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            _validate.fail(what, "a tensor, an array or a number", t)
+        tensors.append(_validate.finite_values(what, t))
+    a, b = tensors
+    if a.shape != b.shape:  # broadcasting (3, 1) against (3,) would compare the wrong entries
+        _validate.fail("a, b", "two tensors of the same shape", f"shapes {tuple(a.shape)} and {tuple(b.shape)}",
+                       described=True)
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))

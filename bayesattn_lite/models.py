@@ -172,6 +172,13 @@ def _shift(x, k):
     return F.pad(x, [0, 0] * (x.dim() - 2) + [k, 0])[:, :x.shape[1]]
 
 
+def _check_scan(a, b):
+    a = _validate.tensor("a", a, finite=False, convert=False)
+    b = _validate.tensor("b", b, finite=False, convert=False)
+    if a.shape != b.shape or a.dim() < 2:
+        _validate.fail("a, b", "two tensors of the same shape (B, T, ...)", (tuple(a.shape), tuple(b.shape)))
+
+
 def selective_scan(a, b):
     """h_t = a_t * h_{t-1} + b_t with h_{-1} = 0, along dim 1, for all t at once.
 
@@ -181,6 +188,7 @@ def selective_scan(a, b):
     SSM) are formed, never their inverses, so it is as stable as the recurrence itself.
     Works on any device; a and b have the same shape (B, T, ...).
     """
+    _check_scan(a, b)
     if a.shape != b.shape or a.dim() < 2:
         _validate.fail("selective_scan", "a and b of the same shape (B, T, ...)", (tuple(a.shape), tuple(b.shape)))
     T, offset = a.shape[1], 1
@@ -195,6 +203,7 @@ def selective_scan(a, b):
 
 def sequential_scan(a, b):
     """The same recurrence one step at a time: the reference the parallel scan is tested against."""
+    _check_scan(a, b)
     h, out = torch.zeros_like(b[:, 0]), []
     for t in range(a.shape[1]):
         h = a[:, t] * h + b[:, t]
@@ -397,4 +406,6 @@ def build(name, vocab_size, n_classes, **sizes_):
 
 def count_parameters(model):
     """Number of trainable scalars."""
+    if not isinstance(model, nn.Module):
+        _validate.fail("model", "a torch.nn.Module", type(model).__name__, described=True)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

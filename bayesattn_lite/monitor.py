@@ -62,7 +62,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import attention, diagnostics, models
+from . import _validate, attention, diagnostics, models
 
 PROBES = models.PROBES  # the probe points every attention layer of ``models`` carries
 SUMMARIES = ("positive_mass", "weighted_entropy", "entropy", "score_grad", "advantage_share", "u_norm",
@@ -149,6 +149,14 @@ def summarise(alpha, u, v):
 
     alpha (B, H, T, S), u (B, H, T, d), v (B, H, S, d). Masked keys (alpha exactly 0) get advantage 0.
     """
+    alpha = _validate.tensor("alpha", alpha, 4, floating=True, convert=False)
+    u = _validate.tensor("u", u, 4, floating=True, convert=False)
+    v = _validate.tensor("v", v, 4, floating=True, convert=False)
+    if u.shape[:3] != alpha.shape[:3]:
+        _validate.fail("u", f"shape (B, H, T, d) with (B, H, T) = {tuple(alpha.shape[:3])} (those of alpha)", u)
+    if v.shape[:2] + v.shape[2:3] != alpha.shape[:2] + alpha.shape[3:] or v.shape[3] != u.shape[3]:
+        _validate.fail("v", f"shape (B, H, S, d) = {tuple(alpha.shape[:2] + alpha.shape[3:]) + (u.shape[3],)} "
+                       "(the keys of alpha, the d of u)", v)
     b = u @ v.transpose(-1, -2)
     _, advantage = attention.score_gradient(alpha, b)
     advantage = advantage.masked_fill(alpha == 0, 0.0)
@@ -173,6 +181,9 @@ def precision_rates(snapshots):
     """The precision rate of a list of value snapshots (one per record): nan first, then
     ``diagnostics.change_vs_final`` of the stack, ||v_t - v_{t-1}|| / ||v_last||. A snapshot whose
     shape differs from its predecessor's (a batch of another size, without a probe) gets nan."""
+    if isinstance(snapshots, (str, torch.Tensor, np.ndarray)) or not hasattr(snapshots, "__len__") \
+            or not all(isinstance(s, torch.Tensor) for s in snapshots):
+        _validate.fail("snapshots", "a list of value tensors (one per record)", snapshots)
     if len(snapshots) < 2:
         return [math.nan] * len(snapshots)
     last = snapshots[-1]
@@ -207,7 +218,10 @@ class Monitor:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep: expected an int >= 1, got {keep!r}")
         self.model, self.every, self.keep = model, every, keep
-        self.steps = None if steps is None else {int(s) for s in steps}
+        # one step, or strictly increasing steps: "10" or [10, 5] would otherwise record something else
+        self.steps = None if steps is None else set(_validate.step_list("steps", steps))
+        if probe is not None and not isinstance(probe, (torch.Tensor, tuple)):
+            _validate.fail("probe", "a tensor or a tuple of positional arguments of the model", probe)
         self.probe = None if probe is None else (probe if isinstance(probe, tuple) else (probe,))
         self.layers = attention_layers(model)
         self.records = []          # one dict per (recorded step, layer), in order of completion
@@ -383,6 +397,10 @@ def measure_overhead(make_model, step_fn, steps=50, every=10, repeats=3, **monit
     step. The two variants alternate ``repeats`` times (so a busy machine slows both alike); the
     medians are returned as {"without": s, "with": s, "ratio": with / without}.
     """
+    _validate.function("make_model", make_model, "a function make_model() -> a fresh model")
+    _validate.function("step_fn", step_fn, "a function step_fn(model, optimizer, step)")
+    steps, repeats = _validate.integer("steps", steps, 1), _validate.integer("repeats", repeats, 1)
+    every = _validate.integer("every", every, 1)
     def timed(monitored):
         model = make_model()
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)

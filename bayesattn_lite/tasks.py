@@ -121,6 +121,8 @@ class StickyMarkovChain:
         and then the noise come from ``numpy.random.default_rng(seed)``: the same seed gives the
         same sequence on every machine.
         """
+        dtype = _validate.float_dtype("dtype", dtype)  # integer embeddings would be truncated noise
+        device = _validate.device("device", device)
         s, rng = self.sample_symbols(T, seed)
         eps = rng.standard_normal((T - 1, self.d_embed))
         x = self.means.numpy()[s[:-1]] + self.noise * eps
@@ -171,6 +173,7 @@ class StickyMarkovChain:
         p = self.posterior(x)
         if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(p.shape[:-1]):
             _validate.fail("y", f"an integer tensor of shape {tuple(p.shape[:-1])}", getattr(y, "shape", y))
+        _validate.labels("y", y, self.n_symbols)
         y = y.to(p.device).long()
         loss = -torch.log(p.gather(-1, y.unsqueeze(-1))).mean()
         entropy = diagnostics.entropy(p).mean()
@@ -219,6 +222,7 @@ class SourcesTask:
         """``n_seqs`` sequences: x (B, T, d_x), y (B, T) (the source, the same along a sequence),
         and is_signal (B, T) (True where x_t came from the source rather than the distractor)."""
         B, T = _validate.integer("n_seqs", n_seqs, 1), self.seq_len
+        dtype = _validate.float_dtype("dtype", dtype)
         gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
         z = torch.randint(0, self.n_sources, (B,), generator=gen)
         is_signal = torch.rand(B, T, generator=gen, dtype=torch.float64) < self.signal_prob
@@ -255,6 +259,7 @@ class SourcesTask:
         post = self.posterior(x)
         if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(post.shape[:2]):
             _validate.fail("y", f"an integer tensor of shape {tuple(post.shape[:2])}", y)
+        _validate.labels("y", y, self.n_sources)
         return -torch.log(post.gather(-1, y[..., None].long()).clamp_min(1e-300)).mean().item()
 
     def kl_bits(self, x, logits):

@@ -38,14 +38,7 @@ def pick_device(device=None):
     """None -> cuda if available else cpu; a string or torch.device is honoured."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device: expected None, 'cpu', 'cuda' or another device torch knows, got {device!r} ({e})") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: expected a device this machine has, got '{device}' but CUDA is not available; "
-                         "use device=None or 'cpu'")
-    return device
+    return _validate.device("device", device)
 
 
 def seed_everything(seed):
@@ -93,6 +86,8 @@ def param_groups(model, lr, lr_multipliers=None):
         param_groups(head, 0.1, {"W_Q": 0.1, "W_K": 0.1})     # slow routing, fast content
         param_groups(model, 0.1, dict.fromkeys(ROUTING_PATTERNS, 0.1))  # same, any nesting
     """
+    if not isinstance(model, torch.nn.Module):
+        _validate.fail("model", "a torch.nn.Module", type(model).__name__, described=True)
     _validate.positive("lr", lr)
     lr_multipliers = dict(lr_multipliers or {})
     for pattern, factor in lr_multipliers.items():
@@ -101,8 +96,8 @@ def param_groups(model, lr, lr_multipliers=None):
     names = [name for name, _ in named]
     for pattern in lr_multipliers:  # a typo would otherwise silently train at the base rate
         if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
-            raise ValueError(f"lr_multipliers: pattern {pattern!r} matches no parameter; "
-                             f"the parameters are {names}")
+            _validate.fail("lr_multipliers", "patterns that each match some parameter",
+                           f"the pattern {pattern!r}, which matches none of {names}", described=True)
     groups = {}  # factor -> group; dicts keep order, so groups follow the model's parameter order
     for name, param in named:
         factor = next((f for p, f in lr_multipliers.items() if fnmatch.fnmatchcase(name, p)), 1.0)
@@ -265,11 +260,42 @@ class TrainingDiverged(RuntimeError):
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
-def _make_optimizer(optimizer, groups, lr, weight_decay):
+def _check_groups(model, groups):
+    """Copies of ``groups`` (torch.optim fills its defaults into the dicts it gets, and the caller may
+    reuse them) after checking that they are parameter groups of ``model`` with sound rates."""
+    expected = "a list of parameter groups of this model (dicts with 'params', as train.param_groups makes)"
+    if isinstance(groups, (dict, str)) or not hasattr(groups, "__iter__"):
+        _validate.fail("groups", expected, groups)
+    groups = [dict(g) if isinstance(g, dict) else _validate.fail("groups", expected, g) for g in groups]
+    if not groups or any("params" not in g for g in groups):
+        _validate.fail("groups", expected, [sorted(g) for g in groups], described=True)
+    ours = {id(p) for p in model.parameters()}
+    for i, g in enumerate(groups):
+        g["params"] = [g["params"]] if isinstance(g["params"], torch.Tensor) else list(g["params"])
+        if any(id(p) not in ours for p in g["params"]):
+            _validate.fail(f"groups[{i}]", "parameters of the model being trained",
+                           "parameters of another model (build the groups from this model)", described=True)
+        if "lr" in g:  # a rate of 0 freezes a matrix (a control experiment); nan or a negative rate is no rate
+            g["lr"] = _validate.real(f"groups[{i}]['lr'] (lr)", g["lr"], 0)
+    return groups
+
+
+def _make_optimizer(optimizer, groups, lr, weight_decay, model):
     if callable(optimizer):
         if weight_decay:
             raise ValueError("weight_decay: a callable optimizer sets its own; pass weight_decay=0")
-        return optimizer(groups)
+        opt = optimizer(groups)
+        if not isinstance(opt, torch.optim.Optimizer):
+            _validate.fail("optimizer", "a callable make_optimizer(param_groups) that returns a torch.optim.Optimizer",
+                           opt)
+        ours = {id(p) for p in model.parameters()}
+        if any(id(p) not in ours for g in opt.param_groups for p in g["params"]):
+            _validate.fail("optimizer", "an optimizer over the parameters of the model being trained",
+                           "one over another model's parameters (build it from the param_groups it is given)",
+                           described=True)
+        for i, g in enumerate(opt.param_groups):
+            _validate.real(f"optimizer.param_groups[{i}]['lr'] (lr)", g["lr"], 0)
+        return opt
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer: expected one of {list(OPTIMIZERS)} or a callable "
                          f"make_optimizer(param_groups), got {optimizer!r}")
@@ -361,11 +387,16 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
     if groups is not None and lr_multipliers is not None:
         raise ValueError("groups, lr_multipliers: expected at most one of them (groups already hold the "
                          "rates), got both")
+    if seed is not None:
+        seed = _validate.integer("seed", seed, 0, 2**32 - 1)  # numpy's limit; checked before any work
+    if checkpoint_path:
+        checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path)
+    elif checkpoint_path is not None and not isinstance(checkpoint_path, str):
+        _validate.fail("checkpoint_path", "a file path (str or os.PathLike) or None", checkpoint_path)
     device = pick_device(device)
     model.to(device)
-    # copies: torch.optim fills its defaults into the dicts it gets, and the caller may reuse them
-    groups = [dict(g) for g in groups] if groups is not None else param_groups(model, lr, lr_multipliers)
-    opt = _make_optimizer(optimizer, groups, lr, weight_decay)
+    groups = _check_groups(model, groups) if groups is not None else param_groups(model, lr, lr_multipliers)
+    opt = _make_optimizer(optimizer, groups, lr, weight_decay, model)
     base_lrs = [g["lr"] for g in opt.param_groups]  # the schedule scales these; a resume must not change them
     scheduled = schedule != "constant" or warmup > 0
     recipe = {"optimizer": optimizer if isinstance(optimizer, str) else "callable",

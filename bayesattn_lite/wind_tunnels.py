@@ -19,6 +19,29 @@ from . import _validate
 IGNORE_INDEX = -100  # targets at positions that are not scored (torch's cross_entropy default)
 
 
+def _indices(what, value, high, dims=2, shape=None):
+    """An integer tensor of ``dims`` dimensions (and ``shape`` if given) with values in [0, high)."""
+    value = _validate.tensor(what, value, dims, convert=False)
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        _validate.fail(f"{what}.dtype", "an integer dtype (torch.long)", value.dtype)
+    if shape is not None and tuple(value.shape) != tuple(shape):
+        _validate.fail(f"{what}.shape", f"{tuple(shape)}", tuple(value.shape))
+    if value.numel() and (int(value.min()) < 0 or int(value.max()) >= high):
+        _validate.fail(what, f"values in [0, {high - 1}]", f"values from {int(value.min())} to {int(value.max())}",
+                       described=True)
+    return value
+
+
+def _distinct_rows(what, value):
+    """Refuse a (B, L) tensor with a repeated entry in some row (the first such row named)."""
+    ordered = value.sort(dim=-1).values
+    repeated = (ordered[:, 1:] == ordered[:, :-1]).any(-1)
+    if repeated.any():
+        b = int(repeated.nonzero()[0, 0])
+        _validate.fail(what, "distinct entries in every row (a bijection maps distinct keys to distinct values)",
+                       f"a repeated entry in row {b}: {value[b].tolist()}", described=True)
+
+
 @dataclass
 class WindTunnelBatch:
     """One batch of a wind tunnel. B sequences of T tokens, C = task.n_classes.
@@ -36,6 +59,7 @@ class WindTunnelBatch:
 
     def to(self, device):
         """A new batch with every tensor on ``device``."""
+        device = _validate.device("device", device)
         return WindTunnelBatch(*(t.to(device) for t in (self.tokens, self.targets, self.posterior, self.mask)))
 
     def __len__(self):
@@ -141,7 +165,13 @@ class BijectionTask(_WindTunnel):
 
     def batch_from_pairs(self, keys, values):
         """The batch for given (B, L) keys and values (used by sample, and by tests on hand-made cases)."""
+        keys = _indices("keys", keys, self.V)
         B, L = keys.shape
+        values = _indices("values", values, self.V, shape=keys.shape)
+        if not 1 <= L <= self.V:
+            _validate.fail("keys", f"(B, L) with 1 <= L <= V={self.V} pairs", keys)
+        _distinct_rows("keys", keys)
+        _distinct_rows("values", values)
         tokens = torch.stack([keys, values + self.V], dim=-1).reshape(B, 2 * L)
         # values used before pair i: used[b, i, v] = v in values[b, :i]
         onehot = torch.nn.functional.one_hot(values, self.V).float()
@@ -186,7 +216,27 @@ def forward_filter(transition, emission, observations, initial=None):
     transition (B, S, S), emission (B, S, O) row-stochastic; observations (B, K) int64; initial (B, S)
     or None for uniform. Returns (B, K, S) in the dtype of ``transition``.
     """
-    B, S, _ = transition.shape
+    transition = _validate.tensor("transition", transition, 3, floating=True, convert=False)
+    B, S, S2 = transition.shape
+    if S2 != S or S < 1:
+        _validate.fail("transition", "shape (B, S, S): a square matrix per sequence", transition)
+    emission = _validate.tensor("emission", emission, 3, floating=True, convert=False)
+    if emission.shape[:2] != (B, S) or emission.shape[2] < 1:
+        _validate.fail("emission", f"shape (B={B}, S={S}, O): as many states as the transition matrix", emission)
+    observations = _indices("observations", observations, emission.shape[2])
+    if observations.shape[0] != B:
+        _validate.fail("observations", f"shape (B={B}, K): one row per sequence", observations)
+    matrices = [("transition", transition), ("emission", emission)]
+    if initial is not None:
+        initial = _validate.tensor("initial", initial, 2, floating=True, convert=False)
+        if tuple(initial.shape) != (B, S):
+            _validate.fail("initial", f"shape (B={B}, S={S}): as many states as the transition matrix", initial)
+        matrices.append(("initial", initial))
+    for name, m in matrices:  # probabilities: a belief pushed through anything else is not one
+        if (m < 0).any() or ((m.sum(-1) - 1).abs() > 1e-4).any():
+            _validate.fail(name, "rows of probabilities (entries >= 0 summing to 1)",
+                           f"row sums from {m.sum(-1).min().item():.4g} to {m.sum(-1).max().item():.4g} "
+                           f"and a least entry of {m.min().item():.4g}", described=True)
     belief = (torch.full((B, S), 1.0 / S, dtype=transition.dtype) if initial is None else initial)
     out = []
     for t in range(observations.shape[1]):
@@ -273,7 +323,19 @@ class HMMTask(_WindTunnel):
 
     def batch_from_parts(self, A_units, E_units, observations, states):
         """The batch for given grid units of A (B, S, S) and E (B, S, O), observations and states (B, K)."""
+        n_units = self.n_levels - 1
+        for name, units, cols in (("A_units", A_units, self.S), ("E_units", E_units, self.O)):
+            units = _indices(name, units, self.n_levels, dims=3)
+            if units.shape[1:] != (self.S, cols) or (units.sum(-1) != n_units).any():
+                _validate.fail(name, f"(B, {self.S}, {cols}) grid units in [0, {n_units}], each row summing to "
+                               f"{n_units} (probability 1 at resolution {self.resolution:g})", units)
+        if E_units.shape[0] != A_units.shape[0]:
+            _validate.fail("E_units", f"{A_units.shape[0]} matrices (one per sequence, as A_units)", E_units)
+        observations = _indices("observations", observations, self.O)
         B, K = observations.shape
+        if B != A_units.shape[0]:
+            _validate.fail("observations", f"shape (B={A_units.shape[0]}, K): one row per sequence", observations)
+        _indices("states", states, self.S, shape=observations.shape)
         A = A_units.double() * self.resolution
         E = E_units.double() * self.resolution
         prefix = torch.cat([A_units.reshape(B, -1), E_units.reshape(B, -1)], dim=1)
@@ -350,7 +412,10 @@ class AssociativeRecallTask(_WindTunnel):
 
     def batch_from_pairs(self, keys, shown, answer):
         """The batch for given (B, n) keys, shown values and true values of those keys."""
+        keys = _indices("keys", keys, self.n_keys)
         B, n = keys.shape
+        _indices("shown", shown, self.n_values, shape=keys.shape)
+        _indices("answer", answer, self.n_values, shape=keys.shape)
         M = self.n_values
         tokens = torch.stack([keys, shown + self.n_keys], dim=-1).reshape(B, 2 * n)
         earlier = torch.ones(n, n).tril(-1).bool()                       # j < i

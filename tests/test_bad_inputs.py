@@ -1,0 +1,687 @@
+"""Bad inputs to the public API: each gets a TypeError or ValueError (or a package exception that
+subclasses them) whose message names the argument or what was expected. None may return silently,
+and none may fail deep inside torch, numpy or Python with a message that does not say what to pass.
+
+Each row is (id, call, words): ``call()`` must raise, and the message must contain every word of
+``words`` (case-insensitive). The id starts with the module that owns the function.
+
+VALID lists edge calls that must *not* be refused (numpy arrays, 0-d tensors, Python floats where a
+tensor or number is accepted, lists where documented).
+"""
+
+import math
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from bayesattn_lite import (attention, batched, checkpoints, diagnostics, em, experiments, gradcheck, models,
+                            monitor, tasks, train, wind_tunnels)
+
+NAN, INF = float("nan"), float("inf")
+
+# ----------------------------------------------------------------------------- small fixtures
+
+P = attention.init_params(4, 3, 3, 5, seed=0)                       # float32, 5 classes
+X = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(1))
+Y = torch.randint(0, 5, (2, 6), generator=torch.Generator().manual_seed(2))
+X1 = X[0]
+Q1, K1 = X1 @ P["W_Q"].T, X1 @ P["W_K"].T
+DS = torch.zeros(6, 6)
+FW = attention.forward(X, P)
+ALPHA = FW["alpha"]                                                  # (2, 6, 6)
+U = torch.randn(2, 6, 3)
+V = FW["v"]
+HEAD = attention.AttentionHead(4, 3, 3, 5)
+OTHER_HEAD = attention.AttentionHead(4, 3, 3, 5, seed=1)
+
+
+def _nan(t):
+    t = t.clone()
+    t.view(-1)[0] = NAN
+    return t
+
+
+CHAIN = tasks.StickyMarkovChain(n_symbols=4, d_embed=3)
+CX, CY = CHAIN.sample(12, seed=0)
+SRC = tasks.sources_task(n_sources=3, d_x=5, seq_len=6)
+SX, SY, _ = SRC.sample(2, seed=0)
+
+BIJ = wind_tunnels.BijectionTask(V=4, L=3)
+KEYS = torch.tensor([[0, 1, 2], [3, 2, 1]])
+VALS = torch.tensor([[1, 2, 3], [0, 1, 2]])
+HMM = wind_tunnels.HMMTask()
+HB = HMM.sample(2, seed=0)
+REC = wind_tunnels.AssociativeRecallTask()
+A3 = torch.full((2, 3, 3), 1 / 3, dtype=torch.float64)
+E3 = torch.full((2, 3, 3), 1 / 3, dtype=torch.float64)
+OBS = torch.tensor([[0, 1, 2, 0], [2, 2, 1, 0]])
+ROW_UNITS = torch.tensor([[7, 7, 6]] * 3).expand(2, 3, 3)  # rows of 20 units: stochastic at resolution 0.05
+BBATCH = BIJ.sample(2, seed=0)
+
+TF = models.build("transformer", 8, 4)
+TOK = torch.randint(0, 8, (2, 5), generator=torch.Generator().manual_seed(3))
+TF_BIJ = models.build("transformer", BIJ.vocab_size, BIJ.n_classes)
+LOGITS = torch.zeros(2, BIJ.seq_len, BIJ.n_classes)
+
+
+def _head():
+    """A fresh head for each training row, so that no row can change what another one sees."""
+    return attention.AttentionHead(4, 3, 3, 5)
+
+
+def head_loss(model, step):
+    return attention.loss(X, Y, model.params())
+
+
+PST = batched.stack([P, attention.init_params(4, 3, 3, 5, seed=1)])
+BX = torch.randn(2, 6, 4)
+BY = torch.randint(0, 5, (2, 6))
+LRS = {n: 0.1 for n in attention.PARAM_NAMES}
+
+GX = torch.randn(20, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+GM = GX[:2].clone()
+RESP, _ = em.e_step(GX, GM, 1.0)
+
+STEPS = np.arange(10)
+RATES = np.linspace(1.0, 0.0, 10)
+
+SCHED = {"sgd": experiments.schedule(0.01)}
+
+_TMP = tempfile.mkdtemp()
+_A_FILE = os.path.join(_TMP, "a_file")
+open(_A_FILE, "w").close()
+UNWRITABLE = os.path.join(_A_FILE, "ckpt.pt")  # its parent is a file: no directory can be made there
+
+
+def _no_cuda():
+    return not torch.cuda.is_available()
+
+
+def _mha_model():
+    return nn.MultiheadAttention(4, 1, batch_first=True)
+
+
+# ----------------------------------------------------------------------------- the table
+
+ROWS = [
+    # ---------------------------------------------------------------- attention
+    ("attention.forward causal str", lambda: attention.forward(X, P, causal="no"), "causal"),
+    ("attention.forward causal None", lambda: attention.forward(X, P, causal=None), "causal"),
+    ("attention.forward x list", lambda: attention.forward(X.tolist(), P), "x"),
+    ("attention.forward x None", lambda: attention.forward(None, P), "x"),
+    ("attention.forward x int", lambda: attention.forward(X.int(), P), "x"),
+    ("attention.forward x 1-D", lambda: attention.forward(torch.randn(4), P), "x"),
+    ("attention.forward x empty T", lambda: attention.forward(torch.randn(0, 4), P), "x"),
+    ("attention.forward x wrong d", lambda: attention.forward(X[..., :3], P), "W_Q"),
+    ("attention.forward x nan", lambda: attention.forward(_nan(X), P), "x"),
+    ("attention.forward x inf", lambda: attention.forward(X * INF, P), "x"),
+    ("attention.forward params missing", lambda: attention.forward(X, {"W_Q": P["W_Q"]}), "params"),
+    ("attention.forward params None", lambda: attention.forward(X, None), "params"),
+    ("attention.forward params list", lambda: attention.forward(X, [P["W_Q"]]), "params"),
+    ("attention.forward W_V float64", lambda: attention.forward(X, {**P, "W_V": P["W_V"].double()}), "W_V"),
+    ("attention.forward W_O list", lambda: attention.forward(X, {**P, "W_O": P["W_O"].tolist()}), "W_O"),
+    ("attention.forward W_K wrong d_k", lambda: attention.forward(X, {**P, "W_K": torch.randn(2, 4)}), "W_K"),
+    ("attention.forward W_O wrong d_v", lambda: attention.forward(X, {**P, "W_O": torch.randn(5, 2)}), "W_O"),
+    ("attention.forward x float64", lambda: attention.forward(X.double(), P), "dtype"),
+    ("attention.loss y out of range", lambda: attention.loss(X, Y + 5, P), "y"),
+    ("attention.loss y negative", lambda: attention.loss(X, -Y - 1, P), "y"),
+    ("attention.loss y float", lambda: attention.loss(X, Y.float(), P), "y"),
+    ("attention.loss y wrong shape", lambda: attention.loss(X, Y[:, :3], P), "y"),
+    ("attention.loss y list", lambda: attention.loss(X, Y.tolist(), P), "y"),
+    ("attention.loss causal int", lambda: attention.loss(X, Y, P, causal=2), "causal"),
+    ("attention.gradients causal str", lambda: attention.gradients(X, Y, P, causal="yes"), "causal"),
+    ("attention.gradients y float", lambda: attention.gradients(X, Y.double(), P), "y"),
+    ("attention.gradients W_Q inf", lambda: attention.gradients(X, Y, {**P, "W_Q": P["W_Q"] * INF}), "W_Q"),
+    ("attention.init_params d_x 0", lambda: attention.init_params(0, 3, 3, 5), "d_x"),
+    ("attention.init_params d_k float", lambda: attention.init_params(4, 3.5, 3, 5), "d_k"),
+    ("attention.init_params d_v str", lambda: attention.init_params(4, 3, "3", 5), "d_v"),
+    ("attention.init_params n_classes 1", lambda: attention.init_params(4, 3, 3, 1), "n_classes"),
+    ("attention.init_params std negative", lambda: attention.init_params(4, 3, 3, 5, std=-1), "std"),
+    ("attention.init_params std nan", lambda: attention.init_params(4, 3, 3, 5, std=NAN), "std"),
+    ("attention.init_params seed negative", lambda: attention.init_params(4, 3, 3, 5, seed=-1), "seed"),
+    ("attention.init_params dtype int64", lambda: attention.init_params(4, 3, 3, 5, dtype=torch.int64), "dtype"),
+    ("attention.init_params dtype bool", lambda: attention.init_params(4, 3, 3, 5, dtype=torch.bool), "dtype"),
+    ("attention.init_params dtype str", lambda: attention.init_params(4, 3, 3, 5, dtype="float32"), "dtype"),
+    ("attention.init_params device cuda", lambda: attention.init_params(4, 3, 3, 5, device="cuda"), "device"),
+    ("attention.init_params device bogus", lambda: attention.init_params(4, 3, 3, 5, device="gpu7"), "device"),
+    ("attention.causal_mask T negative", lambda: attention.causal_mask(-1), "T"),
+    ("attention.causal_mask T float", lambda: attention.causal_mask(2.5), "T"),
+    ("attention.error_signal y out of range", lambda: attention.error_signal(FW["logits"], Y + 5, P["W_O"]), "y"),
+    ("attention.error_signal y float", lambda: attention.error_signal(FW["logits"], Y.float() + 0.5, P["W_O"]), "y"),
+    ("attention.error_signal W_O wrong", lambda: attention.error_signal(FW["logits"], Y, torch.randn(4, 3)), "W_O"),
+    ("attention.score_gradient shapes", lambda: attention.score_gradient(ALPHA, torch.randn(2, 6, 5)), "b"),
+    ("attention.score_kernel k shape", lambda: attention.score_kernel(X1, Q1, K1[:, :2]), "k"),
+    ("attention.score_kernel x list", lambda: attention.score_kernel(X1.tolist(), Q1, K1), "x"),
+    ("attention.score_kernel x batched", lambda: attention.score_kernel(X, Q1, K1), "x"),
+    ("attention.score_kernel q nan", lambda: attention.score_kernel(X1, _nan(Q1), K1), "q"),
+    ("attention.predicted_score_change ds shape", lambda: attention.predicted_score_change(X1, Q1, K1, DS[:3], 0.1), "ds"),
+    ("attention.predicted_score_change lr nan", lambda: attention.predicted_score_change(X1, Q1, K1, DS, NAN), "lr"),
+    ("attention.predicted_score_change lr str", lambda: attention.predicted_score_change(X1, Q1, K1, DS, "0.1"), "lr"),
+    ("attention.AttentionHead causal str", lambda: attention.AttentionHead(4, 3, 3, 5, causal="yes"), "causal"),
+    ("attention.AttentionHead d_x 0", lambda: attention.AttentionHead(0, 3, 3, 5), "d_x"),
+    ("attention.AttentionHead dtype int32", lambda: attention.AttentionHead(4, 3, 3, 5, dtype=torch.int32), "dtype"),
+    ("attention.AttentionHead x long", lambda: HEAD(X.long()), "x"),
+    ("attention.AttentionHead x wrong d", lambda: HEAD(torch.randn(2, 6, 7)), "W_Q"),
+    # ---------------------------------------------------------------- tasks
+    ("tasks.sticky_transition_matrix n 1", lambda: tasks.sticky_transition_matrix(1), "n_symbols"),
+    ("tasks.sticky_transition_matrix self_prob 1.5", lambda: tasks.sticky_transition_matrix(8, 1.5), "self_prob"),
+    ("tasks.sticky_transition_matrix self_prob nan", lambda: tasks.sticky_transition_matrix(8, NAN), "self_prob"),
+    ("tasks.StickyMarkovChain noise 0", lambda: tasks.StickyMarkovChain(noise=0), "noise"),
+    ("tasks.StickyMarkovChain d_embed 0", lambda: tasks.StickyMarkovChain(d_embed=0), "d_embed"),
+    ("tasks.StickyMarkovChain embed_seed -1", lambda: tasks.StickyMarkovChain(embed_seed=-1), "embed_seed"),
+    ("tasks.StickyMarkovChain n_symbols str", lambda: tasks.StickyMarkovChain(n_symbols="8"), "n_symbols"),
+    ("tasks.chain.sample T 1", lambda: CHAIN.sample(1, 0), "T"),
+    ("tasks.chain.sample seed -1", lambda: CHAIN.sample(10, -1), "seed"),
+    ("tasks.chain.sample seed float", lambda: CHAIN.sample(10, 0.5), "seed"),
+    ("tasks.chain.sample dtype int64", lambda: CHAIN.sample(10, 0, dtype=torch.int64), "dtype"),
+    ("tasks.chain.sample device cuda", lambda: CHAIN.sample(10, 0, device="cuda"), "device"),
+    ("tasks.chain.posterior x wrong d", lambda: CHAIN.posterior(torch.randn(5, 7)), "x"),
+    ("tasks.chain.posterior x long", lambda: CHAIN.posterior(CX.long()), "x"),
+    ("tasks.chain.posterior x list", lambda: CHAIN.posterior(CX.tolist()), "x"),
+    ("tasks.chain.posterior x nan", lambda: CHAIN.posterior(_nan(CX)), "x"),
+    ("tasks.chain.posterior x 1-D", lambda: CHAIN.posterior(torch.randn(3)), "x"),
+    ("tasks.chain.bayes_metrics y wrong shape", lambda: CHAIN.bayes_metrics(CX, CY[:3]), "y"),
+    ("tasks.chain.bayes_metrics y out of range", lambda: CHAIN.bayes_metrics(CX, CY + 10), "y"),
+    ("tasks.chain.bayes_metrics y float", lambda: CHAIN.bayes_metrics(CX, CY.float() + 0.5), "y"),
+    ("tasks.chain.bayes_metrics y list", lambda: CHAIN.bayes_metrics(CX, CY.tolist()), "y"),
+    ("tasks.sources_task n_sources 1", lambda: tasks.sources_task(n_sources=1), "n_sources"),
+    ("tasks.sources_task d_x small", lambda: tasks.sources_task(n_sources=3, d_x=2), "d_x"),
+    ("tasks.sources_task seq_len 0", lambda: tasks.sources_task(seq_len=0), "seq_len"),
+    ("tasks.sources_task signal_prob 0", lambda: tasks.sources_task(signal_prob=0), "signal_prob"),
+    ("tasks.sources_task signal_prob 1.5", lambda: tasks.sources_task(signal_prob=1.5), "signal_prob"),
+    ("tasks.sources_task noise negative", lambda: tasks.sources_task(noise=-1), "noise"),
+    ("tasks.sources_task separation nan", lambda: tasks.sources_task(separation=NAN), "separation"),
+    ("tasks.sources_task seed negative", lambda: tasks.sources_task(seed=-3), "seed"),
+    ("tasks.SourcesTask.sample n_seqs 0", lambda: SRC.sample(0), "n_seqs"),
+    ("tasks.SourcesTask.sample seed -1", lambda: SRC.sample(2, seed=-1), "seed"),
+    ("tasks.SourcesTask.sample dtype int64", lambda: SRC.sample(2, dtype=torch.int64), "dtype"),
+    ("tasks.SourcesTask.posterior x wrong d", lambda: SRC.posterior(torch.randn(2, 6, 3)), "x"),
+    ("tasks.SourcesTask.posterior x long", lambda: SRC.posterior(SX.long()), "x"),
+    ("tasks.SourcesTask.posterior x 2-D", lambda: SRC.posterior(SX[0]), "x"),
+    ("tasks.SourcesTask.posterior x None", lambda: SRC.posterior(None), "x"),
+    ("tasks.SourcesTask.observation_posterior x nan", lambda: SRC.observation_posterior(_nan(SX)), "x"),
+    ("tasks.SourcesTask.bayes_loss y out of range", lambda: SRC.bayes_loss(SX, SY + 3), "y"),
+    ("tasks.SourcesTask.bayes_loss y float", lambda: SRC.bayes_loss(SX, SY.float() + 0.5), "y"),
+    ("tasks.SourcesTask.kl_bits logits shape", lambda: SRC.kl_bits(SX, torch.zeros(2, 6, 4)), "logits"),
+    ("tasks.SourcesTask.kl_bits logits long", lambda: SRC.kl_bits(SX, torch.zeros(2, 6, 3, dtype=torch.long)), "logits"),
+    # ---------------------------------------------------------------- wind_tunnels
+    ("wind_tunnels.wind_tunnel name", lambda: wind_tunnels.wind_tunnel("foo"), "name"),
+    ("wind_tunnels.wind_tunnel size", lambda: wind_tunnels.wind_tunnel("hmm", "gpu"), "size"),
+    ("wind_tunnels.wind_tunnel name None", lambda: wind_tunnels.wind_tunnel(None), "name"),
+    ("wind_tunnels.BijectionTask V 1", lambda: wind_tunnels.BijectionTask(V=1), "V"),
+    ("wind_tunnels.BijectionTask L > V", lambda: wind_tunnels.BijectionTask(V=8, L=9), "L"),
+    ("wind_tunnels.BijectionTask L 0", lambda: wind_tunnels.BijectionTask(L=0), "L"),
+    ("wind_tunnels.BijectionTask V str", lambda: wind_tunnels.BijectionTask(V="8"), "V"),
+    ("wind_tunnels.sample batch_size 0", lambda: BIJ.sample(0), "batch_size"),
+    ("wind_tunnels.sample seed and generator", lambda: BIJ.sample(2, seed=1, generator=torch.Generator()), "seed"),
+    ("wind_tunnels.sample L too large", lambda: BIJ.sample(2, L=9), "L"),
+    ("wind_tunnels.sample unknown keyword", lambda: BIJ.sample(2, K=3), "keyword"),
+    ("wind_tunnels.sample generator int", lambda: BIJ.sample(2, generator=5), "generator"),
+    ("wind_tunnels.sample seed negative", lambda: BIJ.sample(2, seed=-1), "seed"),
+    ("wind_tunnels.bijection repeated values",
+     lambda: BIJ.batch_from_pairs(KEYS, torch.tensor([[1, 1, 3], [0, 1, 2]])), "values"),
+    ("wind_tunnels.bijection repeated keys",
+     lambda: BIJ.batch_from_pairs(torch.tensor([[0, 0, 2], [3, 2, 1]]), VALS), "keys"),
+    ("wind_tunnels.bijection keys out of range", lambda: BIJ.batch_from_pairs(KEYS + 4, VALS), "keys"),
+    ("wind_tunnels.bijection values out of range", lambda: BIJ.batch_from_pairs(KEYS, VALS + 4), "values"),
+    ("wind_tunnels.bijection shapes differ", lambda: BIJ.batch_from_pairs(KEYS, VALS[:, :2]), "values"),
+    ("wind_tunnels.bijection keys list", lambda: BIJ.batch_from_pairs(KEYS.tolist(), VALS), "keys"),
+    ("wind_tunnels.bijection keys float", lambda: BIJ.batch_from_pairs(KEYS.float(), VALS), "keys"),
+    ("wind_tunnels.bijection too many pairs",
+     lambda: BIJ.batch_from_pairs(torch.arange(5)[None] % 4, torch.arange(5)[None] % 4), "V"),
+    ("wind_tunnels.HMMTask S 1", lambda: wind_tunnels.HMMTask(S=1), "S"),
+    ("wind_tunnels.HMMTask resolution 0.03", lambda: wind_tunnels.HMMTask(resolution=0.03), "resolution"),
+    ("wind_tunnels.HMMTask resolution nan", lambda: wind_tunnels.HMMTask(resolution=NAN), "resolution"),
+    ("wind_tunnels.HMMTask floor 0.07", lambda: wind_tunnels.HMMTask(floor=0.07), "floor"),
+    ("wind_tunnels.HMMTask K 0", lambda: wind_tunnels.HMMTask(K=0), "K"),
+    ("wind_tunnels.HMMTask.sample K 0", lambda: HMM.sample(2, K=0), "K"),
+    ("wind_tunnels.HMMTask.batch_from_parts A shape",
+     lambda: HMM.batch_from_parts(torch.full((2, 2, 2), 10), ROW_UNITS, OBS, OBS), "A_units"),
+    ("wind_tunnels.HMMTask.batch_from_parts observations out of range",
+     lambda: HMM.batch_from_parts(ROW_UNITS, ROW_UNITS, OBS + 5, OBS), "observations"),
+    ("wind_tunnels.HMMTask.batch_from_parts states out of range",
+     lambda: HMM.batch_from_parts(ROW_UNITS, ROW_UNITS, OBS, OBS + 5), "states"),
+    ("wind_tunnels.HMMTask.batch_from_parts rows not stochastic",
+     lambda: HMM.batch_from_parts(torch.full((2, 3, 3), 9), ROW_UNITS, OBS, OBS), "A_units"),
+    ("wind_tunnels.forward_filter state counts", lambda: wind_tunnels.forward_filter(A3, E3[:, :2], OBS), "emission"),
+    ("wind_tunnels.forward_filter initial states",
+     lambda: wind_tunnels.forward_filter(A3, E3, OBS, torch.full((2, 4), 0.25, dtype=torch.float64)), "initial"),
+    ("wind_tunnels.forward_filter transition not square", lambda: wind_tunnels.forward_filter(A3[:, :, :2], E3, OBS), "transition"),
+    ("wind_tunnels.forward_filter obs out of range", lambda: wind_tunnels.forward_filter(A3, E3, OBS + 3), "observations"),
+    ("wind_tunnels.forward_filter obs float", lambda: wind_tunnels.forward_filter(A3, E3, OBS.float()), "observations"),
+    ("wind_tunnels.forward_filter transition list", lambda: wind_tunnels.forward_filter(A3.tolist(), E3, OBS), "transition"),
+    ("wind_tunnels.forward_filter transition 2-D", lambda: wind_tunnels.forward_filter(A3[0], E3, OBS), "transition"),
+    ("wind_tunnels.forward_filter batch sizes", lambda: wind_tunnels.forward_filter(A3, E3, OBS[:1]), "observations"),
+    ("wind_tunnels.forward_filter negative entries", lambda: wind_tunnels.forward_filter(A3 - 1, E3, OBS), "transition"),
+    ("wind_tunnels.forward_filter transition long",
+     lambda: wind_tunnels.forward_filter(torch.ones(2, 3, 3, dtype=torch.long), E3, OBS), "transition"),
+    ("wind_tunnels.AssociativeRecallTask n_keys 0", lambda: wind_tunnels.AssociativeRecallTask(n_keys=0), "n_keys"),
+    ("wind_tunnels.AssociativeRecallTask noise too high", lambda: wind_tunnels.AssociativeRecallTask(noise=0.9), "noise"),
+    ("wind_tunnels.AssociativeRecallTask n_values 1", lambda: wind_tunnels.AssociativeRecallTask(n_values=1), "n_values"),
+    ("wind_tunnels.recall keys out of range",
+     lambda: REC.batch_from_pairs(torch.tensor([[6, 0]]), torch.tensor([[0, 1]]), torch.tensor([[0, 1]])), "keys"),
+    ("wind_tunnels.recall shown shape",
+     lambda: REC.batch_from_pairs(torch.tensor([[1, 0]]), torch.tensor([[0]]), torch.tensor([[0, 1]])), "shown"),
+    ("wind_tunnels.recall answer out of range",
+     lambda: REC.batch_from_pairs(torch.tensor([[1, 0]]), torch.tensor([[0, 1]]), torch.tensor([[0, 9]])), "answer"),
+    ("wind_tunnels.WindTunnelBatch.to cuda", lambda: BBATCH.to("cuda") if _no_cuda() else BBATCH.to("gpu7"), "device"),
+    # ---------------------------------------------------------------- models
+    ("models.build name", lambda: models.build("gpt", 10, 5), "architecture"),
+    ("models.build vocab_size 1", lambda: models.build("transformer", 1, 5), "vocab_size"),
+    ("models.build n_classes 1", lambda: models.build("transformer", 10, 1), "n_classes"),
+    ("models.build d_model 0", lambda: models.build("transformer", 10, 5, d_model=0), "d_model"),
+    ("models.build n_heads not a divisor", lambda: models.build("transformer", 10, 5, n_heads=5), "n_heads"),
+    ("models.build n_heads 0", lambda: models.build("transformer", 10, 5, n_heads=0), "n_heads"),
+    ("models.build unknown size", lambda: models.build("transformer", 10, 5, bogus=3), "bogus"),
+    ("models.build d_model str", lambda: models.build("lstm", 10, 5, d_model="44"), "d_model"),
+    ("models.sizes scale", lambda: models.sizes("transformer", "gpu"), "scale"),
+    ("models.paper_sizes name", lambda: models.paper_sizes("x"), "architecture"),
+    ("models.default_sizes name None", lambda: models.default_sizes(None), "architecture"),
+    ("models.Transformer tokens float", lambda: TF(TOK.float()), "tokens"),
+    ("models.Transformer tokens out of range", lambda: TF(TOK + 8), "tokens"),
+    ("models.Transformer tokens negative", lambda: TF(TOK - 9), "tokens"),
+    ("models.Transformer tokens 1-D", lambda: TF(TOK[0]), "tokens"),
+    ("models.Transformer tokens list", lambda: TF(TOK.tolist()), "tokens"),
+    ("models.Transformer tokens None", lambda: TF(None), "tokens"),
+    ("models.Transformer tokens too long", lambda: TF(torch.zeros(1, 200, dtype=torch.long)), "max_len"),
+    ("models.Transformer stream_start >= max_len",
+     lambda: models.Transformer(10, 5, max_len=16, stream_start=20), "stream_start"),
+    ("models.SelectiveSSM d_state 0", lambda: models.SelectiveSSM(10, 5, d_state=0), "d_state"),
+    ("models.LSTMModel n_layers 0", lambda: models.LSTMModel(10, 5, n_layers=0), "n_layers"),
+    ("models.WindowMLP window 0", lambda: models.WindowMLP(10, 5, window=0), "window"),
+    ("models.WindowMLP hidden nan", lambda: models.WindowMLP(10, 5, hidden=NAN), "hidden"),
+    ("models.count_parameters None", lambda: models.count_parameters(None), "model"),
+    ("models.selective_scan shapes", lambda: models.selective_scan(torch.rand(2, 5, 3), torch.rand(2, 4, 3)), "a"),
+    ("models.selective_scan lists", lambda: models.selective_scan([[1.0]], [[1.0]]), "a"),
+    ("models.sequential_scan shapes", lambda: models.sequential_scan(torch.rand(2, 5, 3), torch.rand(2, 4, 3)), "a"),
+    # ---------------------------------------------------------------- train
+    ("train.pick_device cuda", lambda: train.pick_device("cuda") if _no_cuda() else train.pick_device("gpu7"), "device"),
+    ("train.pick_device bogus", lambda: train.pick_device("tpu-9"), "device"),
+    ("train.pick_device list", lambda: train.pick_device(["cpu"]), "device"),
+    ("train.seed_everything negative", lambda: train.seed_everything(-1), "seed"),
+    ("train.seed_everything float", lambda: train.seed_everything(1.5), "seed"),
+    ("train.seed_everything bool", lambda: train.seed_everything(True), "seed"),
+    ("train.em_like 0", lambda: train.em_like(0), "value_ratio"),
+    ("train.em_like nan", lambda: train.em_like(NAN), "value_ratio"),
+    ("train.rates lr nan", lambda: train.rates(NAN), "lr"),
+    ("train.rates lr negative", lambda: train.rates(-1), "lr"),
+    ("train.rates unknown matrix", lambda: train.rates(0.1, {"W_X": 2}), "lr_multipliers"),
+    ("train.rates negative factor", lambda: train.rates(0.1, {"W_V": -1}), "W_V"),
+    ("train.param_groups lr nan", lambda: train.param_groups(HEAD, NAN), "lr"),
+    ("train.param_groups unknown pattern", lambda: train.param_groups(HEAD, 0.1, {"W_Z": 2}), "lr_multipliers"),
+    ("train.param_groups model None", lambda: train.param_groups(None, 0.1), "model"),
+    ("train.param_groups factor inf", lambda: train.param_groups(HEAD, 0.1, {"W_V": INF}), "lr_multipliers"),
+    ("train.lr_factor step negative", lambda: train.lr_factor(-1, 10), "step"),
+    ("train.lr_factor schedule", lambda: train.lr_factor(0, 10, "linear"), "schedule"),
+    ("train.lr_factor warmup negative", lambda: train.lr_factor(0, 10, warmup=-1), "warmup"),
+    ("train.train steps negative", lambda: train.train(_head(), head_loss, -1, progress=False), "steps"),
+    ("train.train steps str", lambda: train.train(_head(), head_loss, "10", progress=False), "steps"),
+    ("train.train steps bool", lambda: train.train(_head(), head_loss, True, progress=False), "steps"),
+    ("train.train lr nan", lambda: train.train(_head(), head_loss, 1, lr=NAN, progress=False), "lr"),
+    ("train.train lr inf", lambda: train.train(_head(), head_loss, 1, lr=INF, progress=False), "lr"),
+    ("train.train lr 0", lambda: train.train(_head(), head_loss, 1, lr=0, progress=False), "lr"),
+    ("train.train optimizer", lambda: train.train(_head(), head_loss, 1, optimizer="lbfgs", progress=False), "optimizer"),
+    ("train.train schedule", lambda: train.train(_head(), head_loss, 1, schedule="exp", progress=False), "schedule"),
+    ("train.train warmup negative", lambda: train.train(_head(), head_loss, 1, warmup=-1, progress=False), "warmup"),
+    ("train.train clip_grad_norm 0", lambda: train.train(_head(), head_loss, 1, clip_grad_norm=0, progress=False), "clip_grad_norm"),
+    ("train.train weight_decay negative", lambda: train.train(_head(), head_loss, 1, weight_decay=-0.1, progress=False), "weight_decay"),
+    ("train.train log_every 0", lambda: train.train(_head(), head_loss, 1, log_every=0, progress=False), "log_every"),
+    ("train.train checkpoint_every 0", lambda: train.train(_head(), head_loss, 1, checkpoint_every=0, progress=False), "checkpoint_every"),
+    ("train.train model None", lambda: train.train(None, head_loss, 1, progress=False), "model"),
+    ("train.train loss_fn None", lambda: train.train(_head(), None, 1, progress=False), "loss_fn"),
+    ("train.train on_step int", lambda: train.train(_head(), head_loss, 1, on_step=3, progress=False), "on_step"),
+    ("train.train device cuda",
+     lambda: train.train(_head(), head_loss, 1, device="cuda" if _no_cuda() else "gpu7", progress=False), "device"),
+    ("train.train seed negative", lambda: train.train(_head(), head_loss, 1, seed=-1, progress=False), "seed"),
+    ("train.train lr_multipliers nan", lambda: train.train(_head(), head_loss, 1, lr_multipliers={"W_V": NAN}, progress=False), "lr_multipliers"),
+    ("train.train groups of another model",
+     lambda: train.train(_head(), head_loss, 1, groups=train.param_groups(OTHER_HEAD, 0.1), progress=False), "groups"),
+    ("train.train optimizer of another model",
+     lambda: train.train(_head(), head_loss, 1, optimizer=lambda g: torch.optim.SGD(OTHER_HEAD.parameters(), lr=0.1),
+                         progress=False), "optimizer"),
+    ("train.train groups lr nan",
+     lambda: (lambda m: train.train(m, head_loss, 1, groups=[{"params": list(m.parameters()), "lr": NAN}],
+                                    progress=False))(_head()), "lr"),
+    ("train.train groups not a list", lambda: train.train(_head(), head_loss, 1, groups=5, progress=False), "groups"),
+    ("train.train groups without params", lambda: train.train(_head(), head_loss, 1, groups=[{"lr": 0.1}], progress=False), "groups"),
+    ("train.train groups and lr_multipliers",
+     lambda: train.train(_head(), head_loss, 1, groups=train.param_groups(HEAD, 0.1), lr_multipliers={"W_V": 2.0},
+                         progress=False), "groups"),
+    ("train.train checkpoint_path unwritable",
+     lambda: train.train(_head(), head_loss, 1, checkpoint_path=UNWRITABLE, progress=False), "checkpoint_path"),
+    ("train.train checkpoint_path int", lambda: train.train(_head(), head_loss, 1, checkpoint_path=5, progress=False), "checkpoint_path"),
+    ("train.train checkpoint_path a directory",
+     lambda: train.train(_head(), head_loss, 1, checkpoint_path=_TMP, progress=False), "checkpoint_path"),
+    ("train.train loss_fn returns float", lambda: train.train(_head(), lambda m, s: 1.0, 1, progress=False), "loss_fn"),
+    # ---------------------------------------------------------------- batched
+    ("batched.stack empty", lambda: batched.stack([]), "param_dicts"),
+    ("batched.stack None", lambda: batched.stack(None), "param_dicts"),
+    ("batched.stack missing key", lambda: batched.stack([P, {"W_Q": P["W_Q"]}]), "param_dicts"),
+    ("batched.stack shapes differ", lambda: batched.stack([P, attention.init_params(4, 2, 3, 5)]), "param_dicts"),
+    ("batched.unstack m out of range", lambda: batched.unstack(PST, 5), "m"),
+    ("batched.unstack m str", lambda: batched.unstack(PST, "0"), "m"),
+    ("batched.check_inputs x 2-D", lambda: batched.check_inputs(BX[0], BY, PST), "x"),
+    ("batched.check_inputs y out of range", lambda: batched.check_inputs(BX, BY + 5, PST), "y"),
+    ("batched.check_inputs y float", lambda: batched.check_inputs(BX, BY.float(), PST), "y"),
+    ("batched.check_inputs y list", lambda: batched.check_inputs(BX, BY.tolist(), PST), "y"),
+    ("batched.check_inputs W wrong shape", lambda: batched.check_inputs(BX, BY, {**PST, "W_K": PST["W_K"][:, :2]}), "W_K"),
+    ("batched.check_inputs params missing", lambda: batched.check_inputs(BX, BY, {"W_Q": PST["W_Q"]}), "params"),
+    ("batched.check_inputs params None", lambda: batched.check_inputs(BX, BY, None), "params"),
+    ("batched.check_inputs x nan", lambda: batched.check_inputs(_nan(BX), BY, PST), "x"),
+    ("batched.forward_backward block_size 0", lambda: batched.forward_backward(BX, BY, PST, block_size=0), "block_size"),
+    ("batched.forward_backward block_size -1", lambda: batched.forward_backward(BX, BY, PST, block_size=-1), "block_size"),
+    ("batched.forward_backward block_size float", lambda: batched.forward_backward(BX, BY, PST, block_size=2.5), "block_size"),
+    ("batched.evaluate y out of range", lambda: batched.evaluate(BX, BY + 5, PST), "y"),
+    ("batched.train lrs missing", lambda: batched.train(BX, BY, PST, {"W_Q": 0.1}, 2, progress=False), "lrs"),
+    ("batched.train lrs nan", lambda: batched.train(BX, BY, PST, {**LRS, "W_V": NAN}, 2, progress=False), "lrs"),
+    ("batched.train lrs negative", lambda: batched.train(BX, BY, PST, {**LRS, "W_V": -0.1}, 2, progress=False), "lrs"),
+    ("batched.train lrs wrong count", lambda: batched.train(BX, BY, PST, {**LRS, "W_V": [0.1, 0.1, 0.1]}, 2, progress=False), "lrs"),
+    ("batched.train lrs str", lambda: batched.train(BX, BY, PST, {**LRS, "W_V": "0.1"}, 2, progress=False), "lrs"),
+    ("batched.train steps 0", lambda: batched.train(BX, BY, PST, LRS, 0, progress=False), "steps"),
+    ("batched.train record_every 0", lambda: batched.train(BX, BY, PST, LRS, 2, record_every=0, progress=False), "record_every"),
+    ("batched.train names length", lambda: batched.train(BX, BY, PST, LRS, 2, names=["a"], progress=False), "names"),
+    ("batched.train device cuda",
+     lambda: batched.train(BX, BY, PST, LRS, 2, device="cuda" if _no_cuda() else "gpu7", progress=False), "device"),
+    ("batched.train dtype int64", lambda: batched.train(BX, BY, PST, LRS, 2, dtype=torch.int64, progress=False), "dtype"),
+    ("batched.train x long", lambda: batched.train(BX.long(), BY, PST, LRS, 2, progress=False), "x"),
+    ("batched.train x list", lambda: batched.train(BX.tolist(), BY, PST, LRS, 2, progress=False), "x"),
+    ("batched.train params None", lambda: batched.train(BX, BY, None, LRS, 2, progress=False), "params"),
+    ("batched.train checkpoint_every 0",
+     lambda: batched.train(BX, BY, PST, LRS, 2, checkpoint_every=0, checkpoint_path=os.path.join(_TMP, "b0.pt"),
+                           progress=False), "checkpoint_every"),
+    ("batched.train checkpoint_path unwritable",
+     lambda: batched.train(BX, BY, PST, LRS, 2, checkpoint_path=UNWRITABLE, progress=False), "checkpoint_path"),
+    # ---------------------------------------------------------------- diagnostics
+    ("diagnostics.entropy not normalised", lambda: diagnostics.entropy(torch.tensor([0.5, 0.6])), "probs"),
+    ("diagnostics.entropy nan", lambda: diagnostics.entropy(torch.tensor([NAN, 1.0])), "probs"),
+    ("diagnostics.entropy int", lambda: diagnostics.entropy(torch.tensor([0, 1])), "probs"),
+    ("diagnostics.entropy dim out of range", lambda: diagnostics.entropy(torch.tensor([0.5, 0.5]), dim=5), "dim"),
+    ("diagnostics.entropy dim str", lambda: diagnostics.entropy(torch.tensor([0.5, 0.5]), dim="x"), "dim"),
+    ("diagnostics.entropy None", lambda: diagnostics.entropy(None), "probs"),
+    ("diagnostics.kl_divergence shape", lambda: diagnostics.kl_divergence(torch.tensor([0.5, 0.5]), torch.zeros(3)), "log_q"),
+    ("diagnostics.kl_divergence log_q nan", lambda: diagnostics.kl_divergence(torch.tensor([0.5, 0.5]), torch.tensor([NAN, 0.0])), "log_q"),
+    ("diagnostics.kl_divergence log_q None", lambda: diagnostics.kl_divergence(torch.tensor([0.5, 0.5]), None), "log_q"),
+    ("diagnostics.attention_entropy non-square", lambda: diagnostics.attention_entropy(ALPHA[..., :5]), "alpha"),
+    ("diagnostics.attention_entropy rows", lambda: diagnostics.attention_entropy(ALPHA * 0.5), "alpha"),
+    ("diagnostics.attention_entropy 1-D", lambda: diagnostics.attention_entropy(ALPHA[0, 0]), "alpha"),
+    ("diagnostics.attention_entropy nan", lambda: diagnostics.attention_entropy(_nan(ALPHA)), "alpha"),
+    ("diagnostics.attention_mass key_mask", lambda: diagnostics.attention_mass(ALPHA, torch.ones(2, 5)), "key_mask"),
+    ("diagnostics.attention_received list", lambda: diagnostics.attention_received(ALPHA.tolist()), "alpha"),
+    ("diagnostics.advantage_flow shape", lambda: diagnostics.advantage_flow(ALPHA, torch.zeros(2, 6, 5), torch.ones(2, 6)), "advantage"),
+    ("diagnostics.predicted_attention_change eta nan",
+     lambda: diagnostics.predicted_attention_change(ALPHA, torch.zeros_like(ALPHA), eta=NAN), "eta"),
+    ("diagnostics.predicted_attention_change eta str",
+     lambda: diagnostics.predicted_attention_change(ALPHA, torch.zeros_like(ALPHA), eta="1"), "eta"),
+    ("diagnostics.compatibility_and_advantage y", lambda: diagnostics.compatibility_and_advantage(X, Y + 5, P), "y"),
+    ("diagnostics.compatibility_and_advantage params None", lambda: diagnostics.compatibility_and_advantage(X, Y, None), "params"),
+    ("diagnostics.attended_compatibility u", lambda: diagnostics.attended_compatibility(ALPHA, U[:, :5], V), "u"),
+    ("diagnostics.value_pull u", lambda: diagnostics.value_pull(ALPHA, U[:, :5]), "u"),
+    ("diagnostics.movement_toward shapes", lambda: diagnostics.movement_toward(torch.zeros(2, 6, 4), U), "delta_v"),
+    ("diagnostics.relative_change zero", lambda: diagnostics.relative_change(torch.zeros(3), torch.ones(3)), "before"),
+    ("diagnostics.relative_change shapes", lambda: diagnostics.relative_change(torch.ones(3), torch.ones(4)), "before"),
+    ("diagnostics.relative_change nan", lambda: diagnostics.relative_change(torch.ones(3), torch.tensor([1.0, NAN, 1.0])), "after"),
+    ("diagnostics.change_vs_final 1-D", lambda: diagnostics.change_vs_final(torch.ones(3)), "snapshots"),
+    ("diagnostics.change_vs_final zero last", lambda: diagnostics.change_vs_final(torch.zeros(3, 2)), "snapshots"),
+    ("diagnostics.frame_change shapes", lambda: diagnostics.frame_change(ALPHA, ALPHA[:1]), "before"),
+    ("diagnostics.settling_step lengths", lambda: diagnostics.settling_step([0, 1, 2], [1, 2], 0.5), "steps"),
+    ("diagnostics.settling_step threshold", lambda: diagnostics.settling_step(STEPS, RATES, -1), "threshold"),
+    ("diagnostics.settling_step steps not increasing", lambda: diagnostics.settling_step(STEPS[::-1], RATES, 0.5), "steps"),
+    ("diagnostics.settle negative rates", lambda: diagnostics.settle(STEPS, -RATES), "rates"),
+    ("diagnostics.settle window 0", lambda: diagnostics.settle(STEPS, RATES, window=0), "window"),
+    ("diagnostics.settle fractions", lambda: diagnostics.settle(STEPS, RATES, fractions=(1.5,)), "fractions"),
+    ("diagnostics.settle steps not increasing", lambda: diagnostics.settle([0, 2, 1, 3, 4, 5, 6, 7, 8, 9], RATES), "steps"),
+    ("diagnostics.settle rates nan", lambda: diagnostics.settle(STEPS, np.r_[RATES[:-1], NAN]), "rates"),
+    ("diagnostics.settle fractions float", lambda: diagnostics.settle(STEPS, RATES, fractions=0.2), "fractions"),
+    ("diagnostics.progress_step fraction 0", lambda: diagnostics.progress_step(STEPS, RATES, 0), "fraction"),
+    ("diagnostics.progress_step fraction 2", lambda: diagnostics.progress_step(STEPS, RATES, 2), "fraction"),
+    ("diagnostics.pca 1-D", lambda: diagnostics.pca(torch.ones(5)), "points"),
+    ("diagnostics.pca n_components 0", lambda: diagnostics.pca(torch.randn(5, 3), 0), "n_components"),
+    ("diagnostics.pca nan", lambda: diagnostics.pca(_nan(torch.randn(5, 3))), "points"),
+    ("diagnostics.pearson lengths", lambda: diagnostics.pearson([1, 2], [1, 2, 3]), "a"),
+    ("diagnostics.pearson strings", lambda: diagnostics.pearson(["a", "b"], [1, 2]), "a"),
+    ("diagnostics.spearman too short", lambda: diagnostics.spearman([1], [1]), "a"),
+    ("diagnostics.entropy_error_bits shape", lambda: diagnostics.entropy_error_bits(LOGITS[:, :3], BBATCH), "logits"),
+    ("diagnostics.entropy_error_bits batch None", lambda: diagnostics.entropy_error_bits(LOGITS, None), "batch"),
+    ("diagnostics.kl_bits logits nan", lambda: diagnostics.kl_bits(_nan(LOGITS), BBATCH), "logits"),
+    ("diagnostics.per_position_error_bits list", lambda: diagnostics.per_position_error_bits(LOGITS.tolist(), BBATCH), "logits"),
+    ("diagnostics.group_means shapes", lambda: diagnostics.group_means(torch.randn(5, 2), torch.zeros(4)), "labels"),
+    ("diagnostics.key_orthogonality one row", lambda: diagnostics.key_orthogonality(torch.randn(1, 3)), "keys"),
+    ("diagnostics.orthogonality_floor n 1", lambda: diagnostics.orthogonality_floor(1, 3), "n"),
+    ("diagnostics.orthogonality_floor d 0", lambda: diagnostics.orthogonality_floor(3, 0), "d"),
+    ("diagnostics.orthogonality_floor starts 0", lambda: diagnostics.orthogonality_floor(5, 2, starts=0), "starts"),
+    ("diagnostics.orthogonality_floor steps -5", lambda: diagnostics.orthogonality_floor(5, 2, steps=-5), "steps"),
+    ("diagnostics.orthogonality_floor seed -1", lambda: diagnostics.orthogonality_floor(5, 2, steps=1, seed=-1), "seed"),
+    ("diagnostics.value_manifold entropy", lambda: diagnostics.value_manifold(torch.randn(5, 2), torch.zeros(4)), "entropy"),
+    ("diagnostics.probe_tensors probes", lambda: diagnostics.probe_tensors(TF, TOK, ("probe_x",)), "probes"),
+    ("diagnostics.probe_tensors model", lambda: diagnostics.probe_tensors(nn.Linear(2, 2), TOK), "model"),
+    ("diagnostics.bayesian_geometry batch None", lambda: diagnostics.bayesian_geometry(TF_BIJ, None), "batch"),
+    # ---------------------------------------------------------------- monitor
+    ("monitor.Monitor steps str", lambda: monitor.Monitor(HEAD, steps="10"), "steps"),
+    ("monitor.Monitor steps not increasing", lambda: monitor.Monitor(HEAD, steps=[10, 5]), "steps"),
+    ("monitor.Monitor steps repeated", lambda: monitor.Monitor(HEAD, steps=[5, 5]), "steps"),
+    ("monitor.Monitor steps float", lambda: monitor.Monitor(HEAD, steps=[1.5, 3]), "steps"),
+    ("monitor.Monitor steps negative", lambda: monitor.Monitor(HEAD, steps=[-1, 3]), "steps"),
+    ("monitor.Monitor steps empty", lambda: monitor.Monitor(HEAD, steps=[]), "steps"),
+    ("monitor.Monitor steps set", lambda: monitor.Monitor(HEAD, steps={3, 1}), "steps"),
+    ("monitor.Monitor every 0", lambda: monitor.Monitor(HEAD, every=0), "every"),
+    ("monitor.Monitor every str", lambda: monitor.Monitor(HEAD, every="10"), "every"),
+    ("monitor.Monitor keep 0", lambda: monitor.Monitor(HEAD, keep=0), "keep"),
+    ("monitor.Monitor model None", lambda: monitor.Monitor(None), "model"),
+    ("monitor.Monitor model without attention", lambda: monitor.Monitor(nn.Linear(2, 2)), "model"),
+    ("monitor.Monitor probe str", lambda: monitor.Monitor(HEAD, probe="x"), "probe"),
+    ("monitor.attention_layers None", lambda: monitor.attention_layers(None), "model"),
+    ("monitor.summarise shapes", lambda: monitor.summarise(ALPHA[:, None], U[:, None, :5], V[:, None]), "u"),
+    ("monitor.precision_rates None", lambda: monitor.precision_rates(None), "snapshots"),
+    ("monitor.measure_overhead make_model", lambda: monitor.measure_overhead(None, lambda m, o, s: None), "make_model"),
+    ("monitor.measure_overhead steps 0", lambda: monitor.measure_overhead(_mha_model, lambda m, o, s: None, steps=0), "steps"),
+    ("monitor.measure_overhead repeats 0", lambda: monitor.measure_overhead(_mha_model, lambda m, o, s: None, repeats=0), "repeats"),
+    ("monitor.Monitor.last layer", lambda: monitor.Monitor(HEAD).last("nope"), "layer"),
+    # ---------------------------------------------------------------- gradcheck
+    ("gradcheck.autograd_gradients y out of range", lambda: gradcheck.autograd_gradients(X, Y + 5, P), "y"),
+    ("gradcheck.autograd_gradients params None", lambda: gradcheck.autograd_gradients(X, Y, None), "params"),
+    ("gradcheck.autograd_gradients causal str", lambda: gradcheck.autograd_gradients(X, Y, P, causal="no"), "causal"),
+    ("gradcheck.autograd_gradients y float", lambda: gradcheck.autograd_gradients(X, Y.float(), P), "y"),
+    ("gradcheck.finite_difference f", lambda: gradcheck.finite_difference(None, torch.zeros(3), 0), "f"),
+    ("gradcheck.finite_difference tensor list", lambda: gradcheck.finite_difference(torch.sum, [0.0, 1.0], 0), "tensor"),
+    ("gradcheck.finite_difference tensor int",
+     lambda: gradcheck.finite_difference(torch.sum, torch.zeros(3, dtype=torch.long), 0), "tensor"),
+    ("gradcheck.finite_difference index", lambda: gradcheck.finite_difference(torch.sum, torch.zeros(3), 5), "index"),
+    ("gradcheck.finite_difference eps 0", lambda: gradcheck.finite_difference(torch.sum, torch.zeros(3), 0, eps=0), "eps"),
+    ("gradcheck.finite_difference eps nan", lambda: gradcheck.finite_difference(torch.sum, torch.zeros(3), 0, eps=NAN), "eps"),
+    ("gradcheck.relative_error shapes broadcast", lambda: gradcheck.relative_error(torch.zeros(3, 1), torch.ones(3)), "shape"),
+    ("gradcheck.relative_error shapes", lambda: gradcheck.relative_error(torch.zeros(3), torch.ones(2)), "shape"),
+    ("gradcheck.relative_error str", lambda: gradcheck.relative_error("a", torch.ones(2)), "a"),
+    ("gradcheck.relative_error nan", lambda: gradcheck.relative_error(torch.tensor([NAN]), torch.ones(1)), "a"),
+    # ---------------------------------------------------------------- em
+    ("em.e_step means d", lambda: em.e_step(GX, torch.zeros(2, 3, dtype=torch.float64), 1.0), "means"),
+    ("em.e_step variance 0", lambda: em.e_step(GX, GM, 0.0), "variance"),
+    ("em.e_step weights sum", lambda: em.e_step(GX, GM, 1.0, torch.tensor([0.2, 0.2])), "weights"),
+    ("em.e_step weights list", lambda: em.e_step(GX, GM, 1.0, [0.5, 0.6]), "weights"),
+    ("em.e_step weights nan", lambda: em.e_step(GX, GM, 1.0, torch.tensor([NAN, 0.5])), "weights"),
+    ("em.e_step x int", lambda: em.e_step(GX.long(), GM, 1.0), "x"),
+    ("em.e_step x nan", lambda: em.e_step(_nan(GX), GM, 1.0), "x"),
+    ("em.m_step resp n", lambda: em.m_step(GX, RESP[:5]), "resp"),
+    ("em.m_step resp rows", lambda: em.m_step(GX, RESP * 2), "resp"),
+    ("em.m_step variance None", lambda: em.m_step(GX, RESP, fit_variance=False), "variance"),
+    ("em.mean_gradient resp shape", lambda: em.mean_gradient(GX, RESP[:5], GM, 1.0), "resp"),
+    ("em.mean_gradient resp list", lambda: em.mean_gradient(GX, RESP.tolist(), GM, 1.0), "resp"),
+    ("em.mean_gradient resp K", lambda: em.mean_gradient(GX, RESP[:, :1], GM, 1.0), "resp"),
+    ("em.initial_means n_components 0", lambda: em.initial_means(GX, 0), "n_components"),
+    ("em.initial_means seed -1", lambda: em.initial_means(GX, 2, seed=-1), "seed"),
+    ("em.fit n_components 0", lambda: em.fit(GX, 0), "n_components"),
+    ("em.fit n_iter 0", lambda: em.fit(GX, 2, n_iter=0), "n_iter"),
+    ("em.fit init K", lambda: em.fit(GX, 3, n_iter=1, init=GM), "init"),
+    ("em.fit variance nan", lambda: em.fit(GX, 2, n_iter=1, variance=NAN), "variance"),
+    ("em.fit seed -1", lambda: em.fit(GX, 2, n_iter=1, seed=-1), "seed"),
+    ("em.gradient_fit n_iter -5", lambda: em.gradient_fit(GX, GM, 1.0, 0.1, n_iter=-5), "n_iter"),
+    ("em.gradient_fit n_iter float", lambda: em.gradient_fit(GX, GM, 1.0, 0.1, n_iter=2.5), "n_iter"),
+    ("em.gradient_fit lr nan", lambda: em.gradient_fit(GX, GM, 1.0, NAN), "lr"),
+    ("em.gradient_fit lr bool", lambda: em.gradient_fit(GX, GM, 1.0, True), "lr"),
+    ("em.gradient_fit lr inf", lambda: em.gradient_fit(GX, GM, 1.0, INF), "lr"),
+    ("em.match shapes", lambda: em.match(torch.zeros(2, 2), torch.zeros(3, 2)), "found"),
+    ("em.match K 9", lambda: em.match(torch.zeros(9, 2), torch.zeros(9, 2)), "K"),
+    ("em.match list", lambda: em.match([[0.0, 1.0]], torch.zeros(1, 2)), "found"),
+    ("em.fit_best restarts 0", lambda: em.fit_best(GX, 2, restarts=0), "restarts"),
+    # ---------------------------------------------------------------- checkpoints
+    ("checkpoints.save unwritable", lambda: checkpoints.save(UNWRITABLE, {}), "ckpt.pt"),
+    ("checkpoints.save path int", lambda: checkpoints.save(5, {}), "path"),
+    ("checkpoints.save path directory", lambda: checkpoints.save(_TMP, {}), "path"),
+    ("checkpoints.load missing file", lambda: checkpoints.load(os.path.join(_TMP, "none.pt"), "train.train"), "checkpoint"),
+    ("checkpoints.load not a checkpoint", lambda: checkpoints.load(_A_FILE, "train.train"), "checkpoint"),
+    # ---------------------------------------------------------------- experiments
+    ("experiments.schedule lr nan", lambda: experiments.schedule(NAN), "lr"),
+    ("experiments.schedule unknown matrix", lambda: experiments.schedule(0.1, W_X=2), "lr_multipliers"),
+    ("experiments.schedule negative factor", lambda: experiments.schedule(0.1, W_V=-1), "W_V"),
+    ("experiments.init_model seed -1", lambda: experiments.init_model(-1, CHAIN), "seed"),
+    ("experiments.init_model chain None", lambda: experiments.init_model(0, None), "chain"),
+    ("experiments.init_model dtype int64", lambda: experiments.init_model(0, CHAIN, dtype=torch.int64), "dtype"),
+    ("experiments.training_sequences T 1", lambda: experiments.training_sequences(CHAIN, 1, 0), "T"),
+    ("experiments.training_sequences pool -1", lambda: experiments.training_sequences(CHAIN, 10, 0, pool=-1), "pool"),
+    ("experiments.training_sequences chain None", lambda: experiments.training_sequences(None, 10, 0), "chain"),
+    ("experiments.first_step_at_or_below final shape",
+     lambda: experiments.first_step_at_or_below(np.ones((2, 5)), np.ones(3), np.ones(2)), "final"),
+    ("experiments.first_step_at_or_below threshold nan",
+     lambda: experiments.first_step_at_or_below(np.ones((2, 5)), np.ones(2), np.array([NAN, 1.0])), "threshold"),
+    ("experiments.run_schedules empty", lambda: experiments.run_schedules({}, seeds=(0,), steps=1, T=10), "schedules"),
+    ("experiments.run_schedules repeated seeds", lambda: experiments.run_schedules(SCHED, seeds=(1, 1), steps=1, T=10), "seeds"),
+    ("experiments.run_schedules seeds int", lambda: experiments.run_schedules(SCHED, seeds=5, steps=1, T=10), "seeds"),
+    ("experiments.run_schedules seed negative", lambda: experiments.run_schedules(SCHED, seeds=(-1,), steps=1, T=10), "seed"),
+    ("experiments.run_schedules steps 0", lambda: experiments.run_schedules(SCHED, seeds=(0,), steps=0, T=10, progress=False), "steps"),
+    ("experiments.run_schedules T 1", lambda: experiments.run_schedules(SCHED, seeds=(0,), steps=1, T=1), "T"),
+    ("experiments.run_schedules init_std 0", lambda: experiments.run_schedules(SCHED, seeds=(0,), steps=1, T=10, init_std=0), "init_std"),
+    ("experiments.run_schedules rate nan",
+     lambda: experiments.run_schedules({"a": {**SCHED["sgd"], "W_V": NAN}}, seeds=(0,), steps=1, T=10), "W_V"),
+    ("experiments.run_schedules chain str", lambda: experiments.run_schedules(SCHED, seeds=(0,), steps=1, T=10, chain="sticky"), "chain"),
+    ("experiments.em_vs_sgd ratio 0", lambda: experiments.em_vs_sgd(seeds=(0,), steps=1, T=10, value_lr_ratio=0), "value_lr_ratio"),
+    ("experiments.em_vs_sgd lr nan", lambda: experiments.em_vs_sgd(seeds=(0,), steps=1, T=10, lr=NAN), "lr"),
+    ("experiments.em_vs_sgd extra name taken",
+     lambda: experiments.em_vs_sgd(seeds=(0,), steps=1, T=10, extra_schedules={"sgd": SCHED["sgd"]}), "extra_schedules"),
+    ("experiments.small_em_vs_sgd ratio 0", lambda: experiments.small_em_vs_sgd(ratio=0, steps=1, T=10), "ratio"),
+    ("experiments.small_em_vs_sgd self_prob 2", lambda: experiments.small_em_vs_sgd(self_prob=2, steps=1, T=10), "self_prob"),
+    ("experiments.small_em_vs_sgd unknown size", lambda: experiments.small_em_vs_sgd(step=1, T=10), "step"),
+    ("experiments.value_pca empty", lambda: experiments.value_pca({}), "trajectories"),
+    ("experiments.value_pca 2-D", lambda: experiments.value_pca({"a": np.zeros((3, 2))}), "trajectories"),
+    ("experiments.value_pca n_components 0", lambda: experiments.value_pca({"a": np.random.rand(3, 4, 2)}, 0), "n_components"),
+    ("experiments.value_pca nan", lambda: experiments.value_pca({"a": np.full((3, 4, 2), NAN)}), "trajectories"),
+    ("experiments.frame_rate snapshot counts",
+     lambda: experiments.frame_rate(torch.randn(6, 4), torch.randn(3, 3, 4), torch.randn(2, 3, 4)), "W_K"),
+    ("experiments.frame_rate max_queries 0",
+     lambda: experiments.frame_rate(torch.randn(6, 4), torch.randn(3, 3, 4), torch.randn(3, 3, 4), max_queries=0), "max_queries"),
+    ("experiments.frame_rate x 1-D", lambda: experiments.frame_rate(torch.randn(6), torch.randn(3, 3, 4), torch.randn(3, 3, 4)), "x"),
+    ("experiments.precision_rate W_V d", lambda: experiments.precision_rate(torch.randn(6, 4), torch.randn(3, 3, 5)), "W_V"),
+    ("experiments.long_run cfg", lambda: experiments.long_run("paper"), "cfg"),
+    ("experiments.LongRunConfig.small unknown", lambda: experiments.LongRunConfig.small(bogus=1), "bogus"),
+    ("experiments.load_long_run name", lambda: experiments.load_long_run("nope"), "name"),
+    ("experiments.within steps length", lambda: experiments.within([0, 1], np.ones((2, 3)), 0.1), "steps"),
+    ("experiments.within tolerance nan", lambda: experiments.within([0, 1, 2], np.ones((2, 3)), NAN), "tolerance"),
+]
+
+# No row is marked "fine as it is": every row above raises a clear TypeError or ValueError.
+
+
+@pytest.mark.parametrize("call, words", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_bad_input_is_refused_clearly(call, words):
+    try:
+        result = call()
+    except (TypeError, ValueError) as exc:
+        message = str(exc).lower()
+        missing = [w for w in words.split() if w.lower() not in message]
+        assert not missing, f"the message does not mention {missing}: {exc}"
+        assert "expected" in message or "expect" in message, f"the message does not say what was expected: {exc}"
+    except Exception as exc:  # noqa: BLE001 - any other kind failed deep inside torch or Python
+        pytest.fail(f"failed deep inside with {type(exc).__name__}: {exc}")
+    else:
+        pytest.fail(f"returned silently: {type(result).__name__}")
+
+
+def test_row_ids_are_unique():
+    ids = [r[0] for r in ROWS]
+    assert len(ids) == len(set(ids))
+    assert len(ROWS) >= 150
+
+
+# ----------------------------------------------------------------------------- valid edge calls
+
+VALID = [
+    ("attention.forward 2-D x", lambda: attention.forward(X1, P)),
+    ("attention.forward causal numpy bool", lambda: attention.forward(X, P, causal=np.bool_(False))),
+    ("attention.loss y int32", lambda: attention.loss(X, Y.int(), P)),
+    ("attention.init_params 0-d and numpy sizes", lambda: attention.init_params(np.int64(4), torch.tensor(3), 3, 5, std=np.float64(0.1))),
+    ("attention.init_params float64", lambda: attention.init_params(4, 3, 3, 5, dtype=torch.float64)),
+    ("attention.predicted_score_change 0-d lr", lambda: attention.predicted_score_change(X1, Q1, K1, DS, torch.tensor(0.1))),
+    ("tasks.chain.posterior float32 and numpy seed", lambda: CHAIN.posterior(CHAIN.sample(5, np.int64(3))[0])),
+    ("tasks.chain.bayes_metrics int32 y", lambda: CHAIN.bayes_metrics(CX, CY.int())),
+    ("tasks.SourcesTask.posterior numpy x", lambda: SRC.posterior(SX.numpy())),
+    ("tasks.SourcesTask.sample float64", lambda: SRC.sample(2, dtype=torch.float64)),
+    ("wind_tunnels.forward_filter with initial", lambda: wind_tunnels.forward_filter(A3, E3, OBS, torch.full((2, 3), 1 / 3, dtype=torch.float64))),
+    ("wind_tunnels.forward_filter float32", lambda: wind_tunnels.forward_filter(A3.float(), E3.float(), OBS)),
+    ("wind_tunnels.bijection hand-made", lambda: BIJ.batch_from_pairs(KEYS, VALS)),
+    ("wind_tunnels.bijection L = V", lambda: BIJ.batch_from_pairs(torch.tensor([[3, 1, 0, 2]]), torch.tensor([[0, 1, 2, 3]]))),
+    ("wind_tunnels.hmm rebuild", lambda: HMM.batch_from_parts(
+        (HB.tokens[:, :9]).reshape(2, 3, 3), HB.tokens[:, 9:18].reshape(2, 3, 3), HB.tokens[:, 18:] - HMM.n_levels,
+        HB.targets[:, 18:])),
+    ("wind_tunnels.sample numpy batch size", lambda: BIJ.sample(np.int64(2), seed=np.int64(1))),
+    ("models.Transformer int32 tokens", lambda: TF(TOK.int())),
+    ("train.pick_device torch.device", lambda: train.pick_device(torch.device("cpu"))),
+    ("train.train 0-d lr and numpy steps", lambda: train.train(attention.AttentionHead(4, 3, 3, 5), head_loss, np.int64(2),
+                                                               lr=torch.tensor(0.01), progress=False)),
+    ("train.train groups of this model", lambda: train.train(
+        HEAD, head_loss, 1, groups=train.param_groups(HEAD, 0.01, {"W_V": 10.0}), progress=False)),
+    ("train.train callable optimizer", lambda: train.train(
+        HEAD, head_loss, 1, optimizer=lambda g: torch.optim.SGD(g, lr=0.01), progress=False)),
+    ("train.train checkpoint in a new folder", lambda: train.train(
+        attention.AttentionHead(4, 3, 3, 5), head_loss, 1, checkpoint_path=os.path.join(_TMP, "new", "c.pt"), progress=False)),
+    ("train.train group rate 0 freezes", lambda: (lambda m: train.train(  # specialisation's frozen controls
+        m, head_loss, 1, groups=[{"params": [p], "lr": 0.0 if n == "W_Q" else 0.01} for n, p in m.named_parameters()],
+        progress=False))(_head())),
+    ("train.rates zero factor freezes", lambda: train.rates(0.1, {"W_Q": 0})),
+    ("batched.train list of rates", lambda: batched.train(BX, BY, PST, {**LRS, "W_V": [0.1, 0.2]}, 2, progress=False)),
+    ("batched.train numpy rates", lambda: batched.train(BX, BY, PST, {**LRS, "W_V": np.array([0.1, 0.2])}, 2, progress=False)),
+    ("batched.train numpy x", lambda: batched.train(BX.numpy(), BY, PST, LRS, 2, progress=False)),
+    ("diagnostics.entropy numpy", lambda: diagnostics.entropy(np.array([0.5, 0.5]))),
+    ("diagnostics.entropy unscored zero row", lambda: diagnostics.entropy(torch.tensor([[0.5, 0.5], [0.0, 0.0]]))),
+    ("diagnostics.settle lists", lambda: diagnostics.settle(list(range(10)), list(RATES))),
+    ("diagnostics.pearson lists", lambda: diagnostics.pearson([1, 2, 3], [2, 4, 7])),
+    ("diagnostics.predicted_attention_change 0-d eta", lambda: diagnostics.predicted_attention_change(
+        ALPHA, torch.zeros_like(ALPHA), eta=torch.tensor(0.5))),
+    ("diagnostics.settling_step numpy int32 steps", lambda: diagnostics.settling_step(
+        np.arange(10, dtype=np.int32), RATES, 0.5)),
+    ("monitor.Monitor steps list", lambda: monitor.Monitor(HEAD, steps=[1, 2]).detach()),
+    ("monitor.Monitor steps range", lambda: monitor.Monitor(HEAD, steps=range(0, 10, 2)).detach()),
+    ("monitor.Monitor steps numpy", lambda: monitor.Monitor(HEAD, steps=np.array([0, 5])).detach()),
+    ("monitor.Monitor steps one int", lambda: monitor.Monitor(HEAD, steps=3).detach()),
+    ("gradcheck.relative_error numpy and float", lambda: gradcheck.relative_error(np.ones(3), torch.ones(3))),
+    ("gradcheck.finite_difference float64", lambda: gradcheck.finite_difference(torch.sum, torch.zeros(3, dtype=torch.float64), 1)),
+    ("gradcheck.finite_difference tuple index", lambda: gradcheck.finite_difference(torch.sum, torch.zeros(2, 2, dtype=torch.float64), (1, 0))),
+    ("em.gradient_fit 0-d lr", lambda: em.gradient_fit(GX, GM, 1.0, torch.tensor(0.1), n_iter=2)),
+    ("em.gradient_fit numpy lr", lambda: em.gradient_fit(GX, GM, 1.0, np.float64(0.1), n_iter=2)),
+    ("em.e_step numpy x float32", lambda: em.e_step(GX.float().numpy(), GM, 1.0)),
+    ("em.fit numpy n_components", lambda: em.fit(GX, np.int64(2), n_iter=2)),
+    ("em.fit_best one restart", lambda: em.fit_best(GX, 2, restarts=1, n_iter=2)),
+    ("checkpoints.save in a new folder", lambda: checkpoints.save(os.path.join(_TMP, "deep", "x.pt"), {"a": 1})),
+    ("experiments.first_step_at_or_below", lambda: experiments.first_step_at_or_below(np.ones((2, 5)), np.ones(2), np.ones(2))),
+    ("experiments.within 1-D excess", lambda: experiments.within([0, 1, 2], [1.0, 0.5, 0.0], 0.6)),
+    ("experiments.frame_rate numpy", lambda: experiments.frame_rate(np.random.rand(6, 4), np.random.rand(3, 3, 4),
+                                                                    np.random.rand(3, 3, 4))),
+    ("experiments.precision_rate numpy", lambda: experiments.precision_rate(np.random.rand(6, 4), np.random.rand(3, 3, 4))),
+]
+
+
+@pytest.mark.parametrize("call", [v[1] for v in VALID], ids=[v[0] for v in VALID])
+def test_valid_edge_call_is_accepted(call):
+    call()
+
+
+def test_valid_calls_do_not_change_results():
+    """A float input given as numpy or as a 0-d tensor gives exactly what the plain call gives."""
+    a = attention.predicted_score_change(X1, Q1, K1, torch.ones(6, 6).tril(), 0.1)
+    b = attention.predicted_score_change(X1, Q1, K1, torch.ones(6, 6).tril(), torch.tensor(0.1))
+    assert torch.equal(a, b)
+    f1 = em.gradient_fit(GX, GM, 1.0, 0.1, n_iter=3)
+    f2 = em.gradient_fit(GX, GM, 1.0, np.float64(0.1), n_iter=3)
+    assert torch.equal(f1.means, f2.means)
+    assert not math.isnan(f1.log_likelihood[-1])
