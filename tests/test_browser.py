@@ -282,7 +282,7 @@ OPEN_SOLUTION = """(id) => {
 }"""
 
 MIN_EXERCISES = 3  # per numbered chapter (issue 14)
-NUMBERED_CHAPTERS = [p for p in NOTEBOOK_PAGES if re.search(r"(^|/)0[1-9]_", p)]
+NUMBERED_CHAPTERS = [p for p in NOTEBOOK_PAGES if re.search(r"(^|/)0[1-9][a-z]?_", p)]
 
 
 def wait_for_mathjax(page):

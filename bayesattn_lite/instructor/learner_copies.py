@@ -35,7 +35,7 @@ from pathlib import Path
 from .assignments import ROOT, student_version
 
 BOOK, LEARNER = "book", "learner"
-CHAPTER_GLOB = "0[0-9]_*.ipynb"
+CHAPTER_GLOB = "0[0-9]*_*.ipynb"  # 04_specialisation, 04b_feedback_loop, ...
 STUB_TAG = "learner-stub"          # the code cell a solution became
 SOLUTION_LINK_TAG = "solution-link"  # the Markdown cell that links to the solution in the book
 STUB_MESSAGE = "write {name}: see the exercise above"
