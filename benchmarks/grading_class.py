@@ -24,16 +24,7 @@ from bayesattn_lite.instructor import assignments  # noqa: E402
 
 
 def solved(assignment):
-    """The instructor version as a student hands it in: no instructor cells, no solution markers."""
-    nb = nbformat.read(assignment.instructor_path, as_version=4)
-    nb.cells = [c for c in nb.cells if assignments.INSTRUCTOR_TAG not in c.metadata.get("tags", [])]
-    for cell in nb.cells:
-        cell.source = "\n".join(line for line in cell.source.split("\n")
-                                if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line)
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    nb.metadata["bayesattn_lite"] = {"assignment": assignment.id, "version": "student"}
-    return nb
+    return assignments.solved_submission(assignment)
 
 
 def half_done(assignment):

@@ -54,17 +54,8 @@ def _student(assignment=PS1):
 
 
 def _solved(assignment=PS1):
-    """A correct submission: the instructor version as a student hands it in (no instructor cells, no
-    solution markers, student metadata)."""
-    nb = nbformat.read(assignment.instructor_path, as_version=4)
-    nb.cells = [c for c in nb.cells if assignments.INSTRUCTOR_TAG not in c.metadata.get("tags", [])]
-    for cell in nb.cells:
-        cell.source = "\n".join(line for line in cell.source.split("\n")
-                                if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line)
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    nb.metadata["bayesattn_lite"] = {"assignment": assignment.id, "version": "student"}
-    return nb
+    """A correct submission: the instructor version as a student hands it in."""
+    return assignments.solved_submission(assignment)
 
 
 def _plus(nb, source, at=None):
