@@ -36,10 +36,13 @@ as a JSON file in ``io/`` under a random name, read with a size cap and strict p
 accepts numbers, strings, lists, dicts and arrays of numbers, nothing else).
 """
 
+import atexit
 import builtins
+import compileall
 import functools
 import json
 import os
+import py_compile
 import secrets
 import shutil
 import signal
@@ -47,6 +50,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -540,6 +544,29 @@ class ExecResult:
         self.status, self.error, self.seconds = status, error, seconds
 
 
+_PACKAGES, _PACKAGES_LOCK = {}, threading.Lock()
+
+
+def kernel_package(package_dir, replace, leave_out):
+    """The package as a kernel gets it, made once per grader process: without ``leave_out`` (folders),
+    with the files of ``replace`` (name -> text) in place of its own, and compiled, so that each kernel
+    does not compile the package again (about 0.35 s a kernel). No bytecode of the grader's own files
+    goes with it: everything is compiled from the copy."""
+    key = (str(package_dir), tuple(sorted(replace.items())), tuple(leave_out))
+    with _PACKAGES_LOCK:
+        if key not in _PACKAGES:
+            folder = Path(tempfile.mkdtemp(prefix="bal-package-"))
+            atexit.register(shutil.rmtree, folder, True)
+            copy = folder / Path(package_dir).name
+            shutil.copytree(package_dir, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *leave_out))
+            for name, text in replace.items():
+                (copy / name).write_text(text, encoding="utf-8")
+            # unchecked: a copy's new modification times do not make Python compile it again
+            compileall.compile_dir(copy, quiet=2, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+            _PACKAGES[key] = copy
+        return _PACKAGES[key]
+
+
 class Sandbox:
     """A kernel for one submission. Use as a context manager; ``execute`` runs code, ``describe``,
     ``fetch`` and ``call`` exchange data with the learner's namespace."""
@@ -551,6 +578,7 @@ class Sandbox:
         self.sandboxed = sandboxed  # False: --no-sandbox, the kernel runs as the grader's user, unconfined
         self.replace = dict(replace or {})  # file of the package copy -> the text the kernel gets instead
         self.hide = [str(Path(p).resolve()) for p in hide if p]
+        self.notebook_timeout = notebook_timeout
         self.deadline = time.monotonic() + notebook_timeout
         self.memory_mb, self.max_output = memory_mb, int(max_output_mb * MiB)
         self.grace = grace
@@ -566,6 +594,14 @@ class Sandbox:
     # --------------------------------------------------------------------- start and stop
 
     def __enter__(self):
+        """Start the kernel unless it was started already (``start``); the notebook's clock starts now."""
+        if self.proc is None:
+            self.start()
+        self.deadline = time.monotonic() + self.notebook_timeout
+        return self
+
+    def start(self):
+        """Start the kernel (it then waits, idle, for ``with``); on failure nothing is left behind."""
         try:
             self._start()
         except BaseException:
@@ -591,10 +627,7 @@ class Sandbox:
             if uid is not None:
                 os.chown(d, uid, uid)
         pkg = self.root / "pkg"
-        shutil.copytree(self.package_dir, pkg / self.package_dir.name,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *self.leave_out))
-        for name, text in self.replace.items():
-            (pkg / self.package_dir.name / name).write_text(text, encoding="utf-8")
+        shutil.copytree(kernel_package(self.package_dir, self.replace, self.leave_out), pkg / self.package_dir.name)
         for path in [pkg, *pkg.rglob("*")]:  # read-only for everyone, also for a same-uid kernel
             os.chmod(path, 0o555 if path.is_dir() else 0o444)
         self.io = io

@@ -38,6 +38,7 @@ when the reports could not be written (bad arguments, an unwritable path) or no 
 
 import argparse
 import ast
+import concurrent.futures
 import contextlib
 import csv
 import io
@@ -287,17 +288,54 @@ def _isolation(info):
     return {**info, "warnings": [] if info.get("sandbox", "").startswith("bubblewrap") else [NO_SANDBOX_WARNING]}
 
 
-def _run(nb, assignment, limits, hide):
+def _new_sandbox(limits, hide):
+    """A kernel for one submission, not started yet."""
+    return _sandbox.Sandbox(PACKAGE_DIR, hide=hide, notebook_timeout=limits["notebook_timeout"],
+                            memory_mb=limits["memory"], max_output_mb=limits["max_output"],
+                            replace={"checks.py": KERNEL_CHECKS}, leave_out=KERNEL_LEAVES_OUT,
+                            sandboxed=limits["sandboxed"])
+
+
+class _NextSandbox:
+    """For a batch: the next submission's kernel starts in a thread while this one is graded, so that a
+    kernel's start (about 0.6 s, mostly its Python importing ipykernel) is not waited for. At most one
+    kernel waits, idle and in its own sandbox, and no more start than there are submissions left."""
+
+    def __init__(self, count):
+        self.left = count
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self.waiting = None
+
+    def take(self, limits, hide):
+        """A sandbox for this submission (or the error its start raised); the next one starts meanwhile."""
+        waiting, self.waiting = self.waiting, None
+        if waiting is None:
+            self.left -= 1
+            box = _new_sandbox(limits, hide)  # started by ``with``
+        if self.left > 0:
+            self.left -= 1
+            self.waiting = self.pool.submit(lambda: _new_sandbox(limits, hide).start())
+        return box if waiting is None else waiting.result()
+
+    def close(self):
+        """End the kernel still waiting, if any."""
+        if self.waiting is not None:
+            try:
+                self.waiting.result().close()
+            except Exception:  # noqa: BLE001 - it failed to start, and left nothing behind
+                pass
+        self.pool.shutdown()
+
+
+def _run(nb, assignment, limits, hide, next_sandbox=None):
     """Execute the notebook and decide its questions; (results by question id, problems, isolation)."""
     results, problems = {}, []
     timeout = limits["timeout"]
     # inputs the submission cannot know: checks.py is public, so each submission's checks draw their
     # inputs from a fresh random offset of the seeds (the kernel never sees the checks module)
     checks.SEED_OFFSET = secrets.randbelow(2 ** 31)
-    with _sandbox.Sandbox(PACKAGE_DIR, hide=hide, notebook_timeout=limits["notebook_timeout"],
-                          memory_mb=limits["memory"], max_output_mb=limits["max_output"],
-                          replace={"checks.py": KERNEL_CHECKS}, leave_out=KERNEL_LEAVES_OUT,
-                          sandboxed=limits["sandboxed"]) as box:
+    box = next_sandbox.take(limits, hide) if next_sandbox is not None else _new_sandbox(limits, hide)
+    with box:
         number = 0
         for cell in nb.cells:
             if cell.cell_type != "code":
@@ -341,10 +379,11 @@ def _question_entry(q, found, nb):
 
 def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, self_test=False,
           notebook_timeout=DEFAULT_NOTEBOOK_TIMEOUT, memory=DEFAULT_MEMORY, max_output=DEFAULT_MAX_OUTPUT,
-          hide=(), folder=None, sandboxed=True):
+          hide=(), folder=None, sandboxed=True, next_sandbox=None):
     """The report of one submission as a dict. ``source`` is a path or the file's bytes (then ``name``
     is its name). Never raises on a bad submission; raises ``_sandbox.SandboxUnavailable`` (saying how
-    to fix it) when the sandbox cannot start here, unless ``sandboxed=False`` (trusted notebooks only)."""
+    to fix it) when the sandbox cannot start here, unless ``sandboxed=False`` (trusted notebooks only).
+    ``next_sandbox`` (from ``grade_many``) hands out kernels started ahead; the limits are then its own."""
     if sandboxed:
         _sandbox.check_sandbox()
     started = time.monotonic()
@@ -385,7 +424,7 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
         limits = {"timeout": timeout, "notebook_timeout": notebook_timeout, "memory": memory,
                   "max_output": max_output, "sandboxed": sandboxed}
         try:
-            results, problems, report["isolation"] = _run(nb, assignment, limits, hide)
+            results, problems, report["isolation"] = _run(nb, assignment, limits, hide, next_sandbox)
             report["problems"] += problems
         except Exception as exc:  # noqa: BLE001 - the grader reports, it does not crash
             report["problems"].append(f"the grader could not run the notebook: {type(exc).__name__}: {str(exc)[:300]}")
@@ -559,34 +598,13 @@ def grade_many(paths, reports_dir, csv_path, **options):
         except OSError as exc:
             sources[path] = exc
     reports, used = [], set()
-    for path in paths:
-        name = _printable(path)
-        stem = re.sub(r"[^\w.-]", "_", Path(name).stem)[:100] or "submission"
-        while stem in used:
-            stem += "_"
-        used.add(stem)
-        out = reports_dir / f"{stem}.json"
-        try:  # whatever happens to one submission, the batch goes on and it gets a row
-            source = sources[path]
-            if isinstance(source, Exception):
-                raise source
-            report = grade(source, name=name, **options)
-        except Exception as exc:  # noqa: BLE001 - a batch never stops at one submission
-            report = _internal_error(name, options.get("assignment_id"), exc)
-        if guard is not None:
-            changed = guard.restore()
-            if changed:
-                report["status"] = "tampered"
-                report["score"] = 0
-                report["problems"].append("the submission changed the grader's package on disk ("
-                                          + ", ".join(changed) + "): restored, and the submission gets 0")
-        report["report"] = str(out)
-        reports.append(report)
-        try:
-            _write_report(report, out)
-        except OSError as exc:
-            report["problems"].append(f"its report could not be written: {exc}")
-        print(summary_line(report), flush=True)
+    next_sandbox = _NextSandbox(len(paths)) if options.get("sandboxed", True) else None
+    try:
+        for path in paths:
+            reports.append(_grade_one(path, sources[path], reports_dir, used, guard, options, next_sandbox))
+    finally:
+        if next_sandbox is not None:
+            next_sandbox.close()
     for report in reports:  # again, now that no kernel is left: what a submission wrote is overwritten
         _write_report(report, Path(report["report"]))
     header, rows = gradebook_rows(reports)
@@ -597,6 +615,36 @@ def grade_many(paths, reports_dir, csv_path, **options):
     writer.writerows(rows)
     _write_new(csv_path, table.getvalue())
     return reports
+
+
+def _grade_one(path, source, reports_dir, used, guard, options, next_sandbox):
+    """One submission of a batch, inside its own error boundary; its report is written as it ends."""
+    name = _printable(path)
+    stem = re.sub(r"[^\w.-]", "_", Path(name).stem)[:100] or "submission"
+    while stem in used:
+        stem += "_"
+    used.add(stem)
+    out = reports_dir / f"{stem}.json"
+    try:  # whatever happens to one submission, the batch goes on and it gets a row
+        if isinstance(source, Exception):
+            raise source
+        report = grade(source, name=name, next_sandbox=next_sandbox, **options)
+    except Exception as exc:  # noqa: BLE001 - a batch never stops at one submission
+        report = _internal_error(name, options.get("assignment_id"), exc)
+    if guard is not None:
+        changed = guard.restore()
+        if changed:
+            report["status"] = "tampered"
+            report["score"] = 0
+            report["problems"].append("the submission changed the grader's package on disk ("
+                                      + ", ".join(changed) + "): restored, and the submission gets 0")
+    report["report"] = str(out)
+    try:
+        _write_report(report, out)
+    except OSError as exc:
+        report["problems"].append(f"its report could not be written: {exc}")
+    print(summary_line(report), flush=True)
+    return report
 
 
 def _printable(path):
