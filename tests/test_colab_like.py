@@ -13,7 +13,8 @@ opens in Colab): from its own install cell, it may raise only in its exercise st
 
 It takes a few minutes. torch is linked from this environment into the new one, not installed a
 second time (it must then be Colab's pinned version, which requirements.txt's pin is). It runs chapter 1 and chapter 2, whose
-widget exercises ipywidgets; ``BAYESATTN_COLAB_CHAPTER`` picks another chapter instead.
+widget exercises ipywidgets; ``BAYESATTN_COLAB_CHAPTER`` picks another notebook instead, or "learner"
+for every learner copy (the weekly job of .github/workflows/book.yml).
 """
 
 import json
@@ -30,9 +31,21 @@ from nbclient import NotebookClient
 import bayesattn_lite
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = ([os.environ["BAYESATTN_COLAB_CHAPTER"]] if os.environ.get("BAYESATTN_COLAB_CHAPTER")
-            else ["book/01_attention_block.ipynb", "book/02_score_gradient.ipynb",
-                  "learner/01_attention_block.ipynb"])  # the copy the box's Colab link opens
+
+
+def chapters(choice):
+    """The notebooks to run: by default chapters 1-2 and the learner copy of chapter 1 (what the box's
+    Colab link opens); "learner" runs every learner copy (about 15 minutes: the weekly workflow job);
+    anything else is one notebook's path."""
+    if choice == "learner":
+        return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "learner").glob("0[0-9]*_*.ipynb"))
+    return [choice] if choice else QUICK
+
+
+QUICK = ["book/01_attention_block.ipynb", "book/02_score_gradient.ipynb", "learner/01_attention_block.ipynb"]
+
+
+CHAPTERS = chapters(os.environ.get("BAYESATTN_COLAB_CHAPTER"))
 
 # What a Colab runtime has preinstalled that the package could ask for, at Colab's versions.
 COLAB = [line.strip() for line in (ROOT / "tests" / "colab_runtime.txt").read_text().splitlines()
@@ -123,7 +136,8 @@ def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch,
     # of a 130 s run at 120 s per cell); a short timeout keeps that stall short.
     # a learner copy raises where the learner has not written the exercise yet (its stubs), nowhere else
     copy = chapter.startswith("learner/")
-    client = NotebookClient(nb, kernel_name="colab-like", timeout=40, allow_errors=copy,
+    # (later chapters train for minutes in one cell: 600 s per cell for them)
+    client = NotebookClient(nb, kernel_name="colab-like", timeout=40 if chapter in QUICK else 600, allow_errors=copy,
                             resources={"metadata": {"path": str(work)}})
     client.execute()  # raises CellExecutionError, with the cell and traceback, on any error (a chapter)
 
