@@ -1,6 +1,6 @@
 """The problem sets: the committed student versions are what the generator makes of the instructor
-versions, they leak no solution, and every question the grader runs names a real check and an object
-the instructor version defines."""
+versions, they leak no solution, and every question the grader runs holds a check of the package and
+names objects the instructor version defines."""
 
 import ast
 
@@ -69,7 +69,7 @@ def test_every_question_names_a_check_and_objects_the_notebook_defines(assignmen
         if q.written:
             assert q.names == () and q.rubric, f"{q.id}: a written question needs a rubric and no names"
             continue
-        assert callable(getattr(checks, q.check, None)), q.check
+        assert q.check is getattr(checks, getattr(q.check, "__name__", ""), None), q.check  # a public check
         assert set(q.names) <= defined, f"{q.id}: {set(q.names) - defined} not defined in {assignment.instructor_path.name}"
 
 
@@ -168,7 +168,7 @@ def test_instructor_solutions_pass_and_student_stubs_fail(assignment):
     questions = function_questions(assignment)
     assert questions, f"{assignment.id}: no question checked on functions alone"
     for q in questions:
-        check = getattr(checks, q.check)
+        check = q.check
         result = check(*(namespace[name] for name in q.names))
         assert result, f"{assignment.id} {q.id}: the instructor's solution fails: {result.message}"
         stub = check(*(stub_namespace[name] for name in q.names))

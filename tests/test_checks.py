@@ -1,6 +1,11 @@
-"""bayesattn_lite.checks: right answers pass, typical mistakes are named in words, nothing raises."""
+"""bayesattn_lite.checks: right answers pass, typical mistakes are named in words, nothing raises.
 
+The sections follow the package: the engine (``checks._engine``, through the chapter 1 check), the
+checks of chapters 1-3, 4-5 and 6-9, and those of the problem sets."""
+
+import ast
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,6 +13,7 @@ import torch
 from torch.nn.functional import one_hot
 
 from bayesattn_lite import attention, checks, diagnostics
+from bayesattn_lite.checks import _engine, chapters_1_3
 
 
 def failed(result, *phrases):
@@ -21,7 +27,7 @@ def failed(result, *phrases):
     return result
 
 
-# ----------------------------------------------------------------------------- CheckResult
+# ----------------------------------------------------------------------------- the result
 
 def test_result_displays_a_verdict():
     ok = checks.CheckResult("demo", True, "fine")
@@ -30,7 +36,7 @@ def test_result_displays_a_verdict():
     assert not bad and repr(bad) == "❌ demo: broken" and bad._repr_markdown_() == "❌ demo: broken"
 
 
-# ----------------------------------------------------------------------------- error signal
+# ----------------------------------------------------------------------------- error signal (chapter 1), and the engine
 
 def dlogits(logits, y):
     return torch.softmax(logits, dim=-1) - one_hot(y, logits.shape[-1]).to(logits.dtype)
@@ -225,50 +231,7 @@ def test_no_exception_escapes_any_check(check):
     failed(check(lambda *args: "not a tensor"), "str")
 
 
-# ----------------------------------------------------------------------------- problem sets 2 and 3
-
-def test_assignment_checks_pass_the_references_and_name_typical_mistakes():
-    from bayesattn_lite import diagnostics
-    assert checks.check_predicted_attention_change(diagnostics.predicted_attention_change)
-    wrong = checks.check_predicted_attention_change(lambda a, A, eta: -diagnostics.predicted_attention_change(a, A, eta))
-    assert not wrong and "wrong sign" in wrong.message
-    assert checks.check_e_step(lambda x, m, v: torch.softmax(-torch.cdist(x, m) ** 2 / (2 * v), dim=1))
-    wrong = checks.check_e_step(lambda x, m, v: torch.softmax(-torch.cdist(x, m) ** 2 / (2 * v), dim=0))
-    assert not wrong and "wrong axis" in wrong.message
-    assert checks.check_m_step_means(lambda x, r: r.T @ x / r.sum(0)[:, None])
-    wrong = checks.check_m_step_means(lambda x, r: r.T @ x)
-    assert not wrong and "not divided" in wrong.message
-    assert checks.check_settling_step(diagnostics.settling_step)
-    wrong = checks.check_settling_step(lambda steps, rates, t: int(steps[(rates < t).argmax()]))
-    assert not wrong and "stays" in wrong.message
-    assert not checks.check_settling_step(lambda *a: 1 / 0)  # a verdict, not an exception
-
-
-def test_experiment_checks():
-    results = {"a": {0: 1.0, 1: 1.1, 2: 1.2}, "b": {0: 2.0, 1: 2.1, 2: 2.2}}
-    assert checks.check_hypothesis("On bijection the Transformer reaches a lower entropy error in bits than the LSTM")
-    assert not checks.check_hypothesis("too short")
-    assert not checks.check_hypothesis("this is a long sentence with many words but it says nothing testable at all")
-    assert checks.check_seeds(results)
-    assert not checks.check_seeds({"a": {0: 1.0}, "b": {0: 2.0}})
-    assert not checks.check_seeds({"a": {0: 1, 1: 1, 2: 1}, "b": {0: 1, 1: 1, 3: 1}})
-    assert not checks.check_seeds({"a": {0: float("nan")}, "b": {0: 1.0}})
-    def experiment(condition, seed):  # a stand-in experiment: a number for any seed, the same every time
-        return {"a": 1.0, "b": 2.0}[condition] + 0.1 * seed
-
-    assert checks.check_reproducible(experiment, results)
-    lookup = checks.check_reproducible(lambda c, s: results[c][s], results)  # a made-up table, read back
-    assert not lookup and "not read a table" in lookup.message
-    assert not checks.check_reproducible(lambda c, s: experiment(c, s) + 1, results)
-    assert not checks.check_reproducible(lambda c, s: 1 / 0, results)
-    assert checks.check_seeds(results, experiment) and not checks.check_seeds(results, lambda c, s: results[c][s])
-    good = "The mean error of a was 1.10 bits against 2.10 for b, which supports the hypothesis that a is lower."
-    assert checks.check_conclusion(good, results)
-    assert not checks.check_conclusion(good.replace("1.10", "1.50").replace("2.10", "2.50"), results)
-    assert not checks.check_conclusion(good.replace("supports", "goes with"), results)
-
-
-# ---- Chapter exercises, chapters 1-3 (keep this marker; add above the next one) ----
+# ----------------------------------------------------------------------------- chapters 1-3: attended gap, score kernel
 
 def gap_right(alpha, b):
     return b - (alpha * b).sum(dim=-1, keepdim=True)
@@ -359,14 +322,13 @@ def test_score_kernel_wrong_structure_is_described(fn, phrases):
     failed(checks.check_score_kernel(fn), *phrases)
 
 
-# ---- Chapter exercises, chapters 4-5 (keep this marker; add above the next one) ----
+# ----------------------------------------------------------------------------- chapters 4-5
 
 def _flow_right(alpha, advantage, key_mask):
     return (alpha * advantage * key_mask.to(alpha.dtype)[None, :]).sum(-1)
 
 
 def test_advantage_flow_check_passes_the_reference_and_names_each_mistake():
-    from bayesattn_lite import diagnostics
     assert checks.check_advantage_flow(diagnostics.advantage_flow)
     assert checks.check_advantage_flow(_flow_right)
     failed(checks.check_advantage_flow(lambda a, A, m: -_flow_right(a, A, m)), "wrong sign")
@@ -401,7 +363,7 @@ def test_responsibilities_check_passes_the_reference_and_names_each_mistake():
     failed(checks.check_responsibilities_as_attention(lambda *a: "resp"), "str")
 
 
-# ---- Chapter exercises, chapters 6-9 (keep this marker; add above the next one) ----
+# ----------------------------------------------------------------------------- chapters 6-9: numbers answers
 
 def _steps_to_right(curve, final, threshold):
     from bayesattn_lite import experiments
@@ -489,8 +451,13 @@ def test_lstm_mixing_reference_matches_the_recurrence():
 def test_lstm_mixing_mistakes_are_named(fn, phrases):
     failed(checks.check_lstm_mixing(fn), *phrases)
 
+def test_a_numbers_answer_with_two_mistakes_is_named_too():
+    """The chapters 6-9 checks run on the same engine as the others: two mistakes at once are named."""
+    failed(checks.check_steps_to(lambda c, f, t: _steps_to_mine(c, f, t, never=0, shift=1)),
+           "two mistakes at once", "never reaches", "off by one")
+    failed(checks.check_lstm_mixing(lambda f, i: _lstm(f, i, gate=False).T), "two mistakes at once",
+           "input gate is missing", "transposed")
 
-# ---- Problem-set checks (keep this marker; add below it) ----
 
 # ----------------------------------------------------------------------------- problem set 1: temperature, ALiBi, rank
 
@@ -698,14 +665,47 @@ def test_problem_set_checks_never_raise(check):
     failed(check(not_implemented), "NotImplementedError")
 
 
+# ----------------------------------------------------------------------------- problem set 3: an experiment
+
+def test_experiment_checks():
+    results = {"a": {0: 1.0, 1: 1.1, 2: 1.2}, "b": {0: 2.0, 1: 2.1, 2: 2.2}}
+    assert checks.check_seeds(results)
+    assert not checks.check_seeds({"a": {0: 1.0}, "b": {0: 2.0}})
+    assert not checks.check_seeds({"a": {0: 1, 1: 1, 2: 1}, "b": {0: 1, 1: 1, 3: 1}})
+    assert not checks.check_seeds({"a": {0: float("nan")}, "b": {0: 1.0}})
+    def experiment(condition, seed):  # a stand-in experiment: a number for any seed, the same every time
+        return {"a": 1.0, "b": 2.0}[condition] + 0.1 * seed
+
+    assert checks.check_reproducible(experiment, results)
+    lookup = checks.check_reproducible(lambda c, s: results[c][s], results)  # a made-up table, read back
+    assert not lookup and "not read a table" in lookup.message
+    assert not checks.check_reproducible(lambda c, s: experiment(c, s) + 1, results)
+    assert not checks.check_reproducible(lambda c, s: 1 / 0, results)
+    assert checks.check_seeds(results, experiment) and not checks.check_seeds(results, lambda c, s: results[c][s])
+
+
 # ----------------------------------------------------------------------------- the grader's random inputs
 
 @pytest.mark.parametrize("offset", [1, 40_961, 2**31 - 1])
 def test_checks_draw_other_inputs_under_an_offset_and_still_pass_the_references(offset, monkeypatch):
-    """The grader shifts every seed of the checks by a random offset per submission: the inputs change,
-    and a correct answer still passes (here the package's own formulas, through the chapter checks)."""
-    base = checks._score_gradient_spec().cases[0].inputs["alpha"]
-    monkeypatch.setattr(checks, "SEED_OFFSET", offset)
-    assert not torch.equal(base, checks._score_gradient_spec().cases[0].inputs["alpha"])
+    """The grader shifts every seed of the checks by a random offset per submission (``_engine.SEED_OFFSET``):
+    the inputs change, and a correct answer still passes (here the package's own formulas)."""
+    base = chapters_1_3._score_gradient_spec().cases[0].inputs["alpha"]
+    monkeypatch.setattr(_engine, "SEED_OFFSET", offset)
+    assert not torch.equal(base, chapters_1_3._score_gradient_spec().cases[0].inputs["alpha"])
     assert checks.check_score_gradient(lambda alpha, b: attention.score_gradient(alpha, b)[0])
-    assert checks.check_predicted_attention_change(diagnostics.predicted_attention_change)
+    assert checks.check_advantage_flow(diagnostics.advantage_flow)
+    assert checks.check_steps_to(_steps_to_right)
+
+
+# ----------------------------------------------------------------------------- the package
+
+def test_the_package_exports_every_check_of_its_modules():
+    """checks.check_<name> is how chapters, problem sets and the grader reach a check: a check defined in
+    a module of the package but not exported would be unreachable (dead)."""
+    folder = Path(checks.__file__).parent
+    defined = {node.name for path in folder.glob("*.py") for node in ast.parse(path.read_text()).body
+               if isinstance(node, ast.FunctionDef) and node.name.startswith("check_")}
+    exported = {name for name in checks.__all__ if name.startswith("check_")}
+    assert defined == exported, f"defined, not exported: {defined - exported}; exported, undefined: {exported - defined}"
+    assert all(callable(getattr(checks, name)) for name in checks.__all__)

@@ -108,9 +108,9 @@ def value_update_basis(W_O):
 
 
 CHEATS["c_check_internals"] = """
-from bayesattn_lite import checks as _c
+from bayesattn_lite.checks import problem_sets as _p
 def biased_qk_gradients(q, k, v, u, tau, slope):  # the check's own reference, called from the notebook
-    spec = _c._biased_spec()
+    spec = _p._biased_spec()
     inputs = dict(zip(spec.signature, (q, k, v, u, tau, slope)))
     return tuple(o.compute(inputs) for o in spec.outputs)
 """
@@ -179,22 +179,28 @@ subprocess.Popen([sys.executable, "-c", code, TOKEN], start_new_session=True)
 '''
 
 
-def _reference_cheat(paths):
-    """Read the real checks.py (the references inside it) from the checkout or the grader's copy, and
-    answer question 1 with its reference: it must find no such file to read."""
+def _reference_cheat(folders):
+    """Read the real checks (the engine and the problem sets' references) from the checkout's checks/
+    folder or the grader's copy, load them as the package's modules, and answer question 1 with its
+    reference: it must find no such files to read."""
     return f"""
-_src = None
-for _p in {[str(p) for p in paths]!r}:
+import sys, types
+_sources = None
+for _folder in {[str(f) for f in folders]!r}:
     try:
-        _src = open(_p).read()
+        _sources = {{_m: open(_folder + "/" + _m + ".py").read() for _m in ("_engine", "problem_sets")}}
         break
     except OSError:
         pass
-if _src:
-    _ns = {{"__name__": "bayesattn_lite._copy", "__package__": "bayesattn_lite"}}
-    exec(compile(_src, _p, "exec"), _ns)
+if _sources:
+    import bayesattn_lite.checks
+    for _m, _src in _sources.items():
+        _module = types.ModuleType("bayesattn_lite.checks." + _m)
+        _module.__package__ = "bayesattn_lite.checks"
+        sys.modules[_module.__name__] = _module
+        exec(compile(_src, _m + ".py", "exec"), _module.__dict__)
     def biased_qk_gradients(q, k, v, u, tau, slope):
-        spec = _ns["_biased_spec"]()
+        spec = sys.modules["bayesattn_lite.checks.problem_sets"]._biased_spec()
         inputs = dict(zip(spec.signature, (q, k, v, u, tau, slope)))
         return tuple(o.compute(inputs) for o in spec.outputs)
 """
@@ -241,7 +247,7 @@ def run_condition(condition, seed):
 
 
 def _edit_checks_cheat(grader_checks):
-    """Append an always-passing check to checks.py: the kernel's copy and the grader's."""
+    """Append an always-passing check to the checks' __init__.py: the kernel's copy and the grader's."""
     return f"""
 import bayesattn_lite.checks as _c
 for _p in [_c.__file__, {str(grader_checks)!r}]:
@@ -277,7 +283,7 @@ def batch(course, tmp_path_factory):
     subs, reports, csv_path = work / "submissions", work / "reports", work / "grades.csv"
     subs.mkdir()
     folder = course / "book" / "assignments"
-    grader_checks = course / "bayesattn_lite" / "checks.py"
+    grader_checks = course / "bayesattn_lite" / "checks" / "__init__.py"
     victim = work / "victim"  # a folder of the grader's that no clean-up may touch
     victim.mkdir(mode=0o750)
     (victim / "secret.txt").write_text("the grader's\n")
@@ -296,7 +302,7 @@ def batch(course, tmp_path_factory):
         "c_output_lines": _plus(_student(), "for _ in range(300):\n    print('x' * 2 ** 20)"),
         "c_classmate": _plus(_student(), _classmate_cheat(subs / "z_good.ipynb")),
         "c_odd_name": _plus(_student(), ODD_NAME.replace("TOKEN", repr(TOKEN))),
-        "c_read_reference": _plus(_student(), _reference_cheat([PACKAGE / "checks.py", grader_checks])),
+        "c_read_reference": _plus(_student(), _reference_cheat([PACKAGE / "checks", grader_checks.parent])),
         "c_planted_links": _plus(_student(), _planting_cheat(victim, SITE_PACKAGES)),
         "c_ps3_table": _plus(_student(ASSIGNMENTS["ps3_experiment"]), PS3_TABLE),
         "c_fill_tmp": _plus(_student(), "for _i in range(64):\n    open(f'/tmp/fill{_i}', 'wb').write(bytes(2 ** 20))"),
@@ -392,13 +398,26 @@ def test_a_cheat_scores_no_more_than_the_untouched_student_version(batch, cheat)
 
 def test_the_kernel_imports_the_package_without_its_instructor_subpackage_or_real_checks():
     _require_sandbox()
-    with _sandbox.Sandbox(grading.PACKAGE_DIR, notebook_timeout=120, replace={"checks.py": grading.KERNEL_CHECKS},
+    with _sandbox.Sandbox(grading.PACKAGE_DIR, notebook_timeout=120, replace=grading.KERNEL_REPLACES,
                           leave_out=grading.KERNEL_LEAVES_OUT) as box:
-        probe = ("import importlib.util, bayesattn_lite.checks as c\n"
-                 "found = [importlib.util.find_spec('bayesattn_lite.instructor') is not None,"
-                 " hasattr(c, '_biased_spec'), importlib.util.find_spec('bayesattn_lite.attention') is not None]")
+        probe = ("import importlib.util, os, bayesattn_lite.checks as c\n"
+                 "found = [importlib.util.find_spec(f'bayesattn_lite.{m}') is not None for m in "
+                 "('instructor', 'checks._engine', 'checks.problem_sets', 'attention')]\n"
+                 "found += [hasattr(c, '_biased_spec'), sorted(os.listdir(os.path.dirname(c.__file__)))]")
         assert box.execute(probe, timeout=60).status == "ok"
-        assert box.fetch("found", timeout=30) == [False, False, True]
+        assert box.fetch("found", timeout=30) == [False, False, False, True, False, ["__init__.py", "__pycache__"]]
+
+
+def test_the_kernels_package_copy_has_the_stand_in_checks_alone():
+    """A replacement inside a left-out folder makes the folder again with the replacement alone: no module
+    and no bytecode of the real checks goes into the copy of the package the kernels import."""
+    copy = _sandbox.kernel_package(grading.PACKAGE_DIR, grading.KERNEL_REPLACES, grading.KERNEL_LEAVES_OUT)
+    cached = f"__init__.{sys.implementation.cache_tag}.pyc"
+    assert sorted(p.relative_to(copy / "checks").as_posix() for p in (copy / "checks").rglob("*")) == \
+        ["__init__.py", "__pycache__", f"__pycache__/{cached}"]
+    assert (copy / "checks" / "__init__.py").read_text(encoding="utf-8") == grading.KERNEL_CHECKS
+    assert (copy / "attention.py").exists() and not (copy / "instructor").exists()
+    assert not [p for p in copy.rglob("*") if p.is_file() and p.name.split(".")[0] in ("_engine", "problem_sets", "checks")]
 
 
 def test_the_instructor_notebooks_and_other_submissions_are_out_of_the_kernels_reach(batch):

@@ -11,7 +11,7 @@ Flatpak; Debian's package ``bubblewrap``), the same as root and as a plain user:
 - **A minimal file system** (``bubblewrap_argv``): /usr and Python read-only; a temporary folder with
   ``home/`` (the kernel's working folder, HOME, Jupyter and matplotlib folders), ``io/`` (the answers
   the kernel writes for the grader), ``ipc/`` (its sockets) and ``pkg/``, a read-only copy of this
-  package that the kernel imports (PYTHONPATH) whose ``checks.py`` is a stand-in
+  package that the kernel imports (PYTHONPATH) whose ``checks/`` holds a stand-in alone
   (``grading.KERNEL_CHECKS``) and which has no ``instructor/`` (no grader, no problem-set solutions):
   the checks, and the references inside them, run in the grader only;
   private /tmp, /var/tmp and /dev/shm, removed with the folder. Nothing else: not the checkout (its
@@ -549,9 +549,10 @@ _PACKAGES, _PACKAGES_LOCK = {}, threading.Lock()
 
 def kernel_package(package_dir, replace, leave_out):
     """The package as a kernel gets it, made once per grader process: without ``leave_out`` (folders),
-    with the files of ``replace`` (name -> text) in place of its own, and compiled, so that each kernel
-    does not compile the package again (about 0.35 s a kernel). No bytecode of the grader's own files
-    goes with it: everything is compiled from the copy."""
+    with the files of ``replace`` (path below the package -> text) in place of its own, and compiled, so
+    that each kernel does not compile the package again (about 0.35 s a kernel). A replacement inside a
+    left-out folder (``checks/__init__.py``) makes that folder again, with the replacement alone in it.
+    No bytecode of the grader's own files goes with it: everything is compiled from the copy."""
     key = (str(package_dir), tuple(sorted(replace.items())), tuple(leave_out))
     with _PACKAGES_LOCK:
         if key not in _PACKAGES:
@@ -560,6 +561,7 @@ def kernel_package(package_dir, replace, leave_out):
             copy = folder / Path(package_dir).name
             shutil.copytree(package_dir, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *leave_out))
             for name, text in replace.items():
+                (copy / name).parent.mkdir(parents=True, exist_ok=True)
                 (copy / name).write_text(text, encoding="utf-8")
             # unchecked: a copy's new modification times do not make Python compile it again
             compileall.compile_dir(copy, quiet=2, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
@@ -576,7 +578,7 @@ class Sandbox:
         self.package_dir = Path(package_dir)
         self.leave_out = tuple(leave_out)  # subfolders of the package the kernel's copy does not have
         self.sandboxed = sandboxed  # False: --no-sandbox, the kernel runs as the grader's user, unconfined
-        self.replace = dict(replace or {})  # file of the package copy -> the text the kernel gets instead
+        self.replace = dict(replace or {})  # path below the package copy -> the text the kernel gets there
         self.hide = [str(Path(p).resolve()) for p in hide if p]
         self.notebook_timeout = notebook_timeout
         self.deadline = time.monotonic() + notebook_timeout

@@ -15,9 +15,9 @@ The generator writes ``book/assignments/<id>_student.ipynb`` from it:
 - outputs and execution counts are cleared, and the metadata ``bayesattn_lite`` says which
   assignment this is (the grader reads it) and that it is the student version.
 
-Every checked question names a ``checks`` function and the names of the learner's objects it is called
-on; the grader (``bayesattn_lite.instructor.grading``) runs exactly that. A written question (``check=None``) is the
-Markdown cells tagged ``answer-<id>``, graded by the instructor with ``Question.rubric``.
+Every checked question holds its ``bayesattn_lite.checks`` function and the names of the learner's objects
+it is called on; the grader (``bayesattn_lite.instructor.grading``) runs exactly that. A written question
+(``check=None``) is the Markdown cells tagged ``answer-<id>``, graded by the instructor with ``Question.rubric``.
 ``notebook_reference_calls`` lists where a submission calls what would answer a question for it (the
 package's reference functions, autograd in a derivation), for the grader's report.
 """
@@ -27,8 +27,11 @@ import ast
 import copy
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .. import checks
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: bayesattn_lite/instructor/ is two below it
 FOLDER = ROOT / "book" / "assignments"
@@ -42,7 +45,7 @@ class Question:
     id: str          # "q1", shown in the report
     title: str
     points: int
-    check: "str | None"  # the name of a function of bayesattn_lite.checks; None: a written answer graded by hand
+    check: "Callable | None"  # its function of bayesattn_lite.checks; None: a written answer graded by hand
     names: tuple = ()    # the learner's objects the check is called with, in order
     rubric: str = ""     # for a written answer: the criteria and their points, for the instructor
 
@@ -106,26 +109,27 @@ def _written(assignment_id, qid, title, points):
 
 ASSIGNMENTS = {a.id: a for a in (
     Assignment("ps1_derivations", "Problem set 1: one head with a temperature and a positional bias", "1-3", (
-        Question("q1", "gradients with a temperature and an ALiBi bias", 3, "check_biased_qk_gradients",
+        Question("q1", "gradients with a temperature and an ALiBi bias", 3, checks.check_biased_qk_gradients,
                  ("biased_qk_gradients",)),
         _written("ps1_derivations", "q2", "why the bias has no gradient of its own", 2),
-        Question("q3", "the directions one step moves W_V in", 3, "check_value_update_basis", ("value_update_basis",)),
+        Question("q3", "the directions one step moves W_V in", 3, checks.check_value_update_basis,
+                 ("value_update_basis",)),
         _written("ps1_derivations", "q4", "rank(ΔW_V) ≤ C − 1: proof, prediction, measurement", 2),
     )),
     Assignment("ps2_dynamics", "Problem set 2: score dynamics beyond the first order", "2-4", (
-        Question("q1", "the second-order term of Δα", 3, "check_second_order_attention_change",
+        Question("q1", "the second-order term of Δα", 3, checks.check_second_order_attention_change,
                  ("second_order_attention_change",)),
         _written("ps2_dynamics", "q2", "predict, then measure: how the errors scale with η", 2),
-        Question("q3", "the score-space kernel under a temperature", 3, "check_tempered_score_change",
+        Question("q3", "the score-space kernel under a temperature", 3, checks.check_tempered_score_change,
                  ("tempered_score_change",)),
         _written("ps2_dynamics", "q4", "why a small step never raises the loss, and what τ does", 2),
     )),
     Assignment("ps3_experiment", "Problem set 3: floors, a control and an experiment of your own", "6-8", (
         _written("ps3_experiment", "q1", "a falsifiable hypothesis", 1),
-        Question("q2", "a reproducible experiment", 2, "check_reproducible", ("run_condition", "results")),
-        Question("q3", "several seeds per condition", 1, "check_seeds", ("results", "run_condition")),
+        Question("q2", "a reproducible experiment", 2, checks.check_reproducible, ("run_condition", "results")),
+        Question("q3", "several seeds per condition", 1, checks.check_seeds, ("results", "run_condition")),
         _written("ps3_experiment", "q4", "a conclusion that quotes the measurements", 2),
-        Question("q5", "the sticky chain's two floors", 2, "check_markov_floors", ("markov_floors",)),
+        Question("q5", "the sticky chain's two floors", 2, checks.check_markov_floors, ("markov_floors",)),
         _written("ps3_experiment", "q6", "predict, then measure, the shuffled control", 2),
     )),
 )}

@@ -21,7 +21,7 @@ What it does, for each submission:
    trusted notebooks without one and says so in every report;
 4. decides each checked question **in the grader's own process**: the ``bayesattn_lite.checks``
    function is called here, on stand-ins for the learner's objects, with inputs drawn from a fresh
-   random seed offset for each submission (``checks.SEED_OFFSET``). Calling a stand-in sends the
+   random seed offset for each submission (``checks._engine.SEED_OFFSET``). Calling a stand-in sends the
    arguments to the kernel as data (numbers, arrays), runs the learner's function there and brings the
    result back as data, rebuilt into plain tensors; a value (a string, a dict of numbers) is fetched
    the same way. The notebook cannot reach the check, the comparison or the report, and nothing it
@@ -52,7 +52,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .. import checks
+from ..checks import _engine as check_engine
 from . import _sandbox, assignments
 
 DEFAULT_TIMEOUT = 60  # seconds per cell (and per call of a learner's function by a check)
@@ -66,9 +66,9 @@ MAX_ANSWER_TEXT = 20000  # characters of a written answer kept in the report
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # bayesattn_lite/, of which this is instructor/
 
 # What the kernel's copy of the package leaves out: the grader and the problem sets' registry (rubrics,
-# solutions' paths), and the shipped models, which no problem set loads (copying their 8.8 MB cost
-# 1.35 s per submission, a quarter of a class's grading time).
-KERNEL_LEAVES_OUT = ("instructor", "pretrained")
+# solutions' paths), the checks (their reference computations), and the shipped models, which no
+# problem set loads (copying their 8.8 MB cost 1.35 s per submission, a quarter of a class's grading time).
+KERNEL_LEAVES_OUT = ("instructor", "checks", "pretrained")
 
 # What the kernel imports as bayesattn_lite.checks while a submission is graded: the notebook's own check
 # cells still run, but the checks and the reference computations inside them stay in the grader.
@@ -94,6 +94,8 @@ def __getattr__(name):
         return check
     raise AttributeError(f"bayesattn_lite.checks has no {name!r} while a submission is graded")
 '''
+# ... as the only file of the kernel's checks/ folder: no module (or bytecode) of the real checks goes along.
+KERNEL_REPLACES = {"checks/__init__.py": KERNEL_CHECKS}
 
 
 # ----------------------------------------------------------------------------- reading
@@ -237,6 +239,12 @@ class _Remote:
     def __repr__(self):
         return f"<your function {self.__name__}>"
 
+    def __eq__(self, other):  # the same function of the same kernel (a check may remember a run of it)
+        return isinstance(other, _Remote) and other._sandbox is self._sandbox and other.__name__ == self.__name__
+
+    def __hash__(self):
+        return hash((id(self._sandbox), self.__name__))
+
 
 def _learner_objects(sandbox, names, timeout):
     """Stand-ins for ``names``: a _Remote for a callable, the fetched data for a value. Returns
@@ -257,15 +265,12 @@ def _learner_objects(sandbox, names, timeout):
 
 
 def _decide(sandbox, question, timeout):
-    """(passed, feedback) of one checked question: the check runs here, on stand-ins."""
-    check = getattr(checks, question.check, None)
-    if not callable(check):
-        return False, f"the grader has no check {question.check!r}: tell your instructor."
+    """(passed, feedback) of one checked question: its check runs here, on stand-ins."""
     try:
         objects, problem = _learner_objects(sandbox, question.names, timeout)
         if problem:
             return False, problem
-        result = check(*objects)
+        result = question.check(*objects)
         passed = bool(result) and getattr(result, "passed", True) is True
         feedback = str(getattr(result, "message", result))
     except Exception as exc:  # noqa: BLE001 - a learner's object may make a check fail in any way
@@ -292,7 +297,7 @@ def _new_sandbox(limits, hide):
     """A kernel for one submission, not started yet."""
     return _sandbox.Sandbox(PACKAGE_DIR, hide=hide, notebook_timeout=limits["notebook_timeout"],
                             memory_mb=limits["memory"], max_output_mb=limits["max_output"],
-                            replace={"checks.py": KERNEL_CHECKS}, leave_out=KERNEL_LEAVES_OUT,
+                            replace=KERNEL_REPLACES, leave_out=KERNEL_LEAVES_OUT,
                             sandboxed=limits["sandboxed"])
 
 
@@ -317,8 +322,17 @@ class _NextSandbox:
             self.waiting = self.pool.submit(lambda: _new_sandbox(limits, hide).start())
         return box if waiting is None else waiting.result()
 
+    @contextlib.contextmanager
+    def closed_later(self, box):
+        """``with box``, but its end (stopping the kernel, removing its folder) runs in the thread, so
+        the next submission does not wait for it; ``close`` waits for every one."""
+        try:
+            yield box.__enter__()
+        finally:
+            self.pool.submit(box.close)
+
     def close(self):
-        """End the kernel still waiting, if any."""
+        """End the kernel still waiting, if any, once the ones before it have ended."""
         if self.waiting is not None:
             try:
                 self.waiting.result().close()
@@ -331,11 +345,11 @@ def _run(nb, assignment, limits, hide, next_sandbox=None):
     """Execute the notebook and decide its questions; (results by question id, problems, isolation)."""
     results, problems = {}, []
     timeout = limits["timeout"]
-    # inputs the submission cannot know: checks.py is public, so each submission's checks draw their
-    # inputs from a fresh random offset of the seeds (the kernel never sees the checks module)
-    checks.SEED_OFFSET = secrets.randbelow(2 ** 31)
+    # inputs the submission cannot know: the checks are public, so each submission's checks draw their
+    # inputs from a fresh random offset of the seeds (the kernel never sees the checks)
+    check_engine.SEED_OFFSET = secrets.randbelow(2 ** 31)
     box = next_sandbox.take(limits, hide) if next_sandbox is not None else _new_sandbox(limits, hide)
-    with box:
+    with box if next_sandbox is None else next_sandbox.closed_later(box):
         number = 0
         for cell in nb.cells:
             if cell.cell_type != "code":
@@ -361,7 +375,7 @@ def _run(nb, assignment, limits, hide, next_sandbox=None):
         if box.dead and not any(p.startswith("execution stopped") for p in problems):
             problems.append(f"execution stopped while checking: {box.dead}")
         info = _isolation(box.info)
-    info["input_seed_offset"] = checks.SEED_OFFSET  # to rerun a check on the same inputs
+    info["input_seed_offset"] = check_engine.SEED_OFFSET  # to rerun a check on the same inputs
     return results, problems, info
 
 

@@ -1,0 +1,37 @@
+"""Exercise checks that explain a wrong answer in words.
+
+Each ``check_*`` function takes the learner's answer to one exercise (a function, mostly) and runs it
+on a few random problems, compares it with the reference and returns a ``CheckResult``, which a
+notebook displays as "✅ name: message" or "❌ name: message". A check never raises, whatever the
+learner's function does. When the answer is wrong the check says why: it names the usual mistake (a
+flipped sign, a forgotten 1/T, a transpose too few, ...) that reproduces the learner's numbers, or
+else where the answer is off and the formula to compare against.
+
+    from bayesattn_lite import checks
+    checks.check_score_gradient(my_score_gradient)     # -> ✅ score_gradient: matches ...
+
+- ``_engine``        the one engine: a check's ``Spec``, its mistakes (``Flaw``), ``run`` and ``CheckResult``
+- ``chapters_1_3``   the error signal, the score gradient, the attended gap, q/k/v and projection
+                     gradients, the score-space kernel
+- ``chapters_4_5``   the advantage flow, the E-step as attention
+- ``chapters_6_9``   steps to a loss, the recall posterior, an LSTM's mixing weights (numpy answers)
+- ``problem_sets``   the questions of book/assignments (the grader, ``instructor.grading``, runs them)
+"""
+
+from ._engine import CheckResult
+from .chapters_1_3 import (check_attended_gap, check_error_signal, check_projection_gradients, check_qkv_gradients,
+                           check_score_gradient, check_score_kernel)
+from .chapters_4_5 import check_advantage_flow, check_responsibilities_as_attention
+from .chapters_6_9 import check_lstm_mixing, check_recall_posterior, check_steps_to
+from .problem_sets import (check_biased_qk_gradients, check_markov_floors, check_reproducible, check_seeds,
+                           check_second_order_attention_change, check_tempered_score_change, check_value_update_basis)
+
+__all__ = [
+    "CheckResult",
+    "check_error_signal", "check_attended_gap", "check_score_gradient", "check_qkv_gradients",
+    "check_projection_gradients", "check_score_kernel",
+    "check_advantage_flow", "check_responsibilities_as_attention",
+    "check_steps_to", "check_recall_posterior", "check_lstm_mixing",
+    "check_biased_qk_gradients", "check_value_update_basis", "check_second_order_attention_change",
+    "check_tempered_score_change", "check_reproducible", "check_seeds", "check_markov_floors",
+]

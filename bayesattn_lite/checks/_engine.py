@@ -1,0 +1,359 @@
+"""The engine every check runs on: it calls the learner's function, compares, and names the mistake.
+
+A check describes its exercise as a ``Spec``: the arguments and their axes, the random problems
+(``Case``: fixed seeds, float64, sizes that all differ so that a transposed answer cannot pass by
+accident) and each returned tensor as an ``Output``, with the formula, the function that computes it
+and its usual mistakes (``Flaw``: the reference computed with one knob turned, and what that means in
+words). ``run(spec, fn)`` calls ``fn`` on every problem and returns a ``CheckResult``, which a notebook
+displays as "✅ name: message" or "❌ name: message". It never raises, whatever ``fn`` does.
+
+When the answer is wrong it says why: it recomputes the reference with each mistake, alone and two at
+a time, and names the one that reproduces the learner's numbers. When none does, it says whether the
+answer is a scaled copy of the right one, else where the largest error is, and the formula to compare
+against. A ``Spec`` with ``numbers=True`` takes plain numbers instead of float64 tensors (a list, an
+array, nan for "none"): the chapters 6-9 exercises, written with numpy.
+"""
+
+import html
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+RTOL, ATOL = 1e-6, 1e-9
+DTYPE = torch.float64
+
+# Added to every seed the checks draw their inputs with. 0 in the chapters, so a check's messages are
+# the same on every run; the grader sets a fresh random offset in its own process for each submission,
+# so a notebook cannot answer the public inputs of the checks from a table.
+SEED_OFFSET = 0
+
+
+def generator(seed):
+    """The torch generator of the inputs numbered ``seed`` (shifted by SEED_OFFSET)."""
+    return torch.Generator().manual_seed(SEED_OFFSET + seed)
+
+
+def rng(seed):
+    """The numpy generator of the inputs numbered ``seed`` (shifted by SEED_OFFSET)."""
+    return np.random.default_rng(SEED_OFFSET + seed)
+
+
+# (T, d_x, d_k, d_v, n_classes). Within a row every size differs, so each axis can be named from
+# its length and a transpose changes the shape or the numbers; d_k > 1 keeps 1/sqrt(d_k) != 1/d_k.
+SIZES = [(4, 6, 3, 5, 2), (5, 3, 2, 4, 6), (7, 5, 4, 3, 8), (6, 8, 5, 2, 3), (9, 4, 6, 7, 5)]
+
+
+def is_causal(n):
+    """Half of the problems use a causal mask (zeros above the diagonal of alpha), half do not."""
+    return n % 2 == 0
+
+
+# ----------------------------------------------------------------------------- result
+
+@dataclass(repr=False)
+class CheckResult:
+    """The verdict of one check: truthy when it passed; a notebook shows it as one line."""
+
+    name: str
+    passed: bool
+    message: str
+
+    def __bool__(self):
+        return self.passed
+
+    def __repr__(self):
+        return f"{'✅' if self.passed else '❌'} {self.name}: {self.message}"
+
+    def _repr_markdown_(self):
+        # escape < > &: an exception message such as "<lambda>() takes ..." would vanish as an HTML tag
+        return html.escape(repr(self), quote=False)
+
+
+# ----------------------------------------------------------------------------- specification
+
+@dataclass(frozen=True)
+class Flaw:
+    """A typical mistake: the reference computed with ``knob=value``, and what that means."""
+
+    knob: str
+    value: object
+    words: str
+
+
+@dataclass
+class Output:
+    """One tensor (or array of numbers) the learner returns, with the ways of getting it wrong."""
+
+    label: str
+    dims: tuple  # names of its axes, e.g. ("T", "d_v")
+    formula: str
+    compute: Callable  # compute(inputs, **knobs); without knobs it is the right answer
+    flaws: list
+    transpose_hint: str = ""
+    shape_hints: dict = field(default_factory=dict)  # axis names of a wrong shape -> explanation
+
+
+@dataclass
+class Case:
+    inputs: dict  # argument name -> tensor (or array, or number), in call order
+    expected: tuple  # the reference outputs
+    dims: dict  # axis name -> size
+    note: str  # "T=7, causal", to say which input went wrong
+
+
+@dataclass
+class Spec:
+    name: str
+    signature: dict  # argument name -> axis names
+    outputs: list
+    cases: list
+    hint: str = ""  # what to check when the function raised on a shape mismatch
+    numbers: bool = False  # answers are plain numbers (list, array, nan for "none"), not float64 tensors
+
+
+def make_case(signature, inputs, expected, note):
+    """A problem: its inputs, the reference outputs, and the size of every named axis."""
+    dims = {}
+    for name, axes in signature.items():
+        dims.update(zip(axes, np.shape(inputs[name])))
+    return Case(inputs, tuple(expected), dims, note)
+
+
+# ----------------------------------------------------------------------------- running a check
+
+def run(spec, fn):
+    """The verdict on ``fn`` of the check ``spec``: call it on every problem, compare, name the mistake."""
+    answers = []
+    for case in spec.cases:
+        try:  # copies: an in-place operation of the learner must not touch the check's data
+            got = fn(*(_copy(v) for v in case.inputs.values()))
+        except Exception as exc:  # the learner gets a verdict, never a traceback
+            return CheckResult(spec.name, False, _exception_message(spec, case, exc))
+        got, problem = (_as_numbers if spec.numbers else _as_tensors)(spec, case, got)
+        if problem:
+            return CheckResult(spec.name, False, problem)
+        answers.append(got)
+
+    verdicts = []
+    for i in range(len(spec.outputs)):
+        mine = [a[i] for a in answers]
+        right = all(_close(m, c.expected[i]) for m, c in zip(mine, spec.cases))
+        verdicts.append(None if right else _diagnose(spec, i, mine))
+    if all(v is None for v in verdicts):
+        inputs = "problems" if spec.numbers else "random inputs"
+        return CheckResult(spec.name, True, f"matches the reference on {len(spec.cases)} {inputs}.")
+    return CheckResult(spec.name, False, _combine(spec, verdicts))
+
+
+def _copy(value):
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    return np.array(value, copy=True) if isinstance(value, np.ndarray) else value
+
+
+def _close(a, b):
+    """Equal up to rounding, with nan equal to nan (a "none" answer must be "none" in both)."""
+    return torch.allclose(torch.as_tensor(a), torch.as_tensor(b), rtol=RTOL, atol=ATOL, equal_nan=True)
+
+
+def _combine(spec, verdicts):
+    """One output: its explanation. Several: which are right, then what is wrong, each explanation once."""
+    if len(spec.outputs) == 1:
+        return verdicts[0]
+    right = [o.label for o, v in zip(spec.outputs, verdicts) if v is None]
+    wrong = {}  # explanation -> the outputs it explains, so a mistake made twice is told once
+    for o, v in zip(spec.outputs, verdicts):
+        if v is not None:
+            wrong.setdefault(v, []).append(o.label)
+    parts = [f"{_join(right)} {_is(right)} right;"] if right else []
+    parts += [f"{_join(labels)} {_is(labels)} wrong: {v}" for v, labels in wrong.items()]
+    return " ".join(parts)
+
+
+def _join(words):
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _is(words):
+    return "is" if len(words) == 1 else "are"
+
+
+# ----------------------------------------------------------------------------- what came back
+
+def _as_tensors(spec, case, got):
+    """The learner's outputs as a tuple of float64 tensors, or (None, a sentence saying why not)."""
+    n = len(spec.outputs)
+    if n == 1:
+        items = (got,)
+    else:
+        want = f"a tuple of {n} tensors ({', '.join(o.label for o in spec.outputs)})"
+        if not isinstance(got, (tuple, list)) or len(got) != n:
+            return None, f"expected {want}, got {type_name(got)}."
+        items = tuple(got)
+    tensors = []
+    for out, item in zip(spec.outputs, items):
+        tensor, problem = _as_tensor(out, case, item, where=f"{out.label}: " if n > 1 else "")
+        if problem:
+            return None, problem
+        tensors.append(tensor)
+    return tuple(tensors), None
+
+
+def _as_tensor(out, case, item, where):
+    expected = tuple(case.dims[a] for a in out.dims)
+    want = f"a tensor of shape {expected} {_axes(out.dims)}"
+    if isinstance(item, np.ndarray):  # numpy is fine: only the numbers matter
+        if item.dtype.kind not in "biuf":
+            return None, f"{where}expected {want}, got a numpy array of dtype {item.dtype}."
+        item = torch.from_numpy(item)
+    if not isinstance(item, torch.Tensor):
+        return None, f"{where}expected {want}, got {type_name(item)}."
+    shape = tuple(item.shape)
+    if shape != expected:
+        return None, f"{where}expected {want}, got {shape}{_named(shape, case)}.{_shape_hint(out, case, shape)}"
+    if item.dtype != DTYPE:
+        return None, (f"{where}expected dtype {DTYPE} (the dtype of the inputs), got {item.dtype}. "
+                      "Tensors made without dtype= (torch.zeros, torch.tensor) default to float32: "
+                      "use torch.zeros_like or dtype=<input>.dtype.")
+    item = item.detach().cpu()
+    if not torch.isfinite(item).all():
+        what = "NaN" if torch.isnan(item).any() else "inf"
+        index = _index(~torch.isfinite(item))
+        return None, (f"{where}the result contains {what} (first at index {index}, input {case.note}). "
+                      "Typical causes: a masked -inf score multiplied by 0, a log of 0, a division by 0.")
+    return item, None
+
+
+def _as_numbers(spec, case, got):
+    """A numbers answer as a float64 array of the output's shape (nan allowed), or (None, why not)."""
+    shape = tuple(case.dims[a] for a in spec.outputs[0].dims)
+    if isinstance(got, torch.Tensor):
+        got = got.detach().cpu().double().numpy()
+    try:
+        array = None if got is None or isinstance(got, str) else np.asarray(got, dtype=float)
+    except (TypeError, ValueError):
+        array = None
+    if array is None:
+        return None, f"the result: expected numbers of shape {shape}, got {type_name(got)}. (on {case.note})"
+    if array.shape != shape:
+        return None, f"the result: expected shape {shape}, got {array.shape}. (on {case.note})"
+    return (array,), None
+
+
+def _axes(names):
+    """('T',) -> '(T,)' and ('T', 'd_v') -> '(T, d_v)', written like the shapes they name."""
+    return str(tuple(names)).replace("'", "")
+
+
+def type_name(obj):
+    if obj is None:
+        return "None (does the function end with return?)"
+    if isinstance(obj, (tuple, list)):
+        return f"a {type(obj).__name__} of length {len(obj)}"
+    if isinstance(obj, torch.Tensor):
+        return f"a single tensor of shape {tuple(obj.shape)}"
+    return type(obj).__name__
+
+
+def _named(shape, case):
+    """' = (T, d_v)' when every length in ``shape`` is one of the problem's sizes, else ''."""
+    by_size = {size: name for name, size in case.dims.items()}
+    if shape and all(s in by_size for s in shape):
+        return f" = {_axes(by_size[s] for s in shape)}"
+    return ""
+
+
+def _shape_hint(out, case, shape):
+    if len(shape) == 2 and shape == tuple(case.dims[a] for a in reversed(out.dims)):
+        return " " + (out.transpose_hint or "That is the transpose of the expected shape.")
+    by_size = {size: name for name, size in case.dims.items()}
+    axes = tuple(by_size.get(s, "?") for s in shape)
+    return " " + out.shape_hints[axes] if axes in out.shape_hints else ""
+
+
+def _index(mask):
+    """The first True entry of a boolean tensor, as a tuple of ints."""
+    flat = int(mask.flatten().nonzero()[0, 0])
+    return tuple(int(i) for i in np.unravel_index(flat, tuple(mask.shape)))
+
+
+def _exception_message(spec, case, exc):
+    text = str(exc).strip()
+    if spec.numbers:
+        return f"your function raised {type(exc).__name__}: {text[:200]} (on {case.note})."
+    first_line = text.splitlines()[0][:200] if text else "(no message)"
+    called = ", ".join(
+        f"{name} {tuple(t.shape)}{'' if t.dtype == DTYPE else ' ' + str(t.dtype).replace('torch.', '')}"
+        f" = {_axes(spec.signature[name])}"
+        for name, t in case.inputs.items()
+    )
+    returns = _join([f"{o.label} {tuple(case.dims[a] for a in o.dims)} = {_axes(o.dims)}" for o in spec.outputs])
+    message = (f"your function raised {type(exc).__name__}: {first_line}. "
+               f"It was called with {called}, and should return {returns}.")
+    if any(w in first_line.lower() for w in ("multipl", "size of tensor", "shape", "dimension", "mismatch")):
+        message += (" A shape mismatch in a product usually means a missing or extra transpose: "
+                    f"write each tensor's shape next to it. {spec.hint}")
+    return message
+
+
+# ----------------------------------------------------------------------------- what went wrong
+
+def _flaw_sets(flaws):
+    """Each mistake alone, then every pair of mistakes on different knobs."""
+    yield from ((f,) for f in flaws)
+    for a, b in itertools.combinations(flaws, 2):
+        if a.knob != b.knob:
+            yield (a, b)
+
+
+def _diagnose(spec, i, mine):
+    out = spec.outputs[i]
+    for flaws in _flaw_sets(out.flaws):
+        knobs = {f.knob: f.value for f in flaws}
+        if all(_close(m, out.compute(c.inputs, **knobs)) for m, c in zip(mine, spec.cases)):
+            if len(flaws) == 1:
+                return flaws[0].words
+            return f"two mistakes at once. (1) {flaws[0].words} (2) {flaws[1].words}"
+    return (_first_difference if spec.numbers else _unknown)(out, spec.cases, mine, i)
+
+
+def _unknown(out, cases, mine, i):
+    """No known mistake fits: say whether it is a scaled copy, else where the largest error is."""
+    compare = f"Compare with {out.formula}."
+    if all(torch.all(m == 0) for m in mine):
+        return f"it is all zeros (a placeholder left in?). {compare}"
+    refs = [c.expected[i] for c in cases]
+    factors = [float((m * r).sum() / (r * r).sum()) for m, r in zip(mine, refs)]
+    if all(_close(m, f * r) for m, f, r in zip(mine, factors, refs)):
+        if all(math.isclose(f, factors[0], rel_tol=1e-6) for f in factors):
+            return f"it is {factors[0]:.4g} times the right answer on every input: a constant factor is off. {compare}"
+        listed = ", ".join(f"x{f:.4g} for {c.note}" for f, c in zip(factors, cases))
+        return (f"it is a multiple of the right answer, by a factor that changes with the sizes ({listed}): "
+                f"a size-dependent factor such as 1/T or 1/sqrt(d_k) is off. {compare}")
+    n = next(n for n, (m, r) in enumerate(zip(mine, refs)) if not _close(m, r))
+    error = (mine[n] - refs[n]).abs()
+    index = _index(error == error.max())
+    return (f"largest absolute error {float(error.max()):.3g} at index {index} on input {n + 1} of {len(cases)} "
+            f"({cases[n].note}): you returned {float(mine[n][index]):.6g}, the reference is "
+            f"{float(refs[n][index]):.6g}. {compare}")
+
+
+def _first_difference(out, cases, mine, i):
+    """No known mistake fits a numbers answer: where it first differs from the reference."""
+    n = next(n for n, (m, c) in enumerate(zip(mine, cases)) if not _close(m, c.expected[i]))
+    right = cases[n].expected[i]
+    index = tuple(int(j) for j in np.argwhere(~np.isclose(mine[n], right, rtol=RTOL, atol=ATOL, equal_nan=True))[0])
+    return (f"on problem {n + 1} of {len(cases)} ({cases[n].note}) you returned {mine[n][index]:.6g} at index "
+            f"{index}, the reference is {right[index]:.6g}. Compare with {out.formula}.")
+
+
+# ----------------------------------------------------------------------------- problems
+
+def input_note(T, causal=None):
+    """What a message says of a problem: "T=7, causal"."""
+    return f"T={T}" + ("" if causal is None else ", causal" if causal else ", full attention")
+

@@ -1,0 +1,476 @@
+"""Checks of the problem sets' questions (book/assignments, ``bayesattn_lite.instructor.assignments``):
+set 1, a head with a temperature and an ALiBi bias, and the directions one step moves W_V in; set 2,
+the second-order attention change and the tempered score kernel; set 3, a reproducible experiment with
+several seeds, and the floors of a sticky chain. Each takes the learner's object, never raises, and says
+what is wrong in words."""
+
+import math
+
+import numpy as np
+import torch
+
+from .. import attention
+from ._engine import (DTYPE, SIZES, CheckResult, Flaw, Output, Spec, generator, input_note, is_causal, make_case, rng,
+                      run, type_name)
+
+
+# ----------------------------------------------------------------------------- problem set 1: temperature and ALiBi
+
+def _biased_alpha(inp, tau_in_softmax=True, bias_sign=1, bias=True, causal=True, sqrt=True):
+    """alpha_ij = softmax_j(q_i . k_j / (tau sqrt(d_k)) - m (i - j)) over j <= i (an ALiBi head)."""
+    q, k, tau, slope = inp["q"], inp["k"], inp["tau"], inp["slope"]
+    T, d_k = q.shape
+    scale = (tau if tau_in_softmax else 1.0) * (math.sqrt(d_k) if sqrt else 1.0)
+    distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)  # i - j
+    s = q @ k.T / scale - (bias_sign * slope * distance if bias else 0.0)
+    if causal:
+        s = s.masked_fill(~attention.causal_mask(T), float("-inf"))
+    return torch.softmax(s, dim=-1)
+
+
+def _biased_qk(inp, which, sign=1, tau_in_softmax=True, tau_in_chain=True, bias_sign=1, bias=True, causal=True,
+               sqrt=True):
+    alpha = _biased_alpha(inp, tau_in_softmax, bias_sign, bias, causal, sqrt)
+    b = inp["u"] @ inp["v"].T  # b_ij = u_i . v_j
+    ds = alpha * (b - (alpha * b).sum(-1, keepdim=True))  # dL/ds: the advantage law, bias or not
+    q, k = inp["q"], inp["k"]
+    scale = (inp["tau"] if tau_in_chain else 1.0) * (math.sqrt(q.shape[1]) if sqrt else 1.0)
+    return sign * (ds @ k if which == "q" else ds.T @ q) / scale
+
+
+def _biased_flaws():
+    return [
+        Flaw("sign", -1, "wrong sign: dL/ds_ij = alpha_ij (b_ij - E_alpha_i[b]) with b_ij = u_i . v_j "
+                         "(the advantage law with A = E[b] - b: dL/ds = -alpha A)."),
+        Flaw("tau_in_softmax", False, "the temperature is missing from the attention weights: alpha is the "
+                                      "softmax of q.k / (tau sqrt(d_k)) - m (i - j), not of q.k / sqrt(d_k)."),
+        Flaw("tau_in_chain", False, "the chain rule through the score lost its 1/tau: ds_ij/dq_i = "
+                                    "k_j / (tau sqrt(d_k)), so dq = dL/ds @ k / (tau sqrt(d_k)). "
+                                    "The temperature is in alpha *and* in the derivative of the score."),
+        Flaw("bias_sign", -1, "the ALiBi bias has the wrong sign: it *penalises* distance, "
+                              "s_ij = ... - m (i - j) with i - j >= 0, so far keys get less attention."),
+        Flaw("bias", False, "the positional bias is missing from alpha. The bias does not depend on q or k, "
+                            "so it has no derivative of its own, but it changes alpha, hence every gradient."),
+        Flaw("causal", False, "no causal mask: query i attends only to keys j <= i (ALiBi heads are causal). "
+                              "Set the scores above the diagonal to -inf before the softmax."),
+        Flaw("sqrt", False, "the 1/sqrt(d_k) is missing (in alpha and in the chain rule)."),
+    ]
+
+
+_BIASED_Q = Output("dq", ("T", "d_k"), "dq = dL/ds @ k / (tau sqrt(d_k)), dL/ds = alpha (b - E_alpha[b]), "
+                   "alpha = softmax(q k^T / (tau sqrt(d_k)) - m (i - j)) over j <= i",
+                   lambda inp, **kn: _biased_qk(inp, "q", **kn), _biased_flaws())
+_BIASED_K = Output("dk", ("T", "d_k"), "dk = (dL/ds)^T @ q / (tau sqrt(d_k)) (the transpose: key j collects "
+                   "from every query i)", lambda inp, **kn: _biased_qk(inp, "k", **kn), _biased_flaws())
+
+
+def _biased_spec():
+    signature = {"q": ("T", "d_k"), "k": ("T", "d_k"), "v": ("T", "d_v"), "u": ("T", "d_v"), "tau": (),
+                 "slope": ()}
+    taus, slopes = (0.5, 2.0, 1.5, 3.0, 0.7), (0.25, 0.5, 1.0, 0.125, 0.75)
+    cases = []
+    for n, (T, _d_x, d_k, d_v, _c) in enumerate(SIZES):
+        gen = generator(1500 + n)
+        inputs = {"q": 1.5 * torch.randn(T, d_k, generator=gen, dtype=DTYPE),
+                  "k": 1.5 * torch.randn(T, d_k, generator=gen, dtype=DTYPE),
+                  "v": torch.randn(T, d_v, generator=gen, dtype=DTYPE),
+                  "u": torch.randn(T, d_v, generator=gen, dtype=DTYPE),
+                  "tau": torch.tensor(taus[n], dtype=DTYPE), "slope": torch.tensor(slopes[n], dtype=DTYPE)}
+        expected = [_biased_qk(inputs, "q"), _biased_qk(inputs, "k")]
+        cases.append(make_case(signature, inputs, expected, f"T={T}, tau={taus[n]}, m={slopes[n]}"))
+    return Spec("biased_qk_gradients", signature, [_BIASED_Q, _BIASED_K], cases,
+                "q, k are (T, d_k), v, u (T, d_v); tau and slope are numbers (0-d tensors).")
+
+
+def check_biased_qk_gradients(fn):
+    """Check ``fn(q, k, v, u, tau, slope) -> (dq, dk)`` for a causal head with a temperature and an ALiBi
+    bias, s_ij = q_i . k_j / (tau sqrt(d_k)) - slope (i - j), and the error signal u = dL/dg."""
+    return run(_biased_spec(), fn)
+
+
+# ----------------------------------------------------------------------------- problem set 1: rank of dW_V
+
+def _value_basis(W_O):
+    """An orthonormal basis (d_v, C - 1) of {W_O^T r : sum_c r_c = 0}, where every column of dW_V lives,
+    and the usual wrong one: the top C - 1 singular directions of W_O^T (no centring)."""
+    C = W_O.shape[0]
+    right = torch.linalg.svd(W_O.T @ (torch.eye(C, dtype=W_O.dtype) - 1.0 / C), full_matrices=False)[0]
+    top = torch.linalg.svd(W_O.T, full_matrices=False)[0]
+    return right[:, : C - 1], top[:, : C - 1]
+
+
+def _value_basis_cases():
+    cases = []
+    for n, (C, d_v) in enumerate([(2, 5), (3, 6), (4, 7), (5, 9), (3, 4)]):
+        gen = generator(1600 + n)
+        cases.append(torch.randn(C, d_v, generator=gen, dtype=DTYPE))
+    return cases
+
+
+def _value_gradient_columns(W_O, seed):
+    """dW_V of a random head with this W_O (stored (C, d_v)): its columns must lie in the subspace."""
+    C, d_v = W_O.shape
+    gen = generator(seed)
+    T, d_x, d_k = 6, 3, 2
+    params = attention.init_params(d_x, d_k, d_v, C, std=0.7, seed=seed, dtype=DTYPE)
+    params["W_O"] = W_O
+    x = torch.randn(T, d_x, generator=gen, dtype=DTYPE)
+    y = torch.randint(0, C, (T,), generator=gen)
+    return attention.gradients(x, y, params)["W_V"]
+
+
+def check_value_update_basis(fn):
+    """Check ``fn(W_O) -> B``: an orthonormal basis (d_v, C - 1), as columns, of the subspace that holds every
+    column of dW_V after one step, {W_O^T r : r_1 + ... + r_C = 0} (W_O stored (C, d_v))."""
+    name = "value_update_basis"
+    for n, W_O in enumerate(_value_basis_cases()):
+        C, d_v = W_O.shape
+        where = f"(input {n + 1}: W_O of shape ({C}, {d_v}) = (C, d_v))"
+        try:
+            got = fn(W_O.clone())
+        except Exception as exc:  # noqa: BLE001 - a verdict, never a traceback
+            return CheckResult(name, False, f"your function raised {type(exc).__name__}: {str(exc)[:200]} {where}. "
+                               "W_O is stored (C, d_v) as nn.Linear stores it; return (d_v, C - 1).")
+        if isinstance(got, np.ndarray) and got.dtype.kind in "biuf":
+            got = torch.from_numpy(got)
+        if not isinstance(got, torch.Tensor):
+            return CheckResult(name, False, f"expected a tensor of shape ({d_v}, {C - 1}) = (d_v, C - 1), got "
+                               f"{type_name(got)} {where}.")
+        got = got.detach().to(DTYPE).cpu()
+        shape = tuple(got.shape)
+        if shape == (d_v, C):
+            return CheckResult(name, False, (
+                f"you returned {C} = C directions {where}; the subspace has dimension C - 1 = {C - 1}. The rows of "
+                "softmax(z) - onehot(y) sum to 0 (both are distributions), so a step never moves W_V along "
+                "W_O^T 1 (the sum of W_O's rows): keep only the image of the zero-sum vectors, "
+                "W_O^T (I - 11^T/C)."))
+        if shape == (C - 1, d_v):
+            return CheckResult(name, False, f"expected the basis vectors as *columns*, shape ({d_v}, {C - 1}) = "
+                               f"(d_v, C - 1), got the transpose {shape} {where}.")
+        if shape != (d_v, C - 1):
+            hint = (" The directions live in value space (length d_v): W_O^T r, not W_O r."
+                    if shape and shape[0] == C else "")
+            return CheckResult(name, False, f"expected shape ({d_v}, {C - 1}) = (d_v, C - 1), got {shape} "
+                               f"{where}.{hint}")
+        if not torch.isfinite(got).all():
+            return CheckResult(name, False, f"the basis contains nan or inf {where}.")
+        gram = got.T @ got
+        if not torch.allclose(gram, torch.eye(C - 1, dtype=DTYPE), atol=1e-6):
+            return CheckResult(name, False, (
+                f"the columns are not orthonormal {where}: B^T B differs from the identity by up to "
+                f"{float((gram - torch.eye(C - 1, dtype=DTYPE)).abs().max()):.3g}. Orthonormalise the spanning "
+                "vectors (torch.linalg.qr, or the left singular vectors of torch.linalg.svd)."))
+        right, top = _value_basis(W_O)
+        projector = right @ right.T
+        if not torch.allclose(got @ got.T, projector, atol=1e-6):
+            if torch.allclose(got @ got.T, top @ top.T, atol=1e-6) and C > 1:
+                return CheckResult(name, False, (
+                    f"your columns span the top C - 1 singular directions of W_O^T {where}, not the image of the "
+                    "zero-sum vectors: the step reaches W_O^T r only for r with sum_c r_c = 0, so centre first "
+                    "(W_O^T (I - 11^T/C)) and then orthonormalise."))
+            dW_V = _value_gradient_columns(W_O, seed=1700 + n)
+            outside = dW_V - got @ (got.T @ dW_V)
+            return CheckResult(name, False, (
+                f"wrong subspace {where}: on a random head with this W_O, dW_V has columns with a part outside "
+                f"your subspace (norm {float(outside.norm()):.3g} of {float(dW_V.norm()):.3g}). Every column of "
+                "dW_V = dv^T x is a combination of the u_i = W_O^T (softmax(z_i) - onehot(y_i)) / T."))
+    return CheckResult(name, True, "spans exactly the directions one step can move W_V in, on 5 random W_O.")
+
+
+# ----------------------------------------------------------------------------- problem set 2: second order
+
+def _second_order(inp, sign=1, half=True, centre=True, variance=True, total=False):
+    """1/2 alpha_ij [(c_ij)^2 - Var_alpha_i(delta)], c_ij = delta_ij - E_alpha_i[delta]: the O(delta^2) term."""
+    alpha, delta = inp["alpha"], inp["delta_s"]
+    delta = delta.masked_fill(alpha == 0, 0.0)
+    mean = (alpha * delta).sum(-1, keepdim=True)
+    c = delta - mean if centre else delta
+    square = c ** 2
+    term = alpha * (square - (alpha * square).sum(-1, keepdim=True) if variance else square)
+    term = sign * (0.5 if half else 1.0) * term
+    return term + alpha * (delta - mean) if total else term
+
+
+_SECOND = Output(
+    "second_order", ("T", "T"),
+    "1/2 alpha_ij [c_ij^2 - sum_k alpha_ik c_ik^2] with c_ij = delta_ij - sum_k alpha_ik delta_ik",
+    _second_order,
+    [Flaw("sign", -1, "wrong sign: the second-order term of softmax(s + delta) is +1/2 alpha (c^2 - Var)."),
+     Flaw("half", False, "the 1/2 of the Taylor expansion exp(delta) = 1 + delta + delta^2/2 + ... is missing."),
+     Flaw("centre", False, "the square is not centred: the expansion of exp(delta_j) / sum_k alpha_k exp(delta_k) "
+                           "gives (delta_ij - E_alpha[delta])^2, not delta_ij^2 (the denominator contributes "
+                           "E[delta]^2 and the cross term)."),
+     Flaw("variance", False, "your rows do not sum to 0: subtract alpha_ij Var_alpha_i(delta) = alpha_ij sum_k "
+                             "alpha_ik c_ik^2. Every row of softmax sums to 1 at every order, so each order's "
+                             "term sums to 0."),
+     Flaw("total", True, "you returned the first- plus the second-order change: return only the delta^2 term "
+                         "(the first-order part alpha_ij c_ij is the advantage law's prediction).")],
+    transpose_hint="Transposed: queries are the rows. Keep alpha's layout.",
+)
+
+
+def _second_order_spec():
+    signature = {"alpha": ("T", "T"), "delta_s": ("T", "T")}
+    cases = []
+    for n, (T, *_) in enumerate(SIZES):
+        gen = generator(1800 + n)
+        scores = 2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)
+        if is_causal(n):
+           scores = scores.masked_fill(~attention.causal_mask(T), float("-inf"))
+        alpha = torch.softmax(scores, dim=-1)
+        delta = torch.randn(T, T, generator=gen, dtype=DTYPE).masked_fill(alpha == 0, 0.0)
+        inputs = {"alpha": alpha, "delta_s": delta}
+        cases.append(make_case(signature, inputs, [_second_order(inputs)], input_note(T, is_causal(n))))
+    return Spec("second_order_attention_change", signature, [_SECOND], cases,
+                "alpha and delta_s are (T, T), queries on the rows.")
+
+
+def check_second_order_attention_change(fn):
+    """Check ``fn(alpha, delta_s) -> (T, T)``: the second-order term of softmax(s + delta_s) - softmax(s),
+    1/2 alpha (c^2 - Var_alpha(delta)) with c = delta - E_alpha[delta], row by row."""
+    return run(_second_order_spec(), fn)
+
+
+# ----------------------------------------------------------------------------- problem set 2: tempered score kernel
+
+def _tempered_change(inp, sign=1, tau_power=2, dk_power=1.0, route="both", exact=False):
+    """First-order Delta s of one step of size eta on W_Q and W_K, s = q . k / (tau sqrt(d_k))."""
+    x, W_Q, W_K, ds, eta, tau = (inp[n] for n in ("x", "W_Q", "W_K", "ds", "eta", "tau"))
+    q, k = x @ W_Q.T, x @ W_K.T
+    d_k = q.shape[1]
+    # the score's 1/(tau sqrt(d_k)) appears twice: in dL/dW and in how the new weights move s
+    chain = tau ** (tau_power / 2) * d_k ** (dk_power / 2)
+    dW_Q = (ds @ k).T @ x / chain   # dL/dW_Q = dq^T x, dq = dL/ds @ k / (tau sqrt(d_k))
+    dW_K = (ds.T @ q).T @ x / chain
+    dq = -sign * eta * x @ dW_Q.T if route in ("both", "Q") else torch.zeros_like(q)
+    dk = -sign * eta * x @ dW_K.T if route in ("both", "K") else torch.zeros_like(k)
+    change = dq @ k.T + q @ dk.T + (dq @ dk.T if exact else 0.0)
+    return change / chain
+
+
+_TEMPERED = Output(
+    "delta_s", ("T", "T"),
+    "Delta s_{i'j'} = -eta / tau^2 sum_ij K[i', j', i, j] dL/ds_ij, K = [(x_i.x_i')(k_j.k_j') + "
+    "(x_j.x_j')(q_i.q_i')] / d_k",
+    _tempered_change,
+    [Flaw("sign", -1, "wrong sign: a gradient *descent* step, W <- W - eta dL/dW."),
+     Flaw("tau_power", 1, "the temperature appears once; it appears twice: once in dL/dW_Q (the chain rule "
+                          "through s) and once when the moved weights move s, so the kernel scales as 1/tau^2."),
+     Flaw("tau_power", 0, "the temperature is missing: s = q.k / (tau sqrt(d_k)) puts 1/tau in dL/dW and "
+                          "again in Delta s, a factor 1/tau^2 in all."),
+     Flaw("dk_power", 0.5, "the 1/sqrt(d_k) appears once; like the temperature it appears twice (in dL/dW and "
+                           "in Delta s), so the kernel has 1/d_k."),
+     Flaw("route", "Q", "only the W_Q route: the step moves W_K too, adding (x_j.x_j')(q_i.q_i') / d_k."),
+     Flaw("route", "K", "only the W_K route: the step moves W_Q too, adding (x_i.x_i')(k_j.k_j') / d_k."),
+     Flaw("exact", True, "you computed the exact change of the scores, which includes the second-order term "
+                         "Delta q . Delta k (order eta^2): return the first-order (linear in eta) change only.")],
+)
+
+
+def _tempered_spec():
+    signature = {"x": ("T", "d_x"), "W_Q": ("d_k", "d_x"), "W_K": ("d_k", "d_x"), "ds": ("T", "T"), "eta": (),
+                 "tau": ()}
+    taus = (0.5, 2.0, 1.5, 3.0, 0.7)
+    cases = []
+    for n, (T, d_x, d_k, _d_v, _c) in enumerate(SIZES):
+        gen = generator(1900 + n)
+        alpha = torch.softmax((2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)).masked_fill(
+            ~attention.causal_mask(T), float("-inf")), dim=-1)
+        ds, _ = attention.score_gradient(alpha, torch.randn(T, T, generator=gen, dtype=DTYPE))
+        inputs = {"x": torch.randn(T, d_x, generator=gen, dtype=DTYPE),
+                  "W_Q": torch.randn(d_k, d_x, generator=gen, dtype=DTYPE),
+                  "W_K": torch.randn(d_k, d_x, generator=gen, dtype=DTYPE),
+                  "ds": ds, "eta": torch.tensor(0.3 + 0.2 * n, dtype=DTYPE), "tau": torch.tensor(taus[n], dtype=DTYPE)}
+        cases.append(make_case(signature, inputs, [_tempered_change(inputs)], f"T={T}, tau={taus[n]}"))
+    return Spec("tempered_score_change", signature, [_TEMPERED], cases,
+                "x is (T, d_x), W_Q and W_K (d_k, d_x) as nn.Linear stores them, ds (T, T); eta, tau numbers.")
+
+
+def check_tempered_score_change(fn):
+    """Check ``fn(x, W_Q, W_K, ds, eta, tau) -> (T, T)``: the first-order change of the scores
+    s = q . k / (tau sqrt(d_k)) after one gradient step of size eta on W_Q and W_K (ds = dL/ds)."""
+    return run(_tempered_spec(), fn)
+
+
+# ----------------------------------------------------------------------------- problem set 3: an experiment of your own
+
+def _results_problem(results):
+    """None when ``results`` is {condition: {seed: finite number}} with >= 2 conditions, else why not."""
+    if not isinstance(results, dict) or len(results) < 2:
+        return ("expected `results` to be a dict {condition: {seed: number}} with at least two conditions "
+                f"to compare, got {type(results).__name__} of length {len(results) if hasattr(results, '__len__') else '?'}.")
+    for condition, by_seed in results.items():
+        if not isinstance(by_seed, dict) or not by_seed:
+            return f"results[{condition!r}]: expected a non-empty dict {{seed: number}}, got {type(by_seed).__name__}."
+        for seed, value in by_seed.items():
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                return f"results[{condition!r}][{seed!r}]: expected a number, got {type(value).__name__}."
+            if not math.isfinite(value):
+                return f"results[{condition!r}][{seed!r}] is {value}: a run diverged or a metric is undefined."
+    return None
+
+
+def check_reproducible(run_condition, results):
+    """``run_condition(condition, seed)`` rerun for two (condition, seed) entries of ``results`` (drawn
+    with the inputs' seed offset) gives the same numbers, and runs for a seed ``results`` does not have:
+    a table of numbers with a lookup for ``run_condition`` is no experiment."""
+    problem = _results_problem(results)
+    if problem:
+        return CheckResult("reproducible", False, problem)
+    if not callable(run_condition):
+        return CheckResult("reproducible", False, "expected `run_condition` to be a function (condition, seed) -> number.")
+    entries = [(condition, seed) for condition, by_seed in results.items() for seed in by_seed]
+    draw = rng(0)
+    chosen = [entries[i] for i in sorted(draw.choice(len(entries), size=min(2, len(entries)), replace=False))]
+    for condition, seed in chosen:
+        try:
+            again = float(run_condition(condition, seed))
+        except Exception as exc:  # noqa: BLE001
+            return CheckResult("reproducible", False, f"run_condition({condition!r}, {seed!r}) raised "
+                               f"{type(exc).__name__}: {str(exc)[:200]}")
+        recorded = float(results[condition][seed])
+        if not math.isclose(again, recorded, rel_tol=1e-5, abs_tol=1e-8):
+            return CheckResult("reproducible", False, (
+                f"run_condition({condition!r}, {seed!r}) gave {again:.6g} now and {recorded:.6g} in `results`: "
+                "seed everything the run uses (the model's initialisation, the data, the optimizer), e.g. with "
+                "train.seed_everything(seed) or explicit generators, and keep one thread."))
+    problem = _not_an_experiment(run_condition, results)
+    if problem:
+        return CheckResult("reproducible", False, problem)
+    return CheckResult("reproducible", True, "run_condition reproduces " + " and ".join(
+        f"{results[c][s]:.6g} ({c!r}, seed {s!r})" for c, s in chosen) + ", and runs for a new seed.")
+
+
+def _not_an_experiment(run_condition, results):
+    """Why ``run_condition`` is not the experiment behind ``results`` (it fails for a seed that
+    ``results`` does not have, drawn with the inputs' seed offset), or None."""
+    entries = [(condition, seed) for condition, by_seed in results.items() for seed in by_seed]
+    seeds = [seed for _, seed in entries]
+    if not all(isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds):
+        return None
+    condition = entries[0][0]
+    fresh = max(seeds) + 1 + int(rng(1).integers(1000))
+    try:
+        value = _run_once(run_condition, condition, fresh)
+    except Exception as exc:  # noqa: BLE001
+        return (f"run_condition({condition!r}, {fresh}) (a seed `results` does not have) raised "
+                f"{type(exc).__name__}: {str(exc)[:200]}: it should run the experiment for any seed, not read a table.")
+    return None if math.isfinite(value) else f"run_condition({condition!r}, {fresh}) gave {value}."
+
+
+# check_reproducible and check_seeds both run the experiment for the same fresh seed; in the grader a
+# run trains a model in the learner's kernel, so the second check reads the first one's value here
+_last_run = {}
+
+
+def _run_once(run_condition, condition, seed):
+    """``float(run_condition(condition, seed))``, remembered for the next call with the same arguments
+    (the grader's stand-ins for one learner function of one kernel compare equal)."""
+    key = (run_condition, condition, seed)
+    if _last_run.get("key") != key:
+        _last_run.clear()
+        _last_run.update(key=key, value=float(run_condition(condition, seed)))
+    return _last_run["value"]
+
+
+def check_seeds(results, run_condition=None):
+    """At least three seeds per condition, the same seeds in every condition; with ``run_condition``
+    (the grader passes it), the numbers must come from it: it runs for a seed ``results`` lacks."""
+    problem = _results_problem(results) or (run_condition is not None and _not_an_experiment(run_condition, results))
+    if problem:
+        return CheckResult("seeds", False, problem)
+    seeds = [set(by_seed) for by_seed in results.values()]
+    if any(len(s) < 3 for s in seeds):
+        return CheckResult("seeds", False, "expected at least 3 seeds per condition, got "
+                           + ", ".join(f"{c!r}: {len(s)}" for c, s in zip(results, seeds))
+                           + ": one seed cannot tell an effect from seed-to-seed spread.")
+    if any(s != seeds[0] for s in seeds):
+        return CheckResult("seeds", False, "expected the same seeds in every condition (paired runs), got "
+                           + ", ".join(f"{c!r}: {sorted(s)}" for c, s in zip(results, seeds)) + ".")
+    return CheckResult("seeds", True, f"{len(seeds[0])} paired seeds in each of {len(seeds)} conditions.")
+
+
+# ----------------------------------------------------------------------------- problem set 3: Markov floors
+
+LOG2 = math.log(2.0)
+
+
+def _stationary(P):
+    """pi with pi P = pi: the left eigenvector of P for the eigenvalue 1, normalised to sum to 1."""
+    values, vectors = np.linalg.eig(P.T)
+    pi = np.real(vectors[:, np.argmin(np.abs(values - 1.0))])
+    return pi / pi.sum()
+
+
+def _floors(P, weights="stationary", log=LOG2, shuffled="stationary"):
+    """(entropy rate sum_i pi_i H(P_i), entropy of pi) in bits: the floors with and without the order."""
+    n = P.shape[0]
+    pi = {"stationary": _stationary(P), "uniform": np.full(n, 1.0 / n)}
+    rows = -(P * np.log(np.where(P > 0, P, 1.0))).sum(axis=1) / log
+    marginal = {"stationary": pi["stationary"], "uniform": np.full(n, 1.0 / n), "mean_row": P.mean(axis=0)}[shuffled]
+    h_marginal = float(-(marginal * np.log(np.where(marginal > 0, marginal, 1.0))).sum() / log)
+    return float(pi[weights] @ rows), h_marginal
+
+
+_FLOOR_FLAWS = [
+    ("log", 1.0, "you answered in nats: divide by ln 2 for bits."),
+    ("weights", "uniform", "the entropy rate weights each row by the stationary probability of its state, "
+                           "sum_i pi_i H(P_i), not by 1/n (that is the paper's h_min, right only when pi is uniform). "
+                           "If you solved P pi = pi, you found the all-ones vector: rows of P are 'from' states, "
+                           "so pi is the *left* eigenvector, pi P = pi (an eigenvector of P^T)."),
+    ("shuffled", "uniform", "the shuffled sequence keeps each symbol's frequency: its floor is H(pi), "
+                            "not log2(n) (that would be a uniform distribution)."),
+    ("shuffled", "mean_row", "the frequencies of a shuffled sequence are the stationary pi, not the average row "
+                             "of P (they agree only when P is doubly stochastic)."),
+]
+
+
+def _markov_cases():
+    cases = []
+    for n, size in enumerate((3, 4, 5, 6)):
+        draw = rng(2000 + n)
+        P = draw.dirichlet(np.full(size, 0.6), size=size)
+        P += np.eye(size) * (0.5 + 0.1 * n)  # sticky, so the two floors differ clearly
+        cases.append(P / P.sum(axis=1, keepdims=True))
+    return cases
+
+
+def check_markov_floors(fn):
+    """Check ``fn(P) -> (rate_bits, shuffled_bits)`` for a transition matrix P (n, n), rows 'from' states: the
+    entropy rate sum_i pi_i H(P_i) and the entropy H(pi) of the stationary distribution, both in bits."""
+    name = "markov_floors"
+    answers = []
+    cases = _markov_cases()
+    for n, P in enumerate(cases):
+        try:
+            got = fn(torch.from_numpy(P.copy()))
+            got = tuple(float(g) for g in got)
+        except Exception as exc:  # noqa: BLE001 - a verdict, never a traceback
+            return CheckResult(name, False, f"on a {P.shape[0]}-state chain your function raised or did not return "
+                               f"two numbers: {type(exc).__name__}: {str(exc)[:200]}. Return (rate_bits, "
+                               "shuffled_bits), two floats (or 0-d tensors).")
+        if len(got) != 2 or not all(math.isfinite(g) for g in got):
+            return CheckResult(name, False, f"expected two finite numbers (rate_bits, shuffled_bits), got {got!r}.")
+        answers.append(got)
+    expected = [_floors(P) for P in cases]
+    labels = ("The entropy rate", "The shuffled floor")
+    wrong = []
+    for i, label in enumerate(labels):
+        if all(math.isclose(a[i], e[i], rel_tol=1e-6, abs_tol=1e-9) for a, e in zip(answers, expected)):
+            continue
+        reason = next((words for knob, value, words in _FLOOR_FLAWS
+                       if all(math.isclose(a[i], _floors(P, **{knob: value})[i], rel_tol=1e-6, abs_tol=1e-9)
+                              for a, P in zip(answers, cases))), None)
+        if reason is None and all(math.isclose(a[i], _floors(P, weights="uniform", log=1.0)[i], rel_tol=1e-6)
+                                  for a, P in zip(answers, cases)):
+            reason = "two mistakes: uniform weights instead of the stationary pi, and nats instead of bits."
+        if reason is None:
+            P, a, e = cases[0], answers[0], expected[0]
+            reason = (f"on the {P.shape[0]}-state chain you returned {a[i]:.6g} bits, the reference is {e[i]:.6g}. "
+                      "Compare with rate = sum_i pi_i H(P_i), shuffled = H(pi), pi P = pi, in bits.")
+        wrong.append(f"{label} is wrong: {reason}")
+    if wrong:
+        return CheckResult(name, False, " ".join(wrong))
+    return CheckResult(name, True, f"both floors match the reference on {len(cases)} random sticky chains.")
