@@ -17,9 +17,9 @@ concepts, with no chapter and no figure in them:
 - ``monitor``     records alpha, u, b and the advantage of a model during training (chapter 9)
 
 chapter experiments, which compute and return results:
-- ``specialisation`` (chapters 4-5), ``experiments`` (chapter 6), ``comparison`` and
-  ``distributed`` (chapters 7-9, on the wind tunnels; DDP under torchrun), ``dynamics`` (frame and
-  precision inside a wind-tunnel transformer while it trains, chapter 9)
+- ``specialisation`` (chapters 4-5), ``experiments`` (chapter 6), ``comparison``, ``converged`` (the
+  shipped converged models) and ``distributed`` (chapters 7-9, on the wind tunnels; DDP under
+  torchrun), ``dynamics`` (frame and precision inside a wind-tunnel transformer while it trains, chapter 9)
 
 presentation and teaching:
 - ``plots``, ``widgets``  figures and interactive panels used by the chapters

@@ -21,6 +21,7 @@ Weights are stored as ``nn.Linear`` stores them, (out, in), so q = x @ W_Q.T.
     dL/dv_j = sum_i alpha_ij u_i
     dL/dW = sum_t (dL/d out_t) x_t^T for each projection
 
+``scores`` is the one function for s_ij (``forward`` uses it; so do the chapter experiments).
 ``score_kernel`` and ``predicted_score_change`` (one sequence) give what a step on W_Q, W_K does
 to the scores: Delta s = -lr K : dL/ds, K the score-space kernel (chapter 3's lemma).
 
@@ -114,6 +115,47 @@ def causal_mask(T, device="cpu"):
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
+def movable_pairs(T, device="cpu"):
+    """The causal pairs (j <= i) whose attention can change: all but query 0's, whose single key
+    gets alpha_00 = 1 whatever its score. True where a pair counts, (T, T)."""
+    pairs = causal_mask(_validate.integer("T", T, 1), device).clone()
+    pairs[0, 0] = False
+    return pairs
+
+
+def scores(q, k, causal=True, positions=None):
+    """s_ij = q_i . k_j / sqrt(d_k), (..., T_q, T_k), -inf where the causal mask forbids j > i
+    (``forward``'s convention). ``positions`` are the sequence positions of the rows of q (default
+    0, 1, ...: every query), so that the scores of a few queries can be computed alone.
+
+    The one home of the scores for a single head: ``forward`` and the chapter experiments
+    (``specialisation``, ``experiments.frame_rate``) use it. Three places keep their own line, for
+    a reason: ``models.CausalSelfAttention`` splits several heads out of one packed ``nn.Linear``
+    inside a layer's forward pass (no input checks on that hot path), ``monitor``'s reader must
+    repeat ``nn.MultiheadAttention``'s own arithmetic to read its heads, and ``batched`` computes
+    many models' scores in one fused einsum, block by block of keys."""
+    q = _validate.tensor("q", q, (2, 3, 4), floating=True)
+    k = _validate.tensor("k", k, (2, 3, 4), floating=True)
+    if q.shape[-1] != k.shape[-1] or q.shape[-1] == 0:
+        _fail("k.shape", f"(..., T, d_k={q.shape[-1]}): queries and keys share d_k >= 1", tuple(k.shape))
+    causal = _validate.boolean("causal", causal)
+    if positions is not None:
+        positions = _validate.tensor("positions", positions, 1).to(q.device)
+        if positions.shape[0] != q.shape[-2] or positions.is_floating_point():
+            _fail("positions", f"{q.shape[-2]} integer positions (one per row of q)", positions.shape)
+    return _scores(q, k, causal, positions)
+
+
+def _scores(q, k, causal=True, positions=None):
+    """``scores`` without the checks (``forward`` has checked its inputs already)."""
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if not causal:
+        return s
+    rows = torch.arange(q.shape[-2], device=q.device) if positions is None else positions
+    future = torch.arange(k.shape[-2], device=q.device) > rows[:, None]
+    return s.masked_fill(future, float("-inf"))
+
+
 def forward(x, params, causal=True):
     """The head's forward pass, keeping every intermediate the gradients need.
 
@@ -125,9 +167,7 @@ def forward(x, params, causal=True):
     q = x @ params["W_Q"].T
     k = x @ params["W_K"].T
     v = x @ params["W_V"].T
-    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        s = s.masked_fill(~causal_mask(x.shape[-2], x.device), float("-inf"))
+    s = _scores(q, k, causal)
     alpha = torch.softmax(s, dim=-1)
     g = alpha @ v
     logits = g @ params["W_O"].T

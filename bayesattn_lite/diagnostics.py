@@ -26,6 +26,7 @@ widgets and the training monitors of chapter 9 all compute the same numbers the 
 - ``progress_step``            the step by which a curve has covered a fraction of its total change
 - ``pca``                      principal components of a point cloud, with explained-variance shares
 - ``pearson``, ``spearman``    correlations of two flat samples
+- ``mean_sd``                  mean and sample standard deviation (ddof=1) of a sample: "mean ± sd over seeds"
 """
 
 import math
@@ -33,7 +34,7 @@ import math
 import numpy as np
 import torch
 
-from . import _validate, attention
+from . import _validate, attention, models
 
 
 def _tensor(name, a, min_dim=1):
@@ -262,7 +263,7 @@ def frame_change(before, after):
     return 0.5 * (after.double() - before.double()).abs().sum(-1).mean().item()
 
 
-def _curve(steps, values, name):
+def _check_curve(steps, values, name):
     steps, values = np.asarray(steps), np.asarray(values, dtype=float)
     if steps.ndim != 1 or values.shape != steps.shape or len(steps) == 0:
         raise ValueError(f"steps, {name}: expected two 1-D arrays of the same nonzero length, "
@@ -275,7 +276,7 @@ def _curve(steps, values, name):
 def settling_step(steps, rates, threshold):
     """The first step from which ``rates`` stays below ``threshold`` to the end (steps[0] if always,
     None if it is still above at the last step)."""
-    steps, rates = _curve(steps, rates, "rates")
+    steps, rates = _check_curve(steps, rates, "rates")
     threshold = _validate.positive("threshold", threshold)
     above = np.nonzero(~(rates < threshold))[0]  # nan counts as "not settled"
     if len(above) == 0:
@@ -312,7 +313,7 @@ def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW):
                  fraction x peak to the end of the run, or None: "not settled by step ``last_step``"}
     ``last_step``, ``last_ratio``  the run's last step and its smoothed rate there / peak
     """
-    steps, rates = _curve(steps, rates, "rates")
+    steps, rates = _check_curve(steps, rates, "rates")
     _sample("rates", rates)
     if (rates < 0).any():
         _validate.fail("rates", "change rates >= 0", f"a minimum of {rates.min():g}", described=True)
@@ -359,7 +360,7 @@ def settle_text(result, fraction=SETTLE_FRACTIONS[0]):
 
 def progress_step(steps, curve, fraction):
     """The first step at which ``curve`` has covered ``fraction`` of its change from first to last value."""
-    steps, curve = _curve(steps, curve, "curve")
+    steps, curve = _check_curve(steps, curve, "curve")
     fraction = _validate.real("fraction", fraction, 0, 1, low_open=True)
     _sample("curve", curve)  # a NaN would make the share of progress meaningless
     total = curve[-1] - curve[0]
@@ -435,6 +436,16 @@ def spearman(a, b):
     """Spearman rank correlation (Pearson on ranks, ties averaged)."""
     a, b = _flat_pair(a, b)
     return pearson(_ranks(a), _ranks(b))
+
+
+def mean_sd(values):
+    """(mean, sd) of a sample (tensor, array or list of numbers, flattened), as floats: the course's
+    "mean ± sd over seeds". sd is the sample standard deviation (ddof=1), the estimate of the spread
+    between seeds; one value has no spread to estimate, so its sd is nan (never a misleading 0)."""
+    values = _sample("values", values)
+    if values.size == 0:
+        _validate.fail("values", "at least one number", values)
+    return float(values.mean()), float(values.std(ddof=1)) if values.size > 1 else math.nan
 
 
 # ----------------------------------------------------------------------------- wind-tunnel metrics
@@ -521,40 +532,6 @@ def per_position_kl_bits(logits, batch):
 # ----------------------------------------------------------------------------- Paper I's geometry
 # The three signatures Paper I reads off a trained transformer (chapter 7): orthogonal keys, queries
 # that focus layer by layer, and values on a low-dimensional manifold ordered by posterior entropy.
-
-PROBE_NAMES = ("probe_q", "probe_k", "probe_v", "probe_alpha", "probe_g")
-
-
-def _keeper(record, key):
-    """A forward hook that stores its module's output (detached) in ``record[key]``."""
-    def hook(module, args, out):
-        record[key] = out.detach()
-    return hook
-
-
-def probe_tensors(model, tokens, probes=PROBE_NAMES):
-    """Run ``model(tokens)`` without gradients and return, for every attention layer (a module with
-    the probe points of ``models.CausalSelfAttention``, in model order), a dict probe name (without
-    "probe_") -> the tensor that passed through it, e.g. "k": (B, H, T, d_head), "alpha": (B, H, T, T)."""
-    unknown = set(probes) - set(PROBE_NAMES)
-    if unknown:
-        raise ValueError(f"probes: expected names from {PROBE_NAMES}, got {sorted(unknown)}")
-    layers = [m for m in model.modules() if all(hasattr(m, p) for p in PROBE_NAMES)]
-    if not layers:
-        raise ValueError(f"model: expected attention layers with the probe points {PROBE_NAMES}, found none")
-    records = [{} for _ in layers]
-    handles = []
-    for record, layer in zip(records, layers):
-        for p in probes:
-            handles.append(getattr(layer, p).register_forward_hook(_keeper(record, p[len("probe_"):])))
-    try:
-        with torch.no_grad():
-            model(tokens)
-    finally:
-        for h in handles:
-            h.remove()
-    return records
-
 
 def group_means(vectors, labels):
     """The mean of the rows of ``vectors`` (n, d) sharing each label (n,): returns (labels present,
@@ -656,7 +633,7 @@ def _residual_stream(model, tokens):
 
 def bayesian_geometry(model, batch, token_groups=None):
     """Paper I's three signatures of a transformer on a wind-tunnel batch (``wind_tunnels.WindTunnelBatch``),
-    read through the probe points of its attention layers:
+    read through the probe points of its attention layers (``models.run_with_probes``):
 
     - keys: ``key_orthogonality`` of the layer-0 keys, one vector per token (the mean over every
       position and sequence where the token occurs), per head, then averaged over heads; "keys" uses
@@ -675,7 +652,7 @@ def bayesian_geometry(model, batch, token_groups=None):
       ("pc1_share_residual", "spearman_residual")
     """
     _check_batch(batch)
-    records = probe_tensors(model, batch.tokens, ("probe_k", "probe_alpha", "probe_g"))
+    records = models.run_with_probes(model, batch.tokens, ("probe_k", "probe_alpha", "probe_g"))
     k = records[0]["k"]
     B, H, T, d = k.shape
     tokens = batch.tokens.reshape(-1).to(k.device)

@@ -5,7 +5,8 @@ The paper-size runs (millions of parameters, 50k+ steps) are GPU work. With N GP
     torchrun --nproc_per_node=N -m bayesattn_lite.distributed \\
         --arch transformer --task bijection --size paper --steps 50000 --out runs/
 
-Each process (rank) trains a replica on its own batches; DDP averages the gradients, so every
+Each process (rank) trains a replica on its own batches (``wind_tunnels.data_seed`` with its rank;
+with one process, the stream of ``comparison.train_on_task``); DDP averages the gradients, so every
 replica takes the same step (an effective batch of N x --batch-size). The engine is PyTorch's
 (NCCL on GPUs, gloo on CPUs), not ours; the loop is the course's ``train.train``, so the
 divergence guard, tqdm bar (rank 0 only) and checkpoints/resume work as in the chapters.
@@ -67,12 +68,6 @@ def parser():
     return p
 
 
-def data_seed(seed, step, rank, world):
-    """The seed of rank ``rank``'s batch at ``step``: distinct per (seed, step, rank); with one
-    process it is the seed ``comparison.train_on_task`` uses, so world=1 reproduces it."""
-    return comparison.DATA_SEED_BASE + (seed * comparison.MAX_STEPS + step) * world + rank
-
-
 def load_model(path, arch, task, size="cpu", **sizes):
     """The trained model from a checkpoint this script wrote (DDP's "module." prefix removed)."""
     task = wind_tunnels.wind_tunnel(task, size) if isinstance(task, str) else task
@@ -101,10 +96,10 @@ def main(argv=None):
         replica = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
 
         def loss_fn(replica, step):
-            batch = task.sample(args.batch_size, seed=data_seed(args.seed, step, rank, world)).to(device)
+            batch = task.sample(args.batch_size, seed=wind_tunnels.data_seed(args.seed, step, rank, world)).to(device)
             return comparison.task_loss(replica, batch)
 
-        name = f"{args.arch}-{args.task}-seed{args.seed}"
+        name = comparison.run_name(args.arch, args.task, args.seed)
         folder = args.out if rank == 0 else os.path.join(args.out, f".rank{rank}")
         train(replica, loss_fn, args.steps, optimizer="adam", lr=args.lr, device=device, log_every=10,
               progress=rank == 0, checkpoint_path=os.path.join(folder, f"{name}.pt"),
@@ -118,7 +113,7 @@ def main(argv=None):
                 rows.append({"arch": args.arch, "task": args.task, "size": args.size, "seed": args.seed,
                              "steps": args.steps, "world_size": world,
                              "n_params": models.count_parameters(model),
-                             "horizon": comparison._horizon_label(horizon), **metrics})
+                             "horizon": comparison.horizon_label(horizon), **metrics})
             with open(os.path.join(args.out, f"{name}.json"), "w") as f:
                 json.dump(rows, f, indent=1)
             for row in rows:

@@ -4,9 +4,9 @@ Transformer of chapters 7-8 while it trains with the shipped recipe.
 The paper's two-timescale claim says that attention (the *frame*) settles early while the values
 (the *precision*) keep refining, and that much of the loss decrease comes after the attention maps
 have settled. Chapters 4-6 measured it in one-head toys; ``run`` measures it, per attention layer,
-in the 2-layer Transformer that ``comparison.train_converged`` trains: the same model, data stream,
-seed and recipe (AdamW, warm-up + cosine, clipping, ``comparison.CONVERGED_STEPS``), so that the
-run *is* the shipped model's run, observed.
+in the 2-layer Transformer that ``converged.train_converged`` trains: the same model, data stream,
+seed and recipe (AdamW, warm-up + cosine, clipping, the wind tunnel's ``converged_steps``), so that
+the run *is* the shipped model's run, observed.
 
 - ``run``            one (task, seed): every ``SNAPSHOT_EVERY`` steps, on a fixed probe batch, the
                      attention maps and value vectors of every layer, the probe loss and the KL to the
@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import _validate, comparison, diagnostics, models, wind_tunnels
+from . import _validate, comparison, converged, diagnostics, models, wind_tunnels
 from .train import seed_everything, train
 
 TASKS = ("bijection", "recall")
@@ -58,7 +58,7 @@ _x, _w = np.polynomial.legendre.leggauss(ATTRIBUTION_NODES)
 NODES, WEIGHTS = [float(x) for x in (_x + 1) / 2], [float(w) for w in _w / 2]  # on [0, 1], weights sum to 1
 N_PROBE = 128           # sequences of the fixed probe batch
 PROBE_SEED = comparison.CURVE_SEED  # held-out sequences (the learning curves' seed), not a training batch
-DYNAMICS_DIR = comparison.PRETRAINED_DIR / "dynamics"
+DYNAMICS_DIR = converged.PRETRAINED_DIR / "dynamics"
 SCRIPT = "scripts/wind_tunnel_dynamics.py"
 DIGITS = 6              # significant digits kept in the records
 
@@ -129,13 +129,13 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
         _validate.fail("task_name", f"one of {TASKS}", task_name)
     seed = _validate.seed("seed", seed, 2**16)
     task = wind_tunnels.wind_tunnel(task_name, "cpu")
-    steps = comparison.CONVERGED_STEPS["cpu"][task.name]
+    steps = task.converged_steps["cpu"]
     if stop is not None:
         stop = _validate.integer("stop", stop, SNAPSHOT_EVERY, steps)
         if stop % SNAPSHOT_EVERY:
             _validate.fail("stop", f"a multiple of SNAPSHOT_EVERY={SNAPSHOT_EVERY}", stop)
     end = steps if stop is None else stop
-    recipe = dict(comparison.RECIPE)
+    recipe = dict(converged.RECIPE)
     sizes = comparison.model_sizes_for(ARCH, task)
     old_threads = torch.get_num_threads()
     torch.set_num_threads(_validate.integer("threads", threads, 1))
@@ -154,7 +154,7 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
         attribution = {g: [] for g in groups}
 
         def loss_fn(m, step):
-            batch = task.sample(recipe["batch_size"], seed=comparison.DATA_SEED_BASE + seed * comparison.MAX_STEPS + step)
+            batch = task.sample(recipe["batch_size"], seed=wind_tunnels.data_seed(seed, step))
             return comparison.task_loss(m, batch)
 
         def probe_loss(m):
@@ -193,7 +193,7 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
                 state["theta"] = theta
                 with torch.no_grad():
                     logits, loss = probe_loss(m)
-                records = diagnostics.probe_tensors(m, probe.tokens, ("probe_v", "probe_alpha"))
+                records = models.run_with_probes(m, probe.tokens, ("probe_v", "probe_alpha"))
                 for l, r in enumerate(records):
                     if snaps["alpha"][l]:
                         frame[l].append(diagnostics.frame_change(snaps["alpha"][l][-1], r["alpha"]))
@@ -215,7 +215,7 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
         except _Stop:
             pass
         seconds = time.perf_counter() - start
-        final = comparison.evaluate(model, task, n_seqs=comparison.N_EVAL_PRETRAINED)
+        final = comparison.evaluate(model, task, n_seqs=converged.N_EVAL_PRETRAINED)
     finally:
         torch.set_num_threads(old_threads)
     layers = []

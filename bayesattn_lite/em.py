@@ -102,8 +102,7 @@ class GMMFit:
 def initial_means(x, n_components, seed=0):
     """K distinct data points chosen at random (reproducible by seed)."""
     x = _check_x(x)
-    if isinstance(n_components, bool) or not isinstance(n_components, int) or not 1 <= n_components <= x.shape[0]:
-        raise ValueError(f"n_components: expected an int in [1, n={x.shape[0]}], got {n_components!r}")
+    n_components = _validate.integer("n_components", n_components, 1, x.shape[0])
     gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
     return x[torch.randperm(x.shape[0], generator=gen).to(x.device)[:n_components]].clone()
 
@@ -172,7 +171,7 @@ def match(found, reference):
 def fit_best(x, n_components, restarts=5, seed=0, **kwargs):
     """``fit`` from ``restarts`` random initialisations (seeds seed, seed+1, ...); the one with the
     highest final log-likelihood. EM only climbs to a local maximum, so restarts are the usual cure."""
-    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 1:
-        raise ValueError(f"restarts: expected an int >= 1, got {restarts!r}")
+    restarts = _validate.integer("restarts", restarts, 1)
+    seed = _validate.seed("seed", seed)
     fits = [fit(x, n_components, seed=seed + k, **kwargs) for k in range(restarts)]
     return max(fits, key=lambda f: f.log_likelihood[-1])

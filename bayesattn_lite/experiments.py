@@ -2,7 +2,7 @@
 
 The sticky-Markov experiment (paper section 5.2; settings from the authors' public code)::
 
-    result = em_vs_sgd()                    # 5 seeds x {SGD, EM-like}, 1000 steps, T = 2000
+    result = EMvsSGDConfig.paper().run()    # 5 seeds x {SGD, EM-like}, 1000 steps, T = 2000
     result.speedup                          # per seed: 1000 / (first step at which EM <= SGD's final loss)
     result.table()                          # final loss / entropy / accuracy vs the exact Bayes predictor
 
@@ -29,12 +29,6 @@ from .train import em_like, rates
 PAPER_SEEDS = (42, 2024, 1337, 7777, 9999)
 D_K, D_V, INIT_STD = 10, 15, 0.1   # the authors' head: W_Q, W_K 20 -> 10, W_V 20 -> 15, W_O 15 -> 8
 HELD_OUT_OFFSET = 1_000_000        # the held-out sequence of seed s is chain.sample(T, s + this)
-
-
-def schedule(lr, **factors):
-    """Learning rates per matrix: ``lr`` times a factor (``train.rates``). ``schedule(0.01, W_V=10)``
-    is the EM-like schedule, ``train.rates(0.01, train.em_like())``."""
-    return rates(lr, factors)
 
 
 POOL_OFFSET = 2_000_000          # sequence k of seed s's training pool is chain.sample(T, this + POOL_STRIDE * s + k)
@@ -90,8 +84,7 @@ def first_step_at_or_below(curve, final, threshold):
 
 
 def _summary(values):
-    values = np.asarray(values, dtype=float)
-    return f"{values.mean():.4f} ± {values.std(ddof=1) if len(values) > 1 else 0.0:.4f}"
+    return "{:.4f} ± {:.4f}".format(*diagnostics.mean_sd(values))
 
 
 @dataclass
@@ -202,7 +195,7 @@ def _check_schedules(schedules):
     for name, per_matrix in schedules.items():
         if not isinstance(per_matrix, dict) or set(per_matrix) != set(PARAM_NAMES):
             raise ValueError(f"schedules[{name!r}]: expected a rate for each of {PARAM_NAMES} "
-                             f"(e.g. experiments.schedule(0.01, W_V=10)), got {per_matrix!r}")
+                             f"(e.g. train.rates(0.01, train.em_like(10))), got {per_matrix!r}")
         for matrix, rate in per_matrix.items():
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (np.isfinite(rate) and rate >= 0):
                 raise ValueError(f"schedules[{name!r}][{matrix!r}]: expected a finite rate >= 0, got {rate!r}")
@@ -222,7 +215,7 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
                   checkpoint_path=None, checkpoint_every=100, desc="sticky Markov", pool=0, init_std=INIT_STD):
     """Train every schedule on every seed (all in one batched run) and measure them.
 
-    ``schedules`` maps a name to per-matrix rates (see ``schedule``). Models are laid out
+    ``schedules`` maps a name to per-matrix rates (``train.rates``). Models are laid out
     schedule-major: model m is schedule m // S on seed m % S. ``checkpoint_path`` saves the run
     every ``checkpoint_every`` steps and resumes it after an interruption. ``pool`` > 0 trains each
     seed on that many fresh sequences, one per step in turn, instead of the paper's one sequence
@@ -287,7 +280,7 @@ class EMvsSGDResult:
     steps: int
     T: int
     lr: float
-    value_lr_ratio: float
+    value_ratio: float
     loss_sgd: np.ndarray
     loss_em: np.ndarray
     steps_to_sgd_final: np.ndarray
@@ -314,18 +307,46 @@ class EMvsSGDResult:
         return self.run.table(["sgd", "em"])
 
 
-def em_vs_sgd(seeds=PAPER_SEEDS, steps=1000, T=2000, lr=0.01, value_lr_ratio=10.0, device=None,
-              chain=None, extra_schedules=None, **kwargs):
-    """SGD (``lr`` on every matrix) against EM-like (``lr * value_lr_ratio`` on W_V), paired by seed.
+@dataclass(frozen=True)
+class EMvsSGDConfig:
+    """The settings of one EM-vs-SGD experiment on the sticky chain: seeds, steps, sequence length
+    T, base rate ``lr``, the W_V factor ``value_ratio`` of the EM-like schedule, and the chain's
+    stickiness ``self_prob`` (the authors' self-probability before renormalisation)."""
+    seeds: tuple = PAPER_SEEDS
+    steps: int = 1000
+    T: int = 2000
+    lr: float = 0.01
+    value_ratio: float = 10.0
+    self_prob: float = 0.3
 
-    The defaults are the paper's. ``extra_schedules`` ({name: rates}, see ``schedule``) are trained
+    @classmethod
+    def paper(cls, **changes):
+        """The paper's run (section 5.2, the authors' code): 5 seeds, 1000 steps, T = 2000, lr 0.01, W_V x10."""
+        return replace(cls(), **changes)
+
+    @classmethod
+    def small(cls, **changes):
+        """3 seeds at T = 600: a few seconds on a CPU, what chapter 6's widget reruns when a control moves."""
+        return replace(cls(seeds=PAPER_SEEDS[:3], T=600), **changes)
+
+    def run(self, device=None, **kwargs):
+        """``em_vs_sgd`` with these settings (``kwargs`` as there: extra_schedules, progress, ...)."""
+        return em_vs_sgd(self.seeds, self.steps, self.T, self.lr, self.value_ratio, device=device,
+                         chain=StickyMarkovChain(self_prob=self.self_prob), **kwargs)
+
+
+def em_vs_sgd(seeds=PAPER_SEEDS, steps=1000, T=2000, lr=0.01, value_ratio=10.0, device=None,
+              chain=None, extra_schedules=None, **kwargs):
+    """SGD (``lr`` on every matrix) against EM-like (``lr * value_ratio`` on W_V), paired by seed.
+
+    The defaults are the paper's (``EMvsSGDConfig.paper()``). ``extra_schedules`` ({name: rates},
+    see ``train.rates``) are trained
     in the same batched run, on the same seeds, and land in ``result.run`` (controls come almost
     for free this way). ``kwargs`` go to ``run_schedules`` (dtype, record_every, block_size,
     progress, checkpoint_path, checkpoint_every).
     """
-    if isinstance(value_lr_ratio, bool) or not isinstance(value_lr_ratio, (int, float)) or not value_lr_ratio > 0:
-        raise ValueError(f"value_lr_ratio: expected a positive number, got {value_lr_ratio!r}")
-    schedules = {"sgd": rates(_validate.positive("lr", lr)), "em": rates(lr, em_like(value_lr_ratio))}
+    value_ratio = _validate.positive("value_ratio", value_ratio)
+    schedules = {"sgd": rates(_validate.positive("lr", lr)), "em": rates(lr, em_like(value_ratio))}
     for name, extra in (extra_schedules or {}).items():
         if name in schedules:
             _validate.fail("extra_schedules", "names other than 'sgd' and 'em' (taken by the main comparison)", name)
@@ -333,7 +354,7 @@ def em_vs_sgd(seeds=PAPER_SEEDS, steps=1000, T=2000, lr=0.01, value_lr_ratio=10.
     run = run_schedules(schedules, seeds, steps, T, chain=chain, device=device, **kwargs)
     steps_to, speedup = run.speedup("em", "sgd")
     return EMvsSGDResult(
-        seeds=run.seeds, steps=steps, T=T, lr=lr, value_lr_ratio=value_lr_ratio,
+        seeds=run.seeds, steps=steps, T=T, lr=lr, value_ratio=value_ratio,
         loss_sgd=run.loss["sgd"], loss_em=run.loss["em"], steps_to_sgd_final=steps_to, speedup=speedup,
         final_loss_sgd=run.final["sgd"]["loss"], final_loss_em=run.final["em"]["loss"],
         final_entropy_sgd=run.final["sgd"]["entropy"], final_entropy_em=run.final["em"]["entropy"],
@@ -344,26 +365,6 @@ def em_vs_sgd(seeds=PAPER_SEEDS, steps=1000, T=2000, lr=0.01, value_lr_ratio=10.
 
 
 # ----------------------------------------------------------------------------- value trajectories
-
-# The small run of chapter 6's widget: its default settings, its size, and the choices it offers.
-SMALL_DEFAULTS = {"ratio": 10.0, "self_prob": 0.3, "lr": 0.01}
-SMALL_SIZE = {"seeds": (42, 2024, 1337), "T": 600, "steps": 1000}
-SMALL_RATIOS = (1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0)
-SMALL_RATES = (0.003, 0.01, 0.03, 0.1)
-
-
-def small_em_vs_sgd(ratio=SMALL_DEFAULTS["ratio"], self_prob=SMALL_DEFAULTS["self_prob"], lr=SMALL_DEFAULTS["lr"],
-                    device=None, **size):
-    """A small EM-vs-SGD run (3 seeds, T = 600, 1000 steps: a few seconds on a CPU), what chapter 6's
-    widget reruns when a control moves; ``size`` overrides seeds, T, steps."""
-    unknown = set(size) - set(SMALL_SIZE)
-    if unknown:
-        _validate.fail("size", f"keywords among {sorted(SMALL_SIZE)}", sorted(unknown))
-    size = {**SMALL_SIZE, **size}
-    chain = StickyMarkovChain(self_prob=self_prob)
-    return em_vs_sgd(seeds=size["seeds"], steps=size["steps"], T=size["T"], lr=lr,
-                     value_lr_ratio=ratio, chain=chain, device=device, progress=False)
-
 
 def value_pca(trajectories, n_components=2):
     """Value trajectories of several schedules in one PCA basis, with their lengths.
@@ -406,15 +407,6 @@ def value_pca(trajectories, n_components=2):
 GROUPS = {"routing": ("W_Q", "W_K"), "values": ("W_V",), "readout": ("W_O",)}
 
 
-def _attention_maps(x, W_Q, W_K, queries):
-    """alpha (len(queries), T) of the causal head on one sequence at the query positions ``queries``,
-    for one snapshot of W_Q, W_K."""
-    q, k = x[queries] @ W_Q.T, x @ W_K.T
-    s = q @ k.T / math.sqrt(q.shape[-1])
-    future = torch.arange(x.shape[0])[None, :] > queries[:, None]
-    return torch.softmax(s.masked_fill(future, float("-inf")), dim=-1)
-
-
 def _snapshot_input(what, value, dims):
     """A float64 tensor of ``dims`` dimensions from a tensor or array (x: (T, d_x); weights: (snapshots, out, in))."""
     try:
@@ -438,7 +430,8 @@ def frame_rate(x, W_Q, W_K, max_queries=500):
     queries = torch.linspace(0, x.shape[0] - 1, min(max_queries, x.shape[0])).round().long()
     previous, out = None, []
     for wq, wk in zip(torch.as_tensor(W_Q), torch.as_tensor(W_K)):
-        alpha = _attention_maps(x, wq.double(), wk.double(), queries)
+        # alpha of the causal head at the chosen query rows only
+        alpha = torch.softmax(attention.scores(x[queries] @ wq.double().T, x @ wk.double().T, positions=queries), -1)
         if previous is not None:
             out.append(diagnostics.frame_change(previous, alpha))
         previous = alpha
@@ -625,7 +618,7 @@ class LongRunConfig:
         return replace(cls(seeds=(PAPER_SEEDS[0],), steps=100), **changes)
 
     def rates(self):
-        return {name: schedule(lr, W_V=factor) for name, lr, factor in self.schedules}
+        return {name: rates(lr, em_like(factor)) for name, lr, factor in self.schedules}
 
 
 # The runs the script trains (and chapter 6 reads), most important first.
@@ -683,14 +676,14 @@ def long_run(cfg, device=None, progress=True, checkpoint_path=None):
 # ``scripts/sticky_long_runs.py --only controls`` saved, and trains it again when asked to.
 CONTROLS_T = 1000
 CONTROLS = {
-    "sgd": schedule(0.01), "em": schedule(0.01, W_V=10),   # the comparison again, at this T
-    "SGD, lr 0.1": schedule(0.1),                           # every matrix at EM's value rate
-    "W_V x3": schedule(0.01, W_V=3),                        # the ratio sweep: 1 (SGD), 3, 10 (EM), 30
-    "W_V x30": schedule(0.01, W_V=30),
-    "W_Q, W_K x10": schedule(0.01, W_Q=10, W_K=10),         # the opposite split: fast routing
-    "SGD, lr 0.003": schedule(0.003), "EM, lr 0.003": schedule(0.003, W_V=10),   # the base-rate sweep
-    "SGD, lr 0.03": schedule(0.03), "EM, lr 0.03": schedule(0.03, W_V=10),
-    "EM, lr 0.1": schedule(0.1, W_V=10),                    # (SGD at base rate 0.1 is the first control)
+    "sgd": rates(0.01), "em": rates(0.01, em_like(10)),       # the comparison again, at this T
+    "SGD, lr 0.1": rates(0.1),                                # every matrix at EM's value rate
+    "W_V x3": rates(0.01, em_like(3)),                        # the ratio sweep: 1 (SGD), 3, 10 (EM), 30
+    "W_V x30": rates(0.01, em_like(30)),
+    "W_Q, W_K x10": rates(0.01, {"W_Q": 10, "W_K": 10}),      # the opposite split: fast routing
+    "SGD, lr 0.003": rates(0.003), "EM, lr 0.003": rates(0.003, em_like(10)),   # the base-rate sweep
+    "SGD, lr 0.03": rates(0.03), "EM, lr 0.03": rates(0.03, em_like(10)),
+    "EM, lr 0.1": rates(0.1, em_like(10)),                    # (SGD at base rate 0.1 is the first control)
 }
 CONTROLS_NAME = "controls"
 

@@ -11,12 +11,16 @@ position t depend on tokens 0..t only. The four differ in *how* a position reads
 - ``LSTMModel``    an LSTM: gates depend on the current input and the previous state only
 - ``WindowMLP``    an MLP over the last ``window`` tokens: fixed, position-based mixing
 
-``build(name, vocab_size, n_classes, **sizes)`` makes any of them at the course's CPU size
-(``DEFAULT_SIZES``, parameter counts within a factor ``PARAM_MATCH_FACTOR`` of each other);
-``paper_sizes(name)`` gives the GPU-size configuration (millions of parameters, as in Paper I).
+``REGISTRY`` holds one ``Architecture`` entry per model: its class, its sizes at the course's CPU
+scale (parameter counts within a factor ``PARAM_MATCH_FACTOR`` of each other) and at Paper I's
+(millions of parameters, for a GPU), its colour in every figure and its training cost.
+``build(name, vocab_size, n_classes, **sizes)`` makes any of them; ``sizes(name, scale)`` is the one
+size rule. A fifth architecture is one more entry (and its shipped weights: CONTRIBUTING.md).
 
 The Transformer's attention layers are ``CausalSelfAttention`` modules with five hook points
-(``nn.Identity``) that chapters 7 and 9 read with forward/backward hooks::
+(``nn.Identity``, ``PROBES``) that chapters 7-9 read: ``run_with_probes`` returns what passed
+through them; ``has_probes`` is the one rule that finds such a layer (``run_with_probes`` and
+``monitor``'s training hooks both use it)::
 
     probe_q, probe_k, probe_v  (B, H, T, d_head)   queries, keys, values
     probe_alpha                (B, H, T, T)        attention weights (rows sum to 1)
@@ -26,14 +30,13 @@ The Transformer's attention layers are ``CausalSelfAttention`` modules with five
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from . import _validate
-
-ARCHITECTURES = ("transformer", "mamba", "lstm", "mlp")
 
 
 # ----------------------------------------------------------------------------- validation
@@ -67,7 +70,8 @@ class _Model(nn.Module):
 
 # ----------------------------------------------------------------------------- transformer
 
-# The probe points of every attention layer: identity modules a forward hook can read (``monitor``).
+# The probe points of every attention layer: identity modules a forward hook can read
+# (``run_with_probes``, ``monitor``).
 PROBES = ("probe_q", "probe_k", "probe_v", "probe_alpha", "probe_g")
 
 
@@ -346,62 +350,73 @@ class WindowMLP(_Model):
         return self.mlp(torch.cat([frames, pos], dim=-1))
 
 
-# ----------------------------------------------------------------------------- sizes
+# ----------------------------------------------------------------------------- the registry
 
-MODELS = {"transformer": Transformer, "mamba": SelectiveSSM, "lstm": LSTMModel, "mlp": WindowMLP}
+@dataclass(frozen=True)
+class Architecture:
+    """One architecture of the comparison, and everything the course keys by its name.
+
+    cls               the model class, called as cls(vocab_size, n_classes, **sizes)
+    small             its constructor sizes at the course's CPU scale (scale "cpu")
+    paper             Paper I's scale (scale "paper"): what changes on top of ``small``
+    colour            its colour in every figure (chapters 7-9; an Okabe-Ito colour)
+    cost              milliseconds per step of batch 64 on one CPU thread, measured: the training
+                      script starts the longest runs first, so that its workers finish together
+    gpu_step_seconds  the assumed floor of one paper-size step on a GPU (``converged.cost_estimate``)
+    """
+
+    name: str
+    cls: type
+    small: dict
+    paper: dict
+    colour: str
+    cost: float
+    gpu_step_seconds: float
+
 
 # CPU sizes (the chapter's table): small enough for seconds per run on one core, and with
 # parameter counts within PARAM_MATCH_FACTOR of each other (16k-19k at the CPU wind tunnels'
 # vocabularies; Mamba's d_state is 4 because its (B, T, channels, d_state) state dominates
 # the CPU time). max_len 128 covers the CPU HMM task at horizon K = 50.
-DEFAULT_SIZES = {
-    "transformer": dict(d_model=24, n_layers=2, n_heads=2, max_len=128),
-    "mamba": dict(d_model=32, n_layers=2, d_state=4),
-    "lstm": dict(d_model=44, n_layers=1),
-    "mlp": dict(d_model=16, window=8, hidden=72, max_len=128),
-}
-PARAM_MATCH_FACTOR = 1.25  # largest / smallest parameter count across the four, tested
-
-# Paper I's models have 2.7M-7.4M parameters; these land in that range (a GPU run).
-PAPER_SIZES = {
-    "transformer": dict(d_model=256, n_layers=4, n_heads=8),
-    "mamba": dict(d_model=256, n_layers=8, d_state=16),
-    "lstm": dict(d_model=512, n_layers=2),
-    "mlp": dict(d_model=128, window=16, hidden=1024),
-}
+# Paper I's models have 2.7M-7.4M parameters; the paper sizes land in that range (a GPU run).
+REGISTRY = {a.name: a for a in (
+    Architecture("transformer", Transformer, small=dict(d_model=24, n_layers=2, n_heads=2, max_len=128),
+                 paper=dict(d_model=256, n_layers=4, n_heads=8), colour="#0072B2",  # blue
+                 cost=1.0, gpu_step_seconds=0.01),
+    Architecture("mamba", SelectiveSSM, small=dict(d_model=32, n_layers=2, d_state=4),
+                 paper=dict(d_model=256, n_layers=8, d_state=16), colour="#009E73",  # green
+                 cost=4.0, gpu_step_seconds=0.03),
+    Architecture("lstm", LSTMModel, small=dict(d_model=44, n_layers=1),
+                 paper=dict(d_model=512, n_layers=2), colour="#E69F00",  # orange
+                 cost=0.6, gpu_step_seconds=0.01),
+    Architecture("mlp", WindowMLP, small=dict(d_model=16, window=8, hidden=72, max_len=128),
+                 paper=dict(d_model=128, window=16, hidden=1024), colour="#D55E00",  # vermilion
+                 cost=0.6, gpu_step_seconds=0.005),
+)}
+ARCHITECTURES = tuple(REGISTRY)
+PARAM_MATCH_FACTOR = 1.25  # largest / smallest parameter count across the four at the CPU scale, tested
 
 
 def _check_name(name):
-    if name not in MODELS:
+    if not isinstance(name, str) or name not in REGISTRY:
         _validate.fail("architecture", f"one of {ARCHITECTURES}", name)
 
 
-def paper_sizes(name):
-    """Constructor kwargs of ``name`` at Paper I's scale (millions of parameters; for a GPU)."""
-    _check_name(name)
-    return dict(PAPER_SIZES[name])
-
-
-def default_sizes(name):
-    """Constructor kwargs of ``name`` at the course's CPU scale (what ``build`` uses by default)."""
-    _check_name(name)
-    return dict(DEFAULT_SIZES[name])
-
-
 def sizes(name, scale="cpu", **overrides):
-    """The one size rule: the constructor kwargs of ``name`` at ``scale`` ("cpu": ``DEFAULT_SIZES``;
-    "paper": ``PAPER_SIZES`` over them), then ``overrides`` on top. An override changes only what
-    it names: ``sizes("transformer", "paper", n_layers=1)`` keeps d_model 256."""
+    """The one size rule: the constructor kwargs of ``name`` at ``scale`` ("cpu": the entry's
+    ``small``; "paper": its ``paper`` over them), then ``overrides`` on top. An override changes
+    only what it names: ``sizes("transformer", "paper", n_layers=1)`` keeps d_model 256."""
     _check_name(name)
     if scale not in ("cpu", "paper"):
         _validate.fail("scale", "'cpu' or 'paper'", scale)
-    return {**DEFAULT_SIZES[name], **(PAPER_SIZES[name] if scale == "paper" else {}), **overrides}
+    arch = REGISTRY[name]
+    return {**arch.small, **(arch.paper if scale == "paper" else {}), **overrides}
 
 
 def build(name, vocab_size, n_classes, **sizes_):
-    """``MODELS[name]`` at ``default_sizes(name)``, any of them overridden by ``sizes_``."""
+    """The ``name`` model at the CPU scale (``sizes(name)``), any of its sizes overridden by ``sizes_``."""
     kwargs = sizes(name, "cpu", **sizes_)  # checks the name first
-    return MODELS[name](vocab_size, n_classes, **kwargs)
+    return REGISTRY[name].cls(vocab_size, n_classes, **kwargs)
 
 
 def count_parameters(model):
@@ -409,3 +424,44 @@ def count_parameters(model):
     if not isinstance(model, nn.Module):
         _validate.fail("model", "a torch.nn.Module", type(model).__name__, described=True)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# ----------------------------------------------------------------------------- reading the probes
+
+def has_probes(module):
+    """Whether ``module`` is an attention layer with the probe points (``PROBES``): the one rule that
+    finds attention layers, in ``run_with_probes`` and in ``monitor``."""
+    return all(isinstance(getattr(module, p, None), nn.Module) for p in PROBES)
+
+
+def _keeper(record, key):
+    """A forward hook that stores its module's output (detached) in ``record[key]``."""
+    def hook(module, args, out):
+        record[key] = out.detach()
+    return hook
+
+
+def run_with_probes(model, inputs, names=PROBES):
+    """Run ``model(inputs)`` without gradients and return what passed through the probe points
+    ``names`` of every attention layer (``has_probes``, in model order, the model itself included):
+    a list indexed by layer of dicts probe name without "probe_" -> tensor, e.g. "k" (B, H, T, d_head),
+    "alpha" (B, H, T, T). ``inputs`` is what the model takes: tokens for a model of this module, a
+    (B, T, d_model) tensor for a bare ``CausalSelfAttention``."""
+    if isinstance(names, str) or not isinstance(names, (list, tuple)) or not set(names) <= set(PROBES):
+        _validate.fail("names", f"a list of probe names from {PROBES}", names)
+    if not isinstance(model, nn.Module):
+        _validate.fail("model", "a torch.nn.Module", type(model).__name__, described=True)
+    layers = [m for m in model.modules() if has_probes(m)]
+    if not layers:
+        _validate.fail("model", f"a model with attention layers carrying the probe points {PROBES}",
+                       f"none in {type(model).__name__}", described=True)
+    records = [{} for _ in layers]
+    handles = [getattr(layer, p).register_forward_hook(_keeper(record, p[len("probe_"):]))
+               for record, layer in zip(records, layers) for p in names]
+    try:
+        with torch.no_grad():
+            model(inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return records

@@ -9,9 +9,9 @@ A_ij = E_{alpha_i}[b] - b_ij of chapter 2. It understands three kinds of layer:
 - ``torch.nn.MultiheadAttention``: per-head q, k, v are recomputed from the captured inputs and the
   in-projection weights (and masks), alpha from them; u comes from the gradient of the layer's output
   through the output projection, dL/dg = dL/d(out) @ W_out.
-- modules with the probe points ``probe_q``, ``probe_k``, ``probe_v``, ``probe_alpha``, ``probe_g``
-  (``bayesattn_lite.models.CausalSelfAttention``): forward hooks read the tensors, a hook on the
-  gradient of g gives u.
+- modules with the probe points ``models.PROBES`` (``probe_q``, ``probe_k``, ``probe_v``,
+  ``probe_alpha``, ``probe_g``; ``bayesattn_lite.models.CausalSelfAttention``), found by
+  ``models.has_probes``: forward hooks read the tensors, a hook on the gradient of g gives u.
 - ``bayesattn_lite.attention.AttentionHead`` (chapters 1-6): the forward pass is recomputed from the
   captured input; u = dL/dlogits @ W_O.
 
@@ -64,7 +64,6 @@ from torch import nn
 
 from . import _validate, attention, diagnostics, models
 
-PROBES = models.PROBES  # the probe points every attention layer of ``models`` carries
 SUMMARIES = ("positive_mass", "weighted_entropy", "entropy", "score_grad", "advantage_share", "u_norm",
              "frame_rate", "precision_rate")
 
@@ -74,7 +73,7 @@ SUMMARIES = ("positive_mass", "weighted_entropy", "entropy", "score_grad", "adva
 def _kind(module):
     if isinstance(module, nn.MultiheadAttention):
         return "mha"
-    if all(isinstance(getattr(module, p, None), nn.Module) for p in PROBES):
+    if models.has_probes(module):
         return "probes"
     if isinstance(module, attention.AttentionHead):
         return "head"
@@ -88,7 +87,7 @@ def attention_layers(model):
     found = [(name or "model", m, _kind(m)) for name, m in model.named_modules() if _kind(m)]
     if not found:
         raise ValueError("model: expected at least one attention layer (torch.nn.MultiheadAttention, a module "
-                         f"with the probe points {PROBES}, or attention.AttentionHead), found none in "
+                         f"with the probe points {models.PROBES}, or attention.AttentionHead), found none in "
                          f"{type(model).__name__}")
     return found
 
@@ -106,7 +105,7 @@ def _mha_internals(mha, args, kwargs):
     elif not mha.batch_first:  # (T, B, E) -> (B, T, E)
         query, key, value = (t.transpose(0, 1) for t in (query, key, value))
     E, H = mha.embed_dim, mha.num_heads
-    if mha._qkv_same_embed_dim:
+    if mha.in_proj_weight is not None:  # one packed in-projection (query, key and value of one width)
         W_q, W_k, W_v = mha.in_proj_weight.chunk(3)
     else:
         W_q, W_k, W_v = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight

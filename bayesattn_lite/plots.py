@@ -5,20 +5,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from . import specialisation
+from . import models, specialisation
 
 # The Okabe-Ito palette: eight colours that stay distinct under the common colour-vision deficiencies.
 OKABE_ITO = {
     "blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermilion": "#D55E00",
     "purple": "#CC79A7", "sky": "#56B4E9", "yellow": "#F0E442", "black": "#000000",
 }
-# One colour per role, used in every chapter.
+# One colour per role, used in every chapter, and one per architecture (chapters 7-9), from its
+# entry in models.REGISTRY.
 COLORS = {
     "query": OKABE_ITO["blue"], "key": OKABE_ITO["orange"], "value": OKABE_ITO["green"],
     "error": OKABE_ITO["vermilion"], "sgd": "0.45", "em": OKABE_ITO["purple"], "bayes": "black",
-    # One colour per architecture (chapters 7-9).
-    "transformer": OKABE_ITO["blue"], "mamba": OKABE_ITO["green"], "lstm": OKABE_ITO["orange"],
-    "mlp": OKABE_ITO["vermilion"],
+    **{arch.name: arch.colour for arch in models.REGISTRY.values()},
 }
 
 
@@ -410,7 +409,7 @@ def sticky_em_vs_sgd(fig, result):
     diamonds at the right edge) and the speed-up per seed, on ``fig``."""
     ax_loss, ax_speed = fig.subplots(1, 2, gridspec_kw={"width_ratios": (2.2, 1)})
     seed_bands(ax_loss, result.loss_sgd, COLORS["sgd"], f"SGD, lr {result.lr:g}")
-    seed_bands(ax_loss, result.loss_em, COLORS["em"], f"EM-like, $W_V$ lr x{result.value_lr_ratio:g}")
+    seed_bands(ax_loss, result.loss_em, COLORS["em"], f"EM-like, $W_V$ lr x{result.value_ratio:g}")
     ax_loss.axhline(float(np.mean(result.bayes_loss)), color="black", ls="--", lw=1, label="exact Bayes (mean)")
     ax_loss.axhline(float(np.mean(result.final_loss_sgd)), color=COLORS["sgd"], ls=":", lw=1,
                     label="SGD's final loss (mean)")
@@ -445,7 +444,7 @@ def message(fig, text):
 def ladder(ax, rows, value, group="task", colors=None, ylabel="", log_y=False, labels=None):
     """One panel of the size ladder: ``value(row)`` against the parameter count (log scale), one
     point per run and a line through the mean of each rung, one colour per ``group`` (rows from
-    ``comparison.ladder_rows``). ``labels`` maps a group to its legend text."""
+    ``converged.ladder_rows``). ``labels`` maps a group to its legend text."""
     groups = list(dict.fromkeys(r[group] for r in rows))
     palette = list(OKABE_ITO.values())
     for i, g in enumerate(groups):

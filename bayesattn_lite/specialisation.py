@@ -87,6 +87,18 @@ class Config:
     log_every: int = 10
     frozen: tuple = ()
 
+    @classmethod
+    def paper(cls, **changes):
+        """The full-size run of chapters 4 and 5: the defaults. The paper fixes no sizes or rates for
+        its toy simulation (it leaves them open), so these are the course's choice, stated in the
+        chapters."""
+        return replace(cls(), **changes)
+
+    @classmethod
+    def small(cls, **changes):
+        """A quick version (fewer sequences and steps): a redraw of chapter 4's widget takes seconds."""
+        return replace(cls(n_train=256, n_probe=128, steps=400), **changes)
+
     def describe(self):
         return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
 
@@ -170,7 +182,7 @@ def probe_metrics(model, task, probe):
     logits = fw["logits"]
     metrics = {
         "probe_loss": torch.nn.functional.cross_entropy(logits.reshape(-1, task.n_sources), yp.reshape(-1)).item(),
-        "kl_bits": task.kl_bits(xp, logits),
+        "kl_bits": task.kl_bits(logits, xp),
         "attn_entropy": diagnostics.attention_entropy(alpha).mean().item(),
         "signal_mass": diagnostics.attention_mass(alpha, sp)[:, 1:].mean().item(),
         "compat_cos": diagnostics.attended_compatibility(alpha, g["u"], v).mean().item(),
@@ -193,9 +205,7 @@ def _loop_record(task, batch, p0, p1):
     g0 = attention.gradients(x, y, p0)
     a0, a1 = fw0["alpha"], fw1["alpha"]
     T = x.shape[-2]
-    pairs = attention.causal_mask(T).clone()
-    pairs[0, 0] = False  # query 0 has a single key: its attention cannot change
-    pairs = pairs.expand_as(a0)
+    pairs = attention.movable_pairs(T).expand_as(a0)
     predicted = diagnostics.predicted_attention_change(a0, g0["advantage"])
     moved = diagnostics.movement_toward(fw1["v"] - fw0["v"], g0["u"])
     visible = attention.causal_mask(T).expand_as(a0)
@@ -428,18 +438,7 @@ def reference_entropies(run_):
     return (diagnostics.attention_entropy(uniform).mean().item(), diagnostics.attention_entropy(ideal).mean().item())
 
 
-def small_config(**changes):
-    """The widget's version: fewer training sequences, so that a redraw takes a few seconds."""
-    return replace(Config(n_train=256, n_probe=128, steps=400), **changes)
-
-
-# ----------------------------------------------------------------------------- summaries, figures
-
-def mean_sd(values):
-    """(mean, standard deviation over seeds) of a 1-D sample, as floats."""
-    values = np.asarray(values, float)
-    return float(np.mean(values)), float(np.std(values))
-
+# ----------------------------------------------------------------------------- summaries
 
 def loop_window(runs, key, start, stop):
     """One number per run: the mean of a loop measurement over the recorded steps in [start, stop)."""
@@ -784,11 +783,6 @@ def parameter_snapshots(cfg, seed, at):
     return snaps
 
 
-def _scores(x, W_Q, W_K):
-    q, k = x @ W_Q.T, x @ W_K.T
-    return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-
-
 def score_step(x, y, p0, p1, lr):
     """One step t -> t+1 of the scores on a batch (x, y), against two predictions, over the visible
     pairs with i >= 1 (query 0 has one key, so its score cannot matter):
@@ -803,12 +797,12 @@ def score_step(x, y, p0, p1, lr):
     decrease         -(dL/ds) . (first-order Delta s) / lr = grad_s L . K grad_s L, >= 0 (K is PSD)
     """
     g = attention.gradients(x, y, p0)
-    realised = _scores(x, p1["W_Q"], p1["W_K"]) - _scores(x, p0["W_Q"], p0["W_K"])
-    _, first_order = torch.func.jvp(lambda WQ, WK: _scores(x, WQ, WK), (p0["W_Q"], p0["W_K"]),
-                                    (-lr * g["W_Q"], -lr * g["W_K"]))
-    pairs = attention.causal_mask(x.shape[-2]).clone()
-    pairs[0, 0] = False
-    pairs = pairs.expand_as(realised)
+    def scores(W_Q, W_K):  # unmasked: only the movable pairs are read, and -inf - -inf would be nan
+        return attention.scores(x @ W_Q.T, x @ W_K.T, causal=False)
+
+    realised = scores(p1["W_Q"], p1["W_K"]) - scores(p0["W_Q"], p0["W_K"])
+    _, first_order = torch.func.jvp(scores, (p0["W_Q"], p0["W_K"]), (-lr * g["W_Q"], -lr * g["W_K"]))
+    pairs = attention.movable_pairs(x.shape[-2]).expand_as(realised)
     free, real, lin = -g["s"][pairs], realised[pairs], first_order[pairs]
     return {"agree_gradient": (torch.sign(free) == torch.sign(real)).double().mean().item(),
             "agree_kernel": (torch.sign(lin) == torch.sign(real)).double().mean().item(),
@@ -823,9 +817,7 @@ def kernel_offdiagonal(x, params, n_seqs=16):
     K[i'j', ij] = [(x_i.x_i')(k_j.k_j') + (x_j.x_j')(q_i.q_i')]/d_k (``attention.score_kernel``);
     its diagonal is the part of a pair's step that comes from the pair's own gradient."""
     fw = attention.forward(x[:n_seqs], params)
-    T = x.shape[-2]
-    pairs = attention.causal_mask(T).clone()
-    pairs[0, 0] = False
+    pairs = attention.movable_pairs(x.shape[-2])
     shares = []
     for b in range(min(n_seqs, x.shape[0])):
         K = attention.score_kernel(x[b].double(), fw["q"][b].double(), fw["k"][b].double())
@@ -851,15 +843,6 @@ def score_kernel_record(cfg, seed, every=10, until=300, kernel_at=(0, 100, 300),
     return out
 
 
-def _signal_log_odds(task, x):
-    """log p(signal | x_j) / p(distractor | x_j) for every observation, from the task's exact densities."""
-    x = x.double()
-    var = task.noise ** 2
-    source = -((x[..., None, :] - task.means) ** 2).sum(-1) / (2 * var) + math.log(task.signal_prob / task.n_sources)
-    distractor = -((x - task.distractor) ** 2).sum(-1) / (2 * var) + math.log1p(-task.signal_prob)
-    return torch.logsumexp(source, -1) - distractor
-
-
 def _best_readout(g, y, n_classes, iters=100, init=None):
     """argmin_M of the mean cross-entropy of logits g M^T: a convex problem (logistic regression),
     solved by L-BFGS from ``init`` (default zeros). This is the best W_O W_V for fixed attention
@@ -879,12 +862,6 @@ def _best_readout(g, y, n_classes, iters=100, init=None):
     opt.step(closure)
     with torch.no_grad():
         return M.detach(), torch.nn.functional.cross_entropy(g @ M.T, y).item()
-
-
-def _kl_by_position_bits(task, x, logits):
-    post = task.posterior(x)
-    log_model = torch.log_softmax(logits.double(), -1)
-    return diagnostics.kl_divergence(post, log_model, bits=True).mean(0).numpy()
 
 
 def oracle_heads(cfg, seed, temperatures=(0.25, 0.5, 1.0, 2.0)):
@@ -909,13 +886,13 @@ def oracle_heads(cfg, seed, temperatures=(0.25, 0.5, 1.0, 2.0)):
         return w / w.sum(-1, keepdim=True)
 
     def content_weights(xs, c):
-        scores = (c * _signal_log_odds(task, xs))[:, None, :].expand(-1, T, T)
+        scores = (c * task.signal_log_odds(xs))[:, None, :].expand(-1, T, T)
         return torch.softmax(scores.masked_fill(~causal, -math.inf), -1)
 
     def evaluate(w_train, w_probe):
         M, train_loss = _best_readout(w_train @ x.double(), y, task.n_sources)
         logits = (w_probe @ xp.double()) @ M.T
-        return train_loss, {"kl": task.kl_bits(xp, logits), "kl_by_position": _kl_by_position_bits(task, xp, logits)}
+        return train_loss, {"kl": task.kl_bits(logits, xp), "kl_by_position": task.kl_bits_by_position(logits, xp).numpy()}
 
     with _one_thread():
         _, signal = evaluate(signal_weights(sig), signal_weights(sp_))

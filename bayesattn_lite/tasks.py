@@ -230,8 +230,9 @@ class SourcesTask:
         x = centres + self.noise * torch.randn(B, T, self.d_x, generator=gen, dtype=torch.float64)
         return x.to(dtype), z[:, None].expand(B, T).clone(), is_signal
 
-    def log_likelihoods(self, x):
-        """log p(x_t | z) for every position and source, (B, T, K), float64 (constants dropped)."""
+    def _densities(self, x):
+        """log N(x_t; mu_z, noise^2 I) for every source, (B, T, K), and log N(x_t; mu_D, noise^2 I),
+        (B, T, 1), float64, constants dropped (the same in both)."""
         x = _validate.tensor("x", x, 3, floating=True)
         if x.shape[-1] != self.d_x:
             _validate.fail("x", f"shape (B, T, d_x={self.d_x})", x)
@@ -240,6 +241,11 @@ class SourcesTask:
         means, distractor = self.means.to(x.device), self.distractor.to(x.device)  # x may be on a GPU
         log_source = -((x[..., None, :] - means) ** 2).sum(-1) / (2 * var)       # (B, T, K)
         log_distractor = -((x - distractor) ** 2).sum(-1, keepdim=True) / (2 * var)  # (B, T, 1)
+        return log_source, log_distractor
+
+    def log_likelihoods(self, x):
+        """log p(x_t | z) for every position and source, (B, T, K), float64 (constants dropped)."""
+        log_source, log_distractor = self._densities(x)
         if self.signal_prob == 1:  # no distractors at all (log(1 - rho) would be log 0)
             return log_source
         return torch.logaddexp(math.log(self.signal_prob) + log_source,
@@ -249,6 +255,13 @@ class SourcesTask:
         """The exact posterior p(z | x_0..t) at every position, (B, T, K), float64: what a causal
         Bayes-optimal predictor outputs."""
         return torch.softmax(self.log_likelihoods(x).cumsum(dim=1), dim=-1)
+
+    def signal_log_odds(self, x):
+        """log p(signal | x_t) / p(distractor | x_t) for every observation alone, (B, T), float64:
+        how sure one observation is that it came from a source (chapter 4's content oracle)."""
+        log_source, log_distractor = self._densities(x)
+        signal = torch.logsumexp(log_source, -1) + math.log(self.signal_prob / self.n_sources)
+        return signal - (log_distractor[..., 0] + math.log1p(-self.signal_prob))
 
     def observation_posterior(self, x):
         """p(z | x_t) from one observation alone, (B, T, K): how much a single value can know."""
@@ -262,14 +275,19 @@ class SourcesTask:
         _validate.labels("y", y, self.n_sources)
         return -torch.log(post.gather(-1, y[..., None].long()).clamp_min(1e-300)).mean().item()
 
-    def kl_bits(self, x, logits):
-        """Mean KL(p_Bayes || p_model) in bits over positions: how far a model is from the exact posterior."""
+    def kl_bits_by_position(self, logits, x):
+        """KL(p_Bayes || p_model) in bits at every position, the mean over the sequences: (T,) float64.
+        Arguments in ``diagnostics.kl_bits``'s order: the model's logits (B, T, K), then the data."""
         post = self.posterior(x)
         logits = _validate.tensor("logits", logits, 3, floating=True)
         if tuple(logits.shape) != tuple(post.shape):
             _validate.fail("logits", f"shape {tuple(post.shape)} (B, T, K)", logits)
-        log_model = torch.log_softmax(logits.detach().to(torch.float64), dim=-1)
-        return diagnostics.kl_divergence(post, log_model, bits=True).mean().item()
+        log_model = torch.log_softmax(logits.detach().to(post.device, torch.float64), dim=-1)
+        return diagnostics.kl_divergence(post, log_model, bits=True).mean(0)
+
+    def kl_bits(self, logits, x):
+        """Mean KL(p_Bayes || p_model) in bits over positions: how far a model is from the exact posterior."""
+        return self.kl_bits_by_position(logits, x).mean().item()
 
 
 def sources_task(n_sources=3, d_x=12, seq_len=16, signal_prob=0.4, noise=1.0, separation=3.0, seed=0):

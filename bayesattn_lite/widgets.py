@@ -367,9 +367,9 @@ def snapshot_slider(states, index=0, figsize=(14.0, 4.2)):
 # ----------------------------------------------------------------------------- chapter 4: the specialisation explorer
 
 def specialisation_figure(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
-    """Train ``cfg`` (default ``specialisation.small_config()``) for ``seeds`` and draw ``plots.specialisation_curves``: the widget's
+    """Train ``cfg`` (default ``specialisation.Config.small()``) for ``seeds`` and draw ``plots.specialisation_curves``: the widget's
     figure, and the static figure of its default state."""
-    runs = specialisation.run_seeds(cfg or specialisation.small_config(), seeds)
+    runs = specialisation.run_seeds(cfg or specialisation.Config.small(), seeds)
     fig = plt.figure(figsize=figsize)
     plots.specialisation_curves(fig, runs)
     fig.tight_layout()
@@ -378,11 +378,11 @@ def specialisation_figure(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
 
 def specialisation_explorer(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
     """An ipywidgets panel: choose the learning rate, the value/routing rate ratio and the number of
-    steps; it retrains a small version (``specialisation.small_config``) for ``seeds`` and redraws ``specialisation_figure``."""
+    steps; it retrains a small version (``specialisation.Config.small()``) for ``seeds`` and redraws ``specialisation_figure``."""
     import ipywidgets
     from IPython.display import display
 
-    cfg = cfg or specialisation.small_config()
+    cfg = cfg or specialisation.Config.small()
 
     def update(lr, value_ratio, steps):
         try:
@@ -413,10 +413,15 @@ def specialisation_explorer(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
 # EM-vs-SGD experiment and redraws the loss curves and the speed-up per seed; the chapter draws
 # the default state as a static figure above the widget with the same drawing function.
 
-def sticky_explorer(initial=None, figsize=(10.0, 4.4), device=None):
-    """The ipywidgets panel: ratio, stickiness and base rate; reruns ``experiments.small_em_vs_sgd`` on release.
+VALUE_RATIOS = (1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0)   # the sticky explorer's choices of W_V factor
+BASE_RATES = (0.003, 0.01, 0.03, 0.1)                      # and of base learning rate
 
-    ``initial`` is the result of ``experiments.small_em_vs_sgd()`` at the defaults, if already computed (the
+
+def sticky_explorer(initial=None, figsize=(10.0, 4.4), device=None):
+    """The ipywidgets panel: value ratio, stickiness and base rate; reruns ``experiments.EMvsSGDConfig.small``
+    with them on release.
+
+    ``initial`` is the result of ``experiments.EMvsSGDConfig.small().run()`` at the defaults, if already computed (the
     chapter's static figure): the panel then shows it instead of training it again. Results are
     kept, so moving a control back costs nothing.
     """
@@ -425,16 +430,17 @@ def sticky_explorer(initial=None, figsize=(10.0, 4.4), device=None):
 
     style = {"description_width": "initial"}
     layout = ipywidgets.Layout(width="420px")
-    cache, D = {}, experiments.SMALL_DEFAULTS
+    cache, D = {}, experiments.EMvsSGDConfig.small()
     if initial is not None:
-        cache[(D["ratio"], D["self_prob"], D["lr"])] = initial
+        cache[(D.value_ratio, D.self_prob, D.lr)] = initial
 
-    def update(ratio, self_prob, lr):
+    def update(value_ratio, self_prob, lr):
         fig = plt.figure(figsize=figsize)
-        key = (float(ratio), round(float(self_prob), 6), float(lr))
+        key = (float(value_ratio), round(float(self_prob), 6), float(lr))
         try:
             if key not in cache:
-                cache[key] = experiments.small_em_vs_sgd(ratio, self_prob, lr, device=device)
+                cache[key] = experiments.EMvsSGDConfig.small(value_ratio=key[0], self_prob=key[1], lr=key[2]).run(
+                    device=device, progress=False)
             result = cache[key]
             plots.sticky_em_vs_sgd(fig, result)
         except TrainingDiverged as error:  # a clear message instead of nan curves
@@ -446,11 +452,11 @@ def sticky_explorer(initial=None, figsize=(10.0, 4.4), device=None):
 
     return _panel(
         update,
-        ratio=ipywidgets.SelectionSlider(options=experiments.SMALL_RATIOS, value=D["ratio"], continuous_update=False,
+        value_ratio=ipywidgets.SelectionSlider(options=VALUE_RATIOS, value=D.value_ratio, continuous_update=False,
                                          description="W_V rate / routing rate", style=style, layout=layout),
-        self_prob=ipywidgets.FloatSlider(value=D["self_prob"], min=0.0, max=0.9, step=0.05,
+        self_prob=ipywidgets.FloatSlider(value=D.self_prob, min=0.0, max=0.9, step=0.05,
                                          continuous_update=False, description="stickiness (self-probability)",
                                          style=style, layout=layout),
-        lr=ipywidgets.SelectionSlider(options=experiments.SMALL_RATES, value=D["lr"], continuous_update=False,
+        lr=ipywidgets.SelectionSlider(options=BASE_RATES, value=D.lr, continuous_update=False,
                                       description="base learning rate", style=style, layout=layout),
     )

@@ -8,6 +8,11 @@ Every task samples a whole batch at once. The targets are samples of the *true* 
 actual value, the actual hidden state), not of the posterior's mode, so the expected cross-entropy is
 minimised exactly by the posterior: a model trained by cross-entropy should learn batch.posterior at
 every scored position.
+
+Each wind tunnel is one class, registered in ``WIND_TUNNELS``, that also carries what the course
+needs to know about it: ``converged_steps`` (the steps of the shipped, converged runs at each
+scale) and ``test_horizons()`` (the longer horizons a trained model is also tested at). A training
+run draws its batches from ``data_seed(seed, step)``, one stream per run seed.
 """
 
 from dataclasses import dataclass
@@ -17,6 +22,25 @@ import torch
 from . import _validate
 
 IGNORE_INDEX = -100  # targets at positions that are not scored (torch's cross_entropy default)
+
+# ----------------------------------------------------------------------------- the training stream
+# A training run draws the batch of each step with its own seed, data_seed(seed, step): one stream
+# per run seed, the same after a resume, and far from the held-out seeds (12345, 54321). Under DDP
+# each of ``world`` processes draws its own batches; with one process the stream is the same. The
+# shipped models were trained on exactly these seeds, so the rule must not change.
+DATA_SEED_BASE = 2**40
+MAX_STEPS = 2**24  # steps per stream: one more would reach the next run seed's stream
+MAX_SEED = 2**16   # run seeds below it keep every stream seed below 2**63 for up to 2**16 processes
+
+
+def data_seed(seed, step, rank=0, world=1):
+    """The seed of the training batch of run ``seed`` at ``step``, on process ``rank`` of ``world``:
+    DATA_SEED_BASE + (seed * MAX_STEPS + step) * world + rank. Distinct for every (seed, step, rank)."""
+    seed = _validate.seed("seed", seed, MAX_SEED)
+    step = _validate.integer("step", step, 0, MAX_STEPS - 1)
+    world = _validate.integer("world", world, 1, 2**16)
+    rank = _validate.integer("rank", rank, 0, world - 1)
+    return DATA_SEED_BASE + (seed * MAX_STEPS + step) * world + rank
 
 
 def _indices(what, value, high, dims=2, shape=None):
@@ -91,11 +115,19 @@ def _horizon(task, horizon, name, default, minimum, maximum=None):
 
 class _WindTunnel:
     """What the three wind tunnels share: a name and a primitive, a repr of the constructor's
-    settings, and the checks at the start of ``sample``, which accepts one keyword (``horizon``,
-    e.g. "K" for the HMM) to change the length of the sequences."""
+    settings, the checks at the start of ``sample``, which accepts one keyword (``horizon``,
+    e.g. "K" for the HMM) to change the length of the sequences, and the test horizons."""
 
     name = primitive = horizon = None
-    settings = ()  # constructor arguments, in order, for repr
+    settings = ()         # constructor arguments, in order, for repr
+    converged_steps = {}  # {"cpu": steps, "paper": steps} of the converged runs (``converged``)
+    test_ratios = ()      # the test horizons, as multiples of the trained one (``test_horizons``)
+
+    def test_horizons(self):
+        """The longer horizons a trained model is also tested at, as ``sample`` keywords:
+        [{"K": 18}, {"K": 30}] for the HMM at K = 12; none for a task whose horizon cannot grow."""
+        trained = getattr(self, self.horizon)
+        return [{self.horizon: int(round(r * trained))} for r in self.test_ratios]
 
     def __repr__(self):
         return f"{type(self).__name__}(" + ", ".join(f"{k}={getattr(self, k):g}" for k in self.settings) + ")"
@@ -131,6 +163,8 @@ class BijectionTask(_WindTunnel):
     """
 
     name, primitive, horizon, settings = "bijection", "accumulation", "L", ("V", "L")
+    # within 0.01 bits of the posterior after about half the steps, creeping down as the rate decays
+    converged_steps = {"cpu": 3000, "paper": 50_000}  # Paper I's budget at the paper size
 
     def __init__(self, V=8, L=None):
         self.V = _validate.integer("V", V, 2)
@@ -270,6 +304,9 @@ class HMMTask(_WindTunnel):
     """
 
     name, primitive, horizon, settings = "hmm", "transport", "K", ("S", "O", "K", "resolution", "floor")
+    # the slowest task, and flat over its second half at the CPU scale
+    converged_steps = {"cpu": 10_000, "paper": 100_000}
+    test_ratios = (1.5, 2.5)  # Paper I trains at K = 20 and tests at 30 and 50
 
     def __init__(self, S=3, O=3, K=12, resolution=0.05, floor=0.05):
         self.S, self.O, self.K = _validate.integer("S", S, 2), _validate.integer("O", O, 2), _validate.integer("K", K, 1)
@@ -375,6 +412,8 @@ class AssociativeRecallTask(_WindTunnel):
     """
 
     name, primitive, horizon, settings = "recall", "binding", "n_pairs", ("n_keys", "n_values", "n_pairs", "noise")
+    # within 0.01 bits of the posterior after about half the steps, creeping down as the rate decays
+    converged_steps = {"cpu": 4000, "paper": 50_000}
 
     def __init__(self, n_keys=6, n_values=6, n_pairs=12, noise=0.2):
         self.n_keys = _validate.integer("n_keys", n_keys, 1)
@@ -431,7 +470,7 @@ class AssociativeRecallTask(_WindTunnel):
         return WindTunnelBatch(tokens, targets, posterior, targets != IGNORE_INDEX)
 
 
-WIND_TUNNELS = {"bijection": BijectionTask, "hmm": HMMTask, "recall": AssociativeRecallTask}
+WIND_TUNNELS = {cls.name: cls for cls in (BijectionTask, HMMTask, AssociativeRecallTask)}
 
 
 def wind_tunnel(name, size="cpu"):
@@ -443,3 +482,12 @@ def wind_tunnel(name, size="cpu"):
         _validate.fail("size", "'cpu' or 'paper'", size)
     cls = WIND_TUNNELS[name]
     return cls.paper() if size == "paper" else cls()
+
+
+def as_wind_tunnel(task, size="cpu"):
+    """A wind tunnel object, from itself or its name (``wind_tunnel(task, size)``)."""
+    if isinstance(task, str):
+        return wind_tunnel(task, size)
+    if not all(hasattr(task, a) for a in ("sample", "vocab_size", "n_classes", "name")):
+        _validate.fail("task", f"a wind tunnel name {sorted(WIND_TUNNELS)} or task object", task)
+    return task

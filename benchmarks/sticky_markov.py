@@ -148,7 +148,7 @@ def main(argv=None):
     sync(device)
     start = time.perf_counter()
     result = experiments.em_vs_sgd(seeds=tuple(args.seeds), steps=args.steps, T=args.T, lr=lr,
-                                   value_lr_ratio=ratio, device=device, progress=False)
+                                   value_ratio=ratio, device=device, progress=False)
     sync(device)
     batched_s = time.perf_counter() - start
 

@@ -156,7 +156,7 @@ def head_on_sources(value_ratio, steps):
     """ch4 / ch5: the chapter's own run (``specialisation.run``), measurements included, on ``device``."""
     from bayesattn_lite import specialisation
 
-    cfg = specialisation.small_config(steps=steps, log_every=steps, value_ratio=value_ratio)
+    cfg = specialisation.Config.small(steps=steps, log_every=steps, value_ratio=value_ratio)
 
     def run(device):
         result, seconds = _timed(device, specialisation.run, cfg, 0, device=device)
@@ -173,7 +173,7 @@ def gmm_em(steps):
     """ch5: EM for a Gaussian mixture on the task's observations (float64)."""
     from bayesattn_lite import em, specialisation
 
-    cfg = specialisation.small_config()
+    cfg = specialisation.Config.small()
 
     def run(device):
         _, (x, _, _), _ = specialisation.make_data(cfg, seed=0)

@@ -4,7 +4,7 @@
     python scripts/wind_tunnel_dynamics.py --tasks bijection --seeds 0 --workers 1
 
 Each run is ``dynamics.run``: the Transformer of chapters 7-8 trained with the shipped recipe
-(``comparison.RECIPE``, ``comparison.CONVERGED_STEPS``, the same seed and data stream as
+(``converged.RECIPE``, the wind tunnel's ``converged_steps``, the same seed and data stream as
 ``scripts/train_wind_tunnels.py``), with snapshots of every layer's attention maps and values on a
 fixed probe batch every ``dynamics.SNAPSHOT_EVERY`` steps and the attribution of the loss decrease
 to parameter groups. It writes one small JSON record per (task, seed),
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's package, also when it is not installed
 
-from bayesattn_lite import comparison, dynamics, wind_tunnels  # noqa: E402
+from bayesattn_lite import converged, dynamics, wind_tunnels  # noqa: E402
 
 
 def _init_worker(counter):
@@ -46,7 +46,7 @@ def run_one(job):
 
 
 def _settings():
-    return {"recipe": dict(comparison.RECIPE), "snapshot_every": dynamics.SNAPSHOT_EVERY,
+    return {"recipe": dict(converged.RECIPE), "snapshot_every": dynamics.SNAPSHOT_EVERY,
             "attribution_nodes": dynamics.ATTRIBUTION_NODES,
             "probe": {"n": dynamics.N_PROBE, "seed": dynamics.PROBE_SEED}}
 
@@ -56,7 +56,7 @@ def _up_to_date(path, task):
     if not path.exists():
         return False
     record = json.loads(path.read_text())
-    steps = comparison.CONVERGED_STEPS["cpu"][task]
+    steps = wind_tunnels.WIND_TUNNELS[task].converged_steps["cpu"]
     return (record.get("stopped_at") == steps == record.get("steps_total")
             and all(record.get(k) == v for k, v in _settings().items()))
 
@@ -81,7 +81,8 @@ def main(argv=None):
                 continue
             jobs.append({"task": task, "seed": seed, "out": str(out), "progress": not args.no_progress})
     # longest first (steps x sequence length), so that two workers finish together
-    jobs.sort(key=lambda j: -comparison.CONVERGED_STEPS["cpu"][j["task"]] * wind_tunnels.wind_tunnel(j["task"]).seq_len)
+    jobs.sort(key=lambda j: -wind_tunnels.WIND_TUNNELS[j["task"]].converged_steps["cpu"]
+              * wind_tunnels.wind_tunnel(j["task"]).seq_len)
     print(f"{len(jobs)} runs to measure into {out}, {args.workers} worker(s)", flush=True)
 
     start = time.perf_counter()

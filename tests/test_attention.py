@@ -279,3 +279,22 @@ def test_score_kernel_rejects_bad_inputs():
         attention.predicted_score_change(x, q, k, torch.full((4, 4), float("nan"), dtype=torch.float64), 0.1)
     with pytest.raises(ValueError, match=r"lr: expected a finite number"):
         attention.predicted_score_change(x, q, k, torch.zeros(4, 4, dtype=torch.float64), float("inf"))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_scores_are_forwards_and_chosen_queries_read_the_same_rows(causal):
+    params = attention.init_params(5, 3, 4, 6, std=0.5, seed=2, dtype=torch.float64)
+    x = torch.randn(2, 7, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    fw = attention.forward(x, params, causal)
+    assert torch.equal(attention.scores(fw["q"], fw["k"], causal), fw["s"])
+    rows = torch.tensor([0, 3, 6])
+    few = attention.scores(fw["q"][0, rows], fw["k"][0], causal, positions=rows)
+    assert torch.equal(few, fw["s"][0, rows])
+    assert torch.isinf(few[0, 1:]).all() == causal  # query 0 sees key 0 only when causal
+
+
+def test_movable_pairs_are_the_causal_pairs_but_query_zeros():
+    pairs = attention.movable_pairs(4)
+    expected = attention.causal_mask(4).clone()
+    expected[0, 0] = False
+    assert torch.equal(pairs, expected) and int(pairs.sum()) == 4 * 5 // 2 - 1

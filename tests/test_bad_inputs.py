@@ -18,8 +18,8 @@ import pytest
 import torch
 from torch import nn
 
-from bayesattn_lite import (attention, batched, checkpoints, diagnostics, em, experiments, gradcheck, models,
-                            monitor, tasks, train, wind_tunnels)
+from bayesattn_lite import (attention, batched, checkpoints, converged, diagnostics, em, experiments, gradcheck,
+                            models, monitor, tasks, train, wind_tunnels)
 
 NAN, INF = float("nan"), float("inf")
 
@@ -89,7 +89,7 @@ RESP, _ = em.e_step(GX, GM, 1.0)
 STEPS = np.arange(10)
 RATES = np.linspace(1.0, 0.0, 10)
 
-SCHED = {"sgd": experiments.schedule(0.01)}
+SCHED = {"sgd": train.rates(0.01)}
 
 _TMP = tempfile.mkdtemp()
 _A_FILE = os.path.join(_TMP, "a_file")
@@ -206,12 +206,27 @@ ROWS = [
     ("tasks.SourcesTask.observation_posterior x nan", lambda: SRC.observation_posterior(_nan(SX)), "x"),
     ("tasks.SourcesTask.bayes_loss y out of range", lambda: SRC.bayes_loss(SX, SY + 3), "y"),
     ("tasks.SourcesTask.bayes_loss y float", lambda: SRC.bayes_loss(SX, SY.float() + 0.5), "y"),
-    ("tasks.SourcesTask.kl_bits logits shape", lambda: SRC.kl_bits(SX, torch.zeros(2, 6, 4)), "logits"),
-    ("tasks.SourcesTask.kl_bits logits long", lambda: SRC.kl_bits(SX, torch.zeros(2, 6, 3, dtype=torch.long)), "logits"),
+    ("tasks.SourcesTask.kl_bits logits shape", lambda: SRC.kl_bits(torch.zeros(2, 6, 4), SX), "logits"),
+    ("tasks.SourcesTask.kl_bits logits long", lambda: SRC.kl_bits(torch.zeros(2, 6, 3, dtype=torch.long), SX), "logits"),
+    ("tasks.SourcesTask.kl_bits_by_position logits nan", lambda: SRC.kl_bits_by_position(torch.full((2, 6, 3), NAN), SX), "logits"),
+    ("tasks.SourcesTask.signal_log_odds x 2-D", lambda: SRC.signal_log_odds(SX[0]), "x"),
     # ---------------------------------------------------------------- wind_tunnels
     ("wind_tunnels.wind_tunnel name", lambda: wind_tunnels.wind_tunnel("foo"), "name"),
     ("wind_tunnels.wind_tunnel size", lambda: wind_tunnels.wind_tunnel("hmm", "gpu"), "size"),
     ("wind_tunnels.wind_tunnel name None", lambda: wind_tunnels.wind_tunnel(None), "name"),
+    ("wind_tunnels.as_wind_tunnel object", lambda: wind_tunnels.as_wind_tunnel(3), "task"),
+    ("wind_tunnels.data_seed seed negative", lambda: wind_tunnels.data_seed(-1, 0), "seed"),
+    ("wind_tunnels.data_seed seed too large", lambda: wind_tunnels.data_seed(2**16, 0), "seed"),
+    ("wind_tunnels.data_seed step too large", lambda: wind_tunnels.data_seed(0, 2**24), "step"),
+    ("wind_tunnels.data_seed step float", lambda: wind_tunnels.data_seed(0, 1.5), "step"),
+    ("wind_tunnels.data_seed world 0", lambda: wind_tunnels.data_seed(0, 0, 0, 0), "world"),
+    ("wind_tunnels.data_seed rank = world", lambda: wind_tunnels.data_seed(0, 0, 2, 2), "rank"),
+    ("converged.verdict empty", lambda: converged.verdict([], 1.0), "kl_per_seed"),
+    ("converged.verdict baseline 0", lambda: converged.verdict([0.1], 0.0), "baseline_kl"),
+    ("converged.load_record variant", lambda: converged.load_record("lstm", "hmm", 0, variant="d1000"), "variant"),
+    ("converged.train_converged arch", lambda: converged.train_converged("gru", "hmm", 0, steps=1), "arch"),
+    ("converged.cost_estimate arch", lambda: converged.cost_estimate("gru", "hmm"), "arch"),
+    ("converged.cost_estimate seeds 0", lambda: converged.cost_estimate("lstm", "hmm", seeds=0), "seeds"),
     ("wind_tunnels.BijectionTask V 1", lambda: wind_tunnels.BijectionTask(V=1), "V"),
     ("wind_tunnels.BijectionTask L > V", lambda: wind_tunnels.BijectionTask(V=8, L=9), "L"),
     ("wind_tunnels.BijectionTask L 0", lambda: wind_tunnels.BijectionTask(L=0), "L"),
@@ -279,8 +294,12 @@ ROWS = [
     ("models.build unknown size", lambda: models.build("transformer", 10, 5, bogus=3), "bogus"),
     ("models.build d_model str", lambda: models.build("lstm", 10, 5, d_model="44"), "d_model"),
     ("models.sizes scale", lambda: models.sizes("transformer", "gpu"), "scale"),
-    ("models.paper_sizes name", lambda: models.paper_sizes("x"), "architecture"),
-    ("models.default_sizes name None", lambda: models.default_sizes(None), "architecture"),
+    ("models.sizes name paper", lambda: models.sizes("x", "paper"), "architecture"),
+    ("models.sizes name None", lambda: models.sizes(None), "architecture"),
+    ("models.run_with_probes names", lambda: models.run_with_probes(TF, TOK, ("probe_x",)), "names"),
+    ("models.run_with_probes names str", lambda: models.run_with_probes(TF, TOK, "probe_k"), "names"),
+    ("models.run_with_probes model", lambda: models.run_with_probes(nn.Linear(2, 2), TOK), "model"),
+    ("models.run_with_probes model None", lambda: models.run_with_probes(None, TOK), "model"),
     ("models.Transformer tokens float", lambda: TF(TOK.float()), "tokens"),
     ("models.Transformer tokens out of range", lambda: TF(TOK + 8), "tokens"),
     ("models.Transformer tokens negative", lambda: TF(TOK - 9), "tokens"),
@@ -456,8 +475,6 @@ ROWS = [
     ("diagnostics.orthogonality_floor steps -5", lambda: diagnostics.orthogonality_floor(5, 2, steps=-5), "steps"),
     ("diagnostics.orthogonality_floor seed -1", lambda: diagnostics.orthogonality_floor(5, 2, steps=1, seed=-1), "seed"),
     ("diagnostics.value_manifold entropy", lambda: diagnostics.value_manifold(torch.randn(5, 2), torch.zeros(4)), "entropy"),
-    ("diagnostics.probe_tensors probes", lambda: diagnostics.probe_tensors(TF, TOK, ("probe_x",)), "probes"),
-    ("diagnostics.probe_tensors model", lambda: diagnostics.probe_tensors(nn.Linear(2, 2), TOK), "model"),
     ("diagnostics.bayesian_geometry batch None", lambda: diagnostics.bayesian_geometry(TF_BIJ, None), "batch"),
     # ---------------------------------------------------------------- monitor
     ("monitor.Monitor steps str", lambda: monitor.Monitor(HEAD, steps="10"), "steps"),
@@ -533,9 +550,6 @@ ROWS = [
     ("checkpoints.load missing file", lambda: checkpoints.load(os.path.join(_TMP, "none.pt"), "train.train"), "checkpoint"),
     ("checkpoints.load not a checkpoint", lambda: checkpoints.load(_A_FILE, "train.train"), "checkpoint"),
     # ---------------------------------------------------------------- experiments
-    ("experiments.schedule lr nan", lambda: experiments.schedule(NAN), "lr"),
-    ("experiments.schedule unknown matrix", lambda: experiments.schedule(0.1, W_X=2), "lr_multipliers"),
-    ("experiments.schedule negative factor", lambda: experiments.schedule(0.1, W_V=-1), "W_V"),
     ("experiments.init_model seed -1", lambda: experiments.init_model(-1, CHAIN), "seed"),
     ("experiments.init_model chain None", lambda: experiments.init_model(0, None), "chain"),
     ("experiments.init_model dtype int64", lambda: experiments.init_model(0, CHAIN, dtype=torch.int64), "dtype"),
@@ -556,13 +570,20 @@ ROWS = [
     ("experiments.run_schedules rate nan",
      lambda: experiments.run_schedules({"a": {**SCHED["sgd"], "W_V": NAN}}, seeds=(0,), steps=1, T=10), "W_V"),
     ("experiments.run_schedules chain str", lambda: experiments.run_schedules(SCHED, seeds=(0,), steps=1, T=10, chain="sticky"), "chain"),
-    ("experiments.em_vs_sgd ratio 0", lambda: experiments.em_vs_sgd(seeds=(0,), steps=1, T=10, value_lr_ratio=0), "value_lr_ratio"),
+    ("experiments.em_vs_sgd ratio 0", lambda: experiments.em_vs_sgd(seeds=(0,), steps=1, T=10, value_ratio=0), "value_ratio"),
     ("experiments.em_vs_sgd lr nan", lambda: experiments.em_vs_sgd(seeds=(0,), steps=1, T=10, lr=NAN), "lr"),
     ("experiments.em_vs_sgd extra name taken",
      lambda: experiments.em_vs_sgd(seeds=(0,), steps=1, T=10, extra_schedules={"sgd": SCHED["sgd"]}), "extra_schedules"),
-    ("experiments.small_em_vs_sgd ratio 0", lambda: experiments.small_em_vs_sgd(ratio=0, steps=1, T=10), "ratio"),
-    ("experiments.small_em_vs_sgd self_prob 2", lambda: experiments.small_em_vs_sgd(self_prob=2, steps=1, T=10), "self_prob"),
-    ("experiments.small_em_vs_sgd unknown size", lambda: experiments.small_em_vs_sgd(step=1, T=10), "step"),
+    ("experiments.EMvsSGDConfig.small value_ratio 0", lambda: experiments.EMvsSGDConfig.small(value_ratio=0, steps=1, T=10).run(), "value_ratio"),
+    ("experiments.EMvsSGDConfig.small self_prob 2", lambda: experiments.EMvsSGDConfig.small(self_prob=2, steps=1, T=10).run(), "self_prob"),
+    ("experiments.EMvsSGDConfig.small unknown field", lambda: experiments.EMvsSGDConfig.small(step=1, T=10), "step"),
+    ("diagnostics.mean_sd empty", lambda: diagnostics.mean_sd([]), "values"),
+    ("diagnostics.mean_sd nan", lambda: diagnostics.mean_sd([1.0, NAN]), "values finite"),
+    ("diagnostics.mean_sd strings", lambda: diagnostics.mean_sd(["a", "b"]), "values"),
+    ("attention.scores d_k mismatch", lambda: attention.scores(torch.zeros(6, 3), torch.zeros(6, 2)), "k.shape"),
+    ("attention.scores positions count", lambda: attention.scores(torch.zeros(2, 3), torch.zeros(6, 3), positions=torch.tensor([0, 1, 2])), "positions"),
+    ("attention.scores causal string", lambda: attention.scores(torch.zeros(6, 3), torch.zeros(6, 3), causal="no"), "causal"),
+    ("attention.movable_pairs T 0", lambda: attention.movable_pairs(0), "T"),
     ("experiments.value_pca empty", lambda: experiments.value_pca({}), "trajectories"),
     ("experiments.value_pca 2-D", lambda: experiments.value_pca({"a": np.zeros((3, 2))}), "trajectories"),
     ("experiments.value_pca n_components 0", lambda: experiments.value_pca({"a": np.random.rand(3, 4, 2)}, 0), "n_components"),
@@ -662,6 +683,14 @@ VALID = [
     ("em.e_step numpy x float32", lambda: em.e_step(GX.float().numpy(), GM, 1.0)),
     ("em.fit numpy n_components", lambda: em.fit(GX, np.int64(2), n_iter=2)),
     ("em.fit_best one restart", lambda: em.fit_best(GX, 2, restarts=1, n_iter=2)),
+    ("em.initial_means numpy n_components", lambda: em.initial_means(GX, np.int64(2))),
+    ("em.fit_best numpy restarts", lambda: em.fit_best(GX, 2, restarts=np.int64(2), n_iter=2)),
+    ("experiments.em_vs_sgd numpy value_ratio", lambda: experiments.em_vs_sgd(
+        seeds=(0,), steps=1, T=10, value_ratio=np.float32(10), progress=False)),
+    ("diagnostics.mean_sd one value", lambda: diagnostics.mean_sd([0.5])),
+    ("diagnostics.mean_sd tensor", lambda: diagnostics.mean_sd(torch.tensor([1.0, 2.0]))),
+    ("attention.scores chosen queries", lambda: attention.scores(X1[[2, 5]], X1, positions=torch.tensor([2, 5]))),
+    ("tasks.SourcesTask.signal_log_odds numpy x", lambda: SRC.signal_log_odds(SX.numpy())),
     ("checkpoints.save in a new folder", lambda: checkpoints.save(os.path.join(_TMP, "deep", "x.pt"), {"a": 1})),
     ("experiments.first_step_at_or_below", lambda: experiments.first_step_at_or_below(np.ones((2, 5)), np.ones(2), np.ones(2))),
     ("experiments.within 1-D excess", lambda: experiments.within([0, 1, 2], [1.0, 0.5, 0.0], 0.6)),

@@ -154,11 +154,6 @@ def test_bad_inputs_raise(call, match):
         call()
 
 
-def test_data_streams_do_not_overlap_the_evaluation_seed():
-    base, steps = comparison.DATA_SEED_BASE, comparison.MAX_STEPS
-    assert base > 12345 + 2**16 and base + 2**16 * steps < 2**63
-
-
 @pytest.mark.parametrize("arch", models.ARCHITECTURES)
 def test_paper_sizes_train_one_step_on_paper_tasks(arch):
     """The SIZE = "paper" route of chapter 8 builds and steps (one tiny batch; the real run is GPU work)."""
@@ -169,147 +164,30 @@ def test_paper_sizes_train_one_step_on_paper_tasks(arch):
     assert all(math.isfinite(r["kl_bits"]) for r in rows)
 
 
-# ----------------------------------------------------------------------------- converged, shipped models
-
-COMMITTED = sorted(comparison.PRETRAINED_DIR.glob("cpu/*-seed*.json"))
-
-
-def test_every_architecture_task_and_seed_is_shipped():
-    names = {p.stem for p in COMMITTED}
-    expected = {f"{a}-{t}-seed{s}" for a in models.ARCHITECTURES for t in ("bijection", "hmm", "recall")
-                for s in (0, 1, 2)}
-    assert expected <= names, f"missing: {sorted(expected - names)}; run scripts/train_wind_tunnels.py"
-    for name in expected:  # weights beside every record, small enough to ship
-        weights = comparison.PRETRAINED_DIR / "cpu" / f"{name}.pt"
-        assert weights.exists() and weights.stat().st_size < 200_000, name
+def test_run_name_and_horizon_label():
+    assert comparison.run_name("lstm", "hmm", 2) == "lstm-hmm-seed2"
+    assert comparison.horizon_label({}) == "trained" and comparison.horizon_label({"K": 30}) == "K=30"
 
 
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.stem)
-def test_a_committed_record_is_reproduced_by_its_weights(path):
-    """The record's final KL is what the shipped weights give on the same held-out sequences."""
-    import json
-    record = json.loads(path.read_text())
-    model = comparison.load_pretrained(record["arch"], record["task"], record["seed"])
-    assert not model.training and next(model.parameters()).device.type == "cpu"
-    task = wind_tunnels.wind_tunnel(record["task"])
-    assert record["task_settings"] == repr(task) and record["n_params"] == models.count_parameters(model)
-    for label, metrics in record["final"].items():
-        horizon = {} if label == "trained" else {k: int(v) for k, v in [label.split("=")]}
-        again = evaluate(model, task, n_seqs=record["n_eval"], seed=record["eval_seed"], **horizon)
-        # the same numbers up to float32 summation order (another CPU may sum in another order)
-        assert again["kl_bits"] == pytest.approx(metrics["kl_bits"], rel=1e-3, abs=1e-6), label
-        assert again["accuracy"] == pytest.approx(metrics["accuracy"], abs=2e-3), label
-    curve = record["curve"]
-    assert len(curve["steps"]) == len(curve["eval_kl_bits"]) >= 20 and curve["steps"][0] == 0
-    assert record["steps"] == comparison.CONVERGED_STEPS["cpu"][record["task"]]
+def test_model_sizes_cover_the_test_horizons():
+    hmm = wind_tunnels.wind_tunnel("hmm")
+    longest = hmm.prefix_len + hmm.test_horizons()[-1]["K"]
+    assert comparison.model_sizes_for("transformer", "hmm")["max_len"] >= longest
+    assert comparison.model_sizes_for("transformer", "hmm", horizons=[{"K": 200}])["max_len"] >= hmm.prefix_len + 200
+    assert comparison.model_sizes_for("transformer", "hmm", overrides={"max_len": 40})["max_len"] == 40
+    assert "max_len" not in comparison.model_sizes_for("lstm", "hmm")
 
 
-def test_load_pretrained_names_the_script_when_files_are_missing(tmp_path):
-    with pytest.raises(FileNotFoundError, match="train_wind_tunnels.py --size cpu --archs lstm --tasks hmm --seeds 7"):
-        comparison.load_pretrained("lstm", "hmm", 7)
-    with pytest.raises(FileNotFoundError, match="RETRAIN"):
-        comparison.load_record("mlp", "recall", 0, directory=tmp_path)
-
-
-def test_train_converged_records_its_learning_curve_and_reloads(tmp_path):
-    model, record = comparison.train_converged("lstm", "hmm", 1, steps=80, progress=False)
-    assert record["recipe"]["schedule"] == "cosine" and record["steps"] == 80
-    assert set(record["final"]) == {"trained", "K=18", "K=30"}       # Paper I's 1.5K and 2.5K
-    assert record["curve"]["steps"][:2] == [0, 2] and len(record["curve"]["loss"]) == 80
-    assert record["curve"]["eval_kl_bits"][-1] < record["curve"]["eval_kl_bits"][0]
-    comparison.save_pretrained(model, record, tmp_path)
-    again = comparison.load_pretrained("lstm", "hmm", 1, directory=tmp_path)
-    assert_same_weights(model, again)
-
-
-def test_longer_horizons_follow_paper_one_ratios():
-    assert comparison.longer_horizons("hmm") == [{"K": 18}, {"K": 30}]
-    assert comparison.longer_horizons(wind_tunnels.HMMTask.paper()) == [{"K": 30}, {"K": 50}]
-    assert comparison.longer_horizons("recall") == []
-    assert comparison.model_sizes_for("transformer", "hmm")["max_len"] >= wind_tunnels.HMMTask().prefix_len + 30
-
-
-# ----------------------------------------------------------------------------- variants: the size ladder
-
-def test_every_variant_names_real_runs_and_sizes():
-    for name, v in comparison.VARIANTS.items():
-        assert v.about and v.runs, name
-        for arch, task in v.runs:
-            assert arch in models.ARCHITECTURES and task in comparison.TASKS, name
-            assert comparison.variant_seeds(name, arch), name
-            for key in v.sizes.get(arch, {}):
-                assert key in models.default_sizes(arch) or key == "stream_start", (name, key)
-        assert set(v.sizes) <= {a for a, _ in v.runs}, name
-
-
-def test_variant_task_steps_and_recipe():
-    recall = comparison.variant_task("recall", "recall20")
-    assert (recall.n_keys, recall.n_values, recall.n_pairs, recall.noise) == (20, 20, 40, 0.0)
-    assert comparison.variant_task("recall") .n_keys == 6
-    assert comparison.variant_steps("bijection", "no-wd-2x") == 2 * comparison.CONVERGED_STEPS["cpu"]["bijection"]
-    assert comparison.variant_steps("hmm", "long") == 30_000
-    assert comparison.variant_recipe("no-wd-2x")["weight_decay"] == 0.0
-    assert comparison.variant_recipe(None) == comparison.RECIPE
-    assert comparison.VARIANTS["stream"].sizes["transformer"]["stream_start"] == wind_tunnels.HMMTask().prefix_len
-    with pytest.raises(ValueError, match="variant"):
-        comparison.load_record("transformer", "hmm", 0, variant="d1000")
-
-
-def test_a_variant_trains_saves_into_its_folder_and_reloads(tmp_path):
-    model, record = comparison.train_converged("transformer", "hmm", 0, steps=30, progress=False, variant="stream")
-    assert record["variant"] == "stream" and record["model_sizes"]["stream_start"] == 18
-    weights, meta = comparison.save_pretrained(model, record, tmp_path)
-    again = comparison.load_pretrained("transformer", "hmm", 0, variant="stream", directory=tmp_path)
-    assert_same_weights(model, again)
-    with pytest.raises(FileNotFoundError, match="--variants d48"):
-        comparison.load_pretrained("transformer", "hmm", 0, variant="d48", directory=tmp_path / "none")
-
-
-def test_measure_run_reports_errors_their_sign_and_the_geometry():
-    task = wind_tunnels.wind_tunnel("recall")
-    model = models.build("transformer", task.vocab_size, task.n_classes, **comparison.model_sizes_for("transformer", task))
-    m = comparison.measure_run(model, task, n_seqs=64)
-    assert m["entropy_error_bits"] >= abs(m["entropy_bias_bits"]) and m["kl_bits"] > 0
-    g = m["geometry"]
-    assert g["d_head"] == 12 and len(g["attention_entropy_bits"]) == 2 and len(g["pc1_share_heads"]) == 2
-    assert set(g["key_groups"]) == {"keys", "values"} and g["key_groups"]["keys"]["n"] == task.n_keys
-    assert 0 < g["pc1_share_residual"] <= 1
-    assert "geometry" not in comparison.measure_run(models.build("lstm", task.vocab_size, task.n_classes), task, n_seqs=8)
-
-
-def test_cost_estimate_counts_the_parameters_it_would_train():
-    c = comparison.cost_estimate("transformer", "bijection", "cpu")
+def test_training_draws_the_data_stream_of_wind_tunnels_data_seed(monkeypatch):
+    """train_on_task's batch at step t is task.sample(batch_size, seed=data_seed(seed, t))."""
     task = wind_tunnels.wind_tunnel("bijection")
-    real = models.build("transformer", task.vocab_size, task.n_classes, **comparison.model_sizes_for("transformer", task))
-    assert c["n_params"] == models.count_parameters(real) and c["steps"] == 3000
-    assert c["tflop"] == pytest.approx(6 * c["n_params"] * c["tokens"] / 1e12)
-    paper = comparison.cost_estimate("transformer", "hmm", "paper", seeds=3)
-    assert paper["n_params"] > 2_000_000 and paper["gpu_hours"] > 3 * comparison.cost_estimate("transformer", "hmm")["gpu_hours"] - 1e-9
+    seen = []
+    original = type(task).sample
 
+    def spy(self, batch_size, seed=None, **kw):
+        seen.append(seed)
+        return original(self, batch_size, seed=seed, **kw)
 
-SHIPPED_VARIANTS = [(v, a, t, s) for v, runs in comparison.pretrained_variants().items() for a, t, s, w in runs if w]
-
-
-def test_the_ladder_ships_and_stays_small():
-    shipped = comparison.pretrained_variants()
-    for name in ("d48", "d96", "d96-l4", "d88", "d176", "long", "stream", "no-wd-2x", "recall20"):
-        assert name in shipped, f"variant {name} has no record; run scripts/train_wind_tunnels.py --variants {name}"
-    total = sum(p.stat().st_size for p in comparison.PRETRAINED_DIR.rglob("*") if p.is_file())
-    assert total < 15e6, f"package data {total / 1e6:.1f} MB"
-    for name, runs in shipped.items():  # what does not ship its weights has its measurements
-        for arch, task, seed, has in runs:
-            assert has or "measured" in comparison.load_record(arch, task, seed, name), (name, arch, task, seed)
-
-
-@pytest.mark.parametrize("variant,arch,task,seed", SHIPPED_VARIANTS, ids=lambda x: str(x))
-def test_a_shipped_variant_reproduces_its_record_on_sequences_the_course_never_uses(variant, arch, task, seed):
-    """A held-out evaluation (seed 777, used nowhere else) gives the record's KL within 20%, and
-    the weights give the record's measurements exactly where the record has them."""
-    record = comparison.load_record(arch, task, seed, variant)
-    model = comparison.load_pretrained(arch, task, seed, variant)
-    tunnel = comparison.variant_task(task, variant)
-    fresh = evaluate(model, tunnel, n_seqs=record["n_eval"], seed=777)["kl_bits"]
-    assert fresh == pytest.approx(record["final"]["trained"]["kl_bits"], rel=0.2)
-    if "measured" in record:
-        again = comparison.measure_run(model, tunnel)
-        assert again["kl_bits"] == pytest.approx(record["measured"]["kl_bits"], rel=1e-3)
+    monkeypatch.setattr(type(task), "sample", spy)
+    train_on_task("mlp", task, 3, seed=5, progress=False, **TINY)
+    assert seen == [wind_tunnels.data_seed(5, step) for step in range(3)]

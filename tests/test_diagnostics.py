@@ -240,3 +240,14 @@ def test_orthogonality_floor_is_computed_not_a_false_bound():
     assert diagnostics.orthogonality_floor(16, 12) > 0.02                # 16 cannot be orthogonal in 12
     random_keys = torch.randn(16, 12, generator=torch.Generator().manual_seed(0))
     assert diagnostics.key_orthogonality(random_keys) > diagnostics.orthogonality_floor(16, 12)
+
+
+def test_mean_sd_is_the_sample_sd_over_seeds():
+    m, s = diagnostics.mean_sd([1.0, 2.0, 3.0, 6.0])
+    assert m == 3.0 and s == pytest.approx(np.std([1, 2, 3, 6], ddof=1)) and s == pytest.approx(math.sqrt(14 / 3))
+    assert diagnostics.mean_sd(torch.tensor([2.0, 4.0])) == (3.0, pytest.approx(math.sqrt(2)))
+    m1, s1 = diagnostics.mean_sd([0.25])
+    assert m1 == 0.25 and math.isnan(s1)  # one seed: no spread to estimate
+    for bad in ([], [1.0, float("nan")], ["a"]):
+        with pytest.raises(ValueError, match="values"):
+            diagnostics.mean_sd(bad)

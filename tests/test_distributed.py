@@ -75,12 +75,6 @@ def test_rerun_resumes_from_the_checkpoints(run):
         torch.testing.assert_close(before[key], after[key], rtol=0, atol=0)
 
 
-def test_data_seeds_differ_per_rank_and_match_one_process_training():
-    seeds = {distributed.data_seed(3, step, rank, 4) for step in range(5) for rank in range(4)}
-    assert len(seeds) == 20
-    assert distributed.data_seed(3, 7, 0, 1) == comparison.DATA_SEED_BASE + 3 * comparison.MAX_STEPS + 7
-
-
 def test_bad_arguments_are_rejected():
     with pytest.raises(SystemExit):
         distributed.parser().parse_args(["--arch", "gru", "--task", "hmm", "--steps", "1"])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bayesattn_lite import comparison, diagnostics, dynamics, models, wind_tunnels
+from bayesattn_lite import converged, diagnostics, dynamics, models, wind_tunnels
 
 PREFIX = 150  # steps of the rerun: a few seconds
 
@@ -43,7 +43,7 @@ def test_the_shipped_runs_are_the_shipped_models_runs():
     for task in dynamics.TASKS:
         for seed in dynamics.SEEDS:
             ours = dynamics.load_record(task, seed)["final"]["kl_bits"]
-            theirs = comparison.load_record("transformer", task, seed)["final"]["trained"]["kl_bits"]
+            theirs = converged.load_record("transformer", task, seed)["final"]["trained"]["kl_bits"]
             assert ours == pytest.approx(theirs, rel=1e-4), (task, seed)
 
 
@@ -122,7 +122,7 @@ def test_the_script_writes_records_and_skips_them_next_time(tmp_path, monkeypatc
         "wind_tunnel_dynamics", Path(__file__).resolve().parent.parent / "scripts" / "wind_tunnel_dynamics.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    monkeypatch.setitem(comparison.CONVERGED_STEPS, "cpu", {**comparison.CONVERGED_STEPS["cpu"], "bijection": 100})
+    monkeypatch.setattr(wind_tunnels.BijectionTask, "converged_steps", {"cpu": 100, "paper": 50_000})
     args = ["--tasks", "bijection", "--seeds", "0", "--workers", "1", "--out", str(tmp_path), "--no-progress"]
     [record] = script.main(args)
     assert record["stopped_at"] == 100 and (tmp_path / "transformer-bijection-seed0.json").exists()

@@ -10,7 +10,7 @@ import torch
 from bayesattn_lite import attention, experiments
 from bayesattn_lite.attention import PARAM_NAMES, AttentionHead
 from bayesattn_lite.tasks import StickyMarkovChain
-from bayesattn_lite.train import train
+from bayesattn_lite.train import em_like, rates, train
 
 SMALL = dict(steps=25, T=48, progress=False, record_every=5)
 
@@ -68,7 +68,7 @@ def test_bayes_loss_is_that_of_each_seeds_sequence(small):
 
 
 def test_ratio_one_is_sgd_itself():
-    same = experiments.em_vs_sgd(seeds=(5,), value_lr_ratio=1.0, lr=0.05, dtype=torch.float64, **SMALL)
+    same = experiments.em_vs_sgd(seeds=(5,), value_ratio=1.0, lr=0.05, dtype=torch.float64, **SMALL)
     np.testing.assert_allclose(same.loss_sgd, same.loss_em, rtol=1e-12)
     assert same.steps_to_sgd_final[0] == SMALL["steps"] and same.speedup[0] == 1.0
 
@@ -90,8 +90,8 @@ def test_matches_the_plain_autograd_training_loop():
 
 
 def test_run_schedules_layout_and_held_out():
-    schedules = {"slow": experiments.schedule(0.01), "fast V": experiments.schedule(0.01, W_V=30),
-                 "frozen": experiments.schedule(0.0)}
+    schedules = {"slow": rates(0.01), "fast V": rates(0.01, em_like(30)),
+                 "frozen": rates(0.0)}
     run = experiments.run_schedules(schedules, seeds=(1, 2), dtype=torch.float64, **SMALL)
     assert list(run.loss) == list(schedules) and run.loss["fast V"].shape == (2, SMALL["steps"])
     assert np.allclose(run.loss["frozen"], run.loss["frozen"][:, :1])      # rate 0: the loss never moves
@@ -105,7 +105,7 @@ def test_run_schedules_layout_and_held_out():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: experiments.em_vs_sgd(value_lr_ratio=0, **SMALL), "value_lr_ratio"),
+    (lambda: experiments.em_vs_sgd(value_ratio=0, **SMALL), "value_ratio"),
     (lambda: experiments.em_vs_sgd(lr=-0.1, **SMALL), "lr"),
     (lambda: experiments.em_vs_sgd(seeds=(1, 1), **SMALL), "seeds"),
     (lambda: experiments.em_vs_sgd(T=1, steps=2, progress=False), "T: expected an int >= 2"),
@@ -119,11 +119,21 @@ def test_bad_inputs_raise(call, match):
 
 def test_extra_schedules_ride_along_and_cannot_shadow_the_main_pair():
     result = experiments.em_vs_sgd(seeds=(3,), lr=0.05, dtype=torch.float64,
-                                   extra_schedules={"fast": experiments.schedule(0.5)}, **SMALL)
+                                   extra_schedules={"fast": rates(0.5)}, **SMALL)
     assert list(result.run.schedules) == ["sgd", "em", "fast"]
     assert (result.run.speedup("fast")[1] > 1).all()
     with pytest.raises(ValueError, match="taken"):
-        experiments.em_vs_sgd(seeds=(3,), extra_schedules={"em": experiments.schedule(0.5)}, **SMALL)
+        experiments.em_vs_sgd(seeds=(3,), extra_schedules={"em": rates(0.5)}, **SMALL)
+
+
+def test_config_paper_and_small_and_a_small_run():
+    paper, small = experiments.EMvsSGDConfig.paper(), experiments.EMvsSGDConfig.small()
+    assert (paper.seeds, paper.steps, paper.T, paper.lr, paper.value_ratio, paper.self_prob) == \
+        (experiments.PAPER_SEEDS, 1000, 2000, 0.01, 10.0, 0.3)
+    assert small.seeds == experiments.PAPER_SEEDS[:3] and small.T == 600 and small.steps == paper.steps
+    result = experiments.EMvsSGDConfig.small(seeds=(3,), T=30, steps=5, self_prob=0.5, value_ratio=3.0).run(progress=False)
+    assert result.value_ratio == 3.0 and result.run.chain.self_prob == 0.5 and result.loss_em.shape == (1, 5)
+    assert result.run.schedules["em"]["W_V"] == pytest.approx(3 * paper.lr)
 
 
 def test_value_pca_shares_one_basis_and_measures_paths():
@@ -146,7 +156,7 @@ def test_value_pca_shares_one_basis_and_measures_paths():
 
 @pytest.fixture(scope="module")
 def frame_run():
-    schedules = {"sgd": experiments.schedule(0.02), "em": experiments.schedule(0.02, W_V=10)}
+    schedules = {"sgd": rates(0.02), "em": rates(0.02, em_like(10))}
     return experiments.run_schedules(schedules, seeds=(3, 11), steps=40, T=60, progress=False,
                                      record_every=5, dtype=torch.float64)
 
@@ -209,7 +219,7 @@ def test_settle_order_says_not_settled_for_a_rate_still_rising(frame_run):
 # ----------------------------------------------------------------------------- pools and long runs
 
 def test_a_pool_run_trains_on_fresh_sequences_and_scores_held_out():
-    run = experiments.run_schedules({"em": experiments.schedule(0.02, W_V=10)}, seeds=(3,), steps=12, T=40,
+    run = experiments.run_schedules({"em": rates(0.02, em_like(10))}, seeds=(3,), steps=12, T=40,
                                     pool=4, record_every=4, progress=False, dtype=torch.float64)
     x, _ = run.training_data()
     assert x.shape == (1, 4, 39, 20)

@@ -1,13 +1,14 @@
 """The four architectures of bayesattn_lite.models: shapes, causality, the selective scan against
-its recurrence, the attention probes, sizes and bad inputs."""
+its recurrence, the attention probes and ``run_with_probes``, the registry and its sizes, bad inputs."""
+
+import inspect
 
 import pytest
 import torch
 
 from bayesattn_lite import models
-from bayesattn_lite.models import (ARCHITECTURES, CausalSelfAttention, SelectiveSSM, Transformer, build,
-                                   count_parameters, default_sizes, paper_sizes, selective_scan,
-                                   sequential_scan)
+from bayesattn_lite.models import (ARCHITECTURES, REGISTRY, CausalSelfAttention, SelectiveSSM, Transformer,
+                                   build, count_parameters, selective_scan, sequential_scan, sizes)
 
 V, C = 10, 6
 
@@ -108,6 +109,41 @@ def test_probes_give_q_k_v_alpha_g_and_u():
         assert grads[i].shape == (2, 4, 9, 4) and grads[i].abs().sum() > 0
 
 
+def test_run_with_probes_reads_every_layer_in_order():
+    torch.manual_seed(0)
+    model = Transformer(V, C, d_model=16, n_layers=2, n_heads=4)
+    x = tokens(B=2, T=9)
+    records = models.run_with_probes(model, x)
+    assert len(records) == 2 and all(set(r) == {"q", "k", "v", "alpha", "g"} for r in records)
+    for r in records:
+        assert r["k"].shape == (2, 4, 9, 4) and not r["k"].requires_grad
+        torch.testing.assert_close(r["g"], r["alpha"] @ r["v"])
+    only = models.run_with_probes(model, x, ("probe_alpha",))
+    assert [set(r) for r in only] == [{"alpha"}, {"alpha"}]
+    torch.testing.assert_close(only[1]["alpha"], records[1]["alpha"])
+    layer = model.attention_layers()[0]  # a bare layer is its own model
+    [alone] = models.run_with_probes(layer, torch.randn(1, 5, 16), ("probe_alpha",))
+    assert alone["alpha"].shape == (1, 4, 5, 5)
+    assert [m for m in model.modules() if models.has_probes(m)] == model.attention_layers()
+    assert not any(models.has_probes(m) for m in build("mamba", V, C).modules())
+    assert all(h == {} for h in (layer.probe_alpha._forward_hooks, layer.probe_k._forward_hooks))  # removed
+    with pytest.raises(ValueError, match="names"):
+        models.run_with_probes(model, x, ("probe_x",))
+    with pytest.raises(ValueError, match="probe points"):
+        models.run_with_probes(build("lstm", V, C), x)
+
+
+def test_the_registry_is_the_one_table_of_architectures():
+    assert ARCHITECTURES == tuple(REGISTRY) == ("transformer", "mamba", "lstm", "mlp")
+    for name, arch in REGISTRY.items():
+        assert arch.name == name and type(build(name, V, C)) is arch.cls
+        assert sizes(name) == arch.small and sizes(name, "paper") == {**arch.small, **arch.paper}
+        accepted = inspect.signature(arch.cls).parameters
+        assert set(arch.small) <= set(accepted) and set(arch.paper) <= set(accepted), name
+        assert arch.cost > 0 and arch.gpu_step_seconds > 0 and arch.colour.startswith("#")
+    assert len({a.colour for a in REGISTRY.values()}) == len(REGISTRY)  # told apart in every figure
+
+
 def test_parameter_counts_are_matched_within_the_stated_factor():
     for vocab, classes in ((8, 8), (10, 5), (20, 20)):
         counts = [count_parameters(build(name, vocab, classes)) for name in ARCHITECTURES]
@@ -116,20 +152,20 @@ def test_parameter_counts_are_matched_within_the_stated_factor():
 
 def test_paper_sizes_are_in_paper_I_range():
     for name in ARCHITECTURES:
-        n = count_parameters(build(name, 20, 20, **paper_sizes(name)))
+        n = count_parameters(build(name, 20, 20, **REGISTRY[name].paper))
         assert 2.5e6 <= n <= 7.5e6, (name, n)  # Paper I: 2.7M-7.4M parameters
 
 
 def test_sizes_are_copies_and_override():
-    sizes = default_sizes("transformer")
-    sizes["d_model"] = 999
-    assert default_sizes("transformer")["d_model"] != 999
+    mine = sizes("transformer")
+    mine["d_model"] = 999
+    assert sizes("transformer")["d_model"] != 999 and REGISTRY["transformer"].small["d_model"] != 999
     assert build("lstm", V, C, d_model=8).d_model == 8
 
 
 @pytest.mark.parametrize("call, match", [
     (lambda: build("gru", V, C), "one of"),
-    (lambda: paper_sizes("rnn"), "one of"),
+    (lambda: sizes("rnn", "paper"), "one of"),
     (lambda: build("transformer", V, C, d_model=30, n_heads=4), "divisor"),
     (lambda: build("mlp", V, C, window=0), "window"),
     (lambda: build("lstm", 1, C), "vocab_size"),
@@ -175,9 +211,9 @@ def test_mamba_mixing_weights_unroll_the_recurrence():
 
 
 def test_one_size_rule_keeps_the_paper_sizes_under_any_override():
-    from bayesattn_lite.models import sizes
-    assert sizes("transformer", "paper", n_layers=1) == {**default_sizes("transformer"), **paper_sizes("transformer"), "n_layers": 1}
-    assert sizes("lstm") == default_sizes("lstm")
+    transformer = REGISTRY["transformer"]
+    assert sizes("transformer", "paper", n_layers=1) == {**transformer.small, **transformer.paper, "n_layers": 1}
+    assert sizes("lstm") == REGISTRY["lstm"].small
     with pytest.raises(ValueError, match="'cpu' or 'paper'"):
         sizes("mlp", "gpu")
 
@@ -189,7 +225,7 @@ def test_compare_at_paper_size_with_an_override_builds_the_paper_model():
     rows, trained = comparison.compare(["transformer"], ["bijection"], [0], 0, size="paper", n_eval=2,
                                        model_sizes={"transformer": {"n_layers": 1}}, keep_models=True)
     model = trained["transformer", "bijection", 0]
-    assert model.d_model == paper_sizes("transformer")["d_model"] and len(model.blocks) == 1
+    assert model.d_model == REGISTRY["transformer"].paper["d_model"] and len(model.blocks) == 1
     assert rows[0]["n_params"] > 700_000
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from bayesattn_lite import attention, monitor
+from bayesattn_lite import attention, models, monitor
 from bayesattn_lite.monitor import Monitor
 
 DT = torch.float64
@@ -39,7 +39,7 @@ class ProbeAttention(nn.Module):
         self.H = H
         self.qkv = nn.Linear(E, 3 * E)
         self.proj = nn.Linear(E, E)
-        for name in monitor.PROBES:
+        for name in models.PROBES:
             setattr(self, name, nn.Identity())
 
     def forward(self, x):
@@ -127,6 +127,18 @@ def test_mha_several_heads_match_autograd(batch_first):
     assert torch.allclose(rec["alpha"], alpha.detach(), atol=1e-12)
     assert torch.allclose(rec["u"], g.grad, atol=1e-12)
     assert torch.allclose(rec["b"], g.grad @ v.detach().transpose(-1, -2), atol=1e-12)
+
+
+def test_mha_with_other_key_and_value_widths_gives_torchs_weights():
+    """kdim, vdim != embed_dim: torch keeps three in-projections (no packed in_proj_weight)."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(4, 2, kdim=3, vdim=5, batch_first=True)
+    assert mha.in_proj_weight is None
+    q, k, v = torch.randn(2, 6, 4), torch.randn(2, 7, 3), torch.randn(2, 7, 5)
+    alpha, values = monitor._mha_internals(mha, (q, k, v), {})
+    _, weights = mha(q, k, v, need_weights=True, average_attn_weights=False)
+    torch.testing.assert_close(alpha, weights)
+    assert values.shape == (2, 2, 7, 2)
 
 
 def test_attention_head_matches_the_closed_form():

@@ -4,7 +4,9 @@ installing the same release of the package from the same repository as _config.y
 nbval (configured in pyproject.toml) executes them; these tests check what execution cannot.
 """
 
+import ast
 import base64
+import copy
 import io
 import re
 from pathlib import Path
@@ -159,42 +161,144 @@ def test_install_cell_refuses_another_release_of_the_package(monkeypatch, path):
     assert InteractiveShell.instance().run_cell(guard).error_in_exec is None
 
 
-def package_exports():
-    """Every public function and class name of every bayesattn_lite module."""
-    import importlib
-    import inspect
-    import pkgutil
-    names = {}
-    for info in pkgutil.iter_modules(bayesattn_lite.__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"bayesattn_lite.{info.name}")
-        for name, obj in vars(module).items():
-            if not name.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj)) \
-                    and getattr(obj, "__module__", "").startswith("bayesattn_lite"):
-                names.setdefault(name, f"{info.name}.{name}")
-    return names
-
-
 CHECKED = re.compile(r"checks\.check_\w+\(([^)]*)\)")
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_chapters_import_helpers_instead_of_pasting_them(path):
-    """A notebook that defines a function the package already has is a second copy that will drift.
-    Exempt: an exercise's own implementation, which the notebook hands to a checks.check_* function
-    (writing it is the exercise)."""
-    nb = nbformat.read(path, as_version=4)
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+def _exercised(code):
+    """Names an exercise asks the learner to write: handed to a checks.check_* function, or named by
+    a problem set's question (writing them is the exercise, so they are not pastes)."""
     exercised = {name for args in CHECKED.findall(code) for name in re.findall(r"\w+", args)}
     from bayesattn_lite.instructor import assignments
     for assignment in assignments.ASSIGNMENTS.values():
         for question in assignment.questions:
             exercised.update(question.names)
-    exports = package_exports()
-    pasted = sorted(f"{name} (the package has {exports[name]})"
-                    for name in re.findall(r"^def (\w+)", code, re.M) if name in exports and name not in exercised)
-    assert not pasted, f"{path.name} defines functions the package exports; import them instead: {pasted}"
+    return exercised
+
+
+# ----------------------------------------------------------------------------- renamed pastes
+
+def _code_of(source):
+    """A cell's Python, without IPython's % and ! lines (which are not Python)."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+class _Placeholders(ast.NodeTransformer):
+    """Every argument and local name of one function becomes v0, v1, ... in order of first use, so
+    that a copy with its variables renamed reads the same; names it does not bind (modules, globals,
+    attributes) are kept."""
+
+    def __init__(self, local):
+        self.names = {name: f"v{i}" for i, name in enumerate(local)}
+
+    def visit_Name(self, node):
+        return ast.copy_location(ast.Name(self.names.get(node.id, node.id), node.ctx), node)
+
+    def visit_arg(self, node):
+        return ast.copy_location(ast.arg(self.names.get(node.arg, node.arg)), node)
+
+
+MIN_NODES = 25  # bodies smaller than this (a return of one call, ...) are alike by chance
+
+
+def normalised_body(fn):
+    """The AST of a function's body with its docstring dropped and its local names replaced by
+    placeholders (``_Placeholders``), as a string; None when the body is too small to compare."""
+    body = fn.body[1:] if fn.body and isinstance(fn.body[0], ast.Expr) \
+        and isinstance(getattr(fn.body[0], "value", None), ast.Constant) else fn.body
+    if sum(1 for stmt in body for _ in ast.walk(stmt)) < MIN_NODES:
+        return None
+    local = [a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)]
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) or isinstance(node, ast.arg):
+                name = node.id if isinstance(node, ast.Name) else node.arg
+                if name not in local:
+                    local.append(name)
+    module = ast.Module([_Placeholders(local).visit(copy.deepcopy(stmt)) for stmt in body], type_ignores=[])
+    return ast.dump(module, annotate_fields=False)
+
+
+def _functions(tree):
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def package_functions():
+    """{name of a module-level function, public or private: "module.name"} and {normalised body of any
+    function or method: "module.name"} over every module of the package (the instructor's too)."""
+    names, bodies = {}, {}
+    root = Path(bayesattn_lite.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                names.setdefault(node.name.lstrip("_"), f"{module}.{node.name}")
+        for fn in _functions(tree):
+            body = normalised_body(fn)
+            if body is not None:
+                bodies.setdefault(body, f"{module}.{fn.name}")
+    return names, bodies
+
+
+def pasted_copies(code, names, bodies, exempt=()):
+    """The functions ``code`` defines that the package already has: at the top level, the same name
+    with or without a leading underscore; anywhere, the same body under another name."""
+    found, tree = [], ast.parse(code)
+    for fn in _functions(tree):
+        if fn.name in exempt:
+            continue
+        if fn in tree.body and fn.name.lstrip("_") in names:  # a closure's name is its own business
+            found.append(f"{fn.name} (the package has {names[fn.name.lstrip('_')]})")
+        elif normalised_body(fn) in bodies:
+            found.append(f"{fn.name} (a renamed copy of {bodies[normalised_body(fn)]})")
+    return found
+
+
+def test_a_renamed_paste_of_a_package_function_is_caught():
+    """The check the chapters pass: a private helper pasted under its own name, and a package
+    function pasted with its name, arguments and locals renamed, are both found; a function of
+    the chapter's own is not."""
+    names, bodies = package_functions()
+    paste = '''
+def first_time_within(xs, gaps, tol):
+    gaps = np.atleast_2d(np.asarray(gaps, float))
+    xs = np.asarray(xs)
+    if xs.ndim != 1 or len(xs) != gaps.shape[-1]:
+        _validate.fail("steps", f"{gaps.shape[-1]} steps (one per column of excess)", xs)
+    tol = _validate.real("tolerance", tol)
+    result = np.full(len(gaps), np.nan)
+    for row, g in enumerate(gaps):
+        over = np.nonzero(~(g <= tol))[0]
+        if len(over) == 0:
+            result[row] = xs[0]
+        elif over[-1] < len(g) - 1:
+            result[row] = xs[over[-1] + 1]
+    return result
+
+def one_thread():
+    pass
+
+def my_table(rows):
+    for row in rows:
+        print(row)
+'''
+    found = pasted_copies(paste, names, bodies)
+    assert any(f.startswith("first_time_within (a renamed copy of experiments.within") for f in found), found
+    assert any(f.startswith("one_thread (the package has ") for f in found), found
+    assert not any(f.startswith("my_table") for f in found), found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapters_import_helpers_instead_of_pasting_them(path):
+    """A notebook that defines a function the package already has is a second copy that will drift:
+    one of the same name (public or private, with or without the leading underscore) or one whose
+    body is the same up to the names of its arguments and locals (a renamed paste).
+    Exempt: an exercise's own implementation (``_exercised``)."""
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(_code_of(c.source) for c in nb.cells if c.cell_type == "code")
+    names, bodies = package_functions()
+    pasted = pasted_copies(code, names, bodies, _exercised(code))
+    assert not pasted, f"{path.name} defines functions the package has; import them instead: {pasted}"
 
 
 CHAPTERS = sorted((ROOT / "book").glob("0[0-9]*_*.ipynb"))  # 04b_feedback_loop too

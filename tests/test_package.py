@@ -18,9 +18,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "bayesattn_lite"
 TIERS = {
     "concepts": ["_validate", "attention", "checkpoints", "tasks", "wind_tunnels", "models", "train",
                  "batched", "em", "diagnostics", "monitor", "gradcheck"],
-    "experiments": ["specialisation", "experiments", "comparison", "distributed", "dynamics"],
-    "presentation": ["plots", "widgets", "checks"],
-    "instructor": ["instructor.assignments", "instructor.learner_copies", "instructor.grading",
+    "experiments": ["specialisation", "experiments", "comparison", "converged", "distributed", "dynamics"],
+    "presentation": ["plots", "widgets", "checks", "checks._engine", "checks.chapters_1_3", "checks.chapters_4_5",
+                     "checks.chapters_6_9", "checks.problem_sets"],
+    "instructor": ["instructor", "instructor.assignments", "instructor.learner_copies", "instructor.grading",
                    "instructor._sandbox"],
 }
 LEVEL = {module: level for level, modules in enumerate(TIERS.values()) for module in modules}
@@ -28,18 +29,32 @@ PLOTTING = ("matplotlib", "ipywidgets", "IPython")
 
 
 def modules():
-    """Every module of the package by its dotted name below it ("attention", "instructor.grading")."""
-    return sorted(".".join(p.relative_to(PACKAGE).with_suffix("").parts) for p in PACKAGE.rglob("*.py")
-                  if p.stem != "__init__" and "__pycache__" not in p.parts)
+    """Every module of the package by its dotted name below it ("attention", "instructor.grading"); a
+    subpackage's ``__init__`` by the subpackage's name ("checks"), since that is what imports name."""
+    names = []
+    for p in PACKAGE.rglob("*.py"):
+        parts = p.relative_to(PACKAGE).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        if parts and "__pycache__" not in parts:
+            names.append(".".join(parts))
+    return sorted(names)
+
+
+def source(module):
+    """The file of ``module``: its .py, or the ``__init__.py`` of a subpackage."""
+    path = PACKAGE / f"{module.replace('.', '/')}.py"
+    return path if path.exists() else PACKAGE / module.replace(".", "/") / "__init__.py"
 
 
 def imports(module, top_level_only=False):
     """The package modules ``module`` imports (``from . import x``, ``from .x import y``, ``from .. import
     x`` in a subpackage), and the outside packages, anywhere in the file or only at its top level."""
-    tree = ast.parse((PACKAGE / f"{module.replace('.', '/')}.py").read_text())
+    path = source(module)
+    tree = ast.parse(path.read_text())
     nodes = tree.body if top_level_only else ast.walk(tree)
     inside, outside = set(), set()
-    here = module.split(".")[:-1]  # the subpackage the module is in ([] at the top)
+    # the subpackage the module is in ([] at the top); a subpackage's __init__ is in the subpackage itself
+    here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.level >= 1:
             base = here[:len(here) - (node.level - 1)]
@@ -87,7 +102,7 @@ GRADER = tuple(TIERS["instructor"])  # the instructor's side: student versions a
 
 
 def test_the_instructor_side_is_its_own_subpackage():
-    assert sorted(m for m in modules() if m.startswith("instructor.")) == sorted(GRADER)
+    assert sorted(m for m in modules() if m.split(".")[0] == "instructor") == sorted(GRADER)
 
 
 @pytest.mark.parametrize("module", [m for m in modules() if m not in GRADER])

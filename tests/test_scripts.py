@@ -94,15 +94,15 @@ def test_train_wind_tunnels_writes_records_resumes_and_skips(tmp_path, capsys):
     """The script on one small configuration (a few hundred steps): weights and a record that
     load_pretrained reads back, and a second call that skips the finished run."""
     train_wind_tunnels = load("train_wind_tunnels")
-    from bayesattn_lite import comparison
+    from bayesattn_lite import comparison, converged
     args = ["--steps", "200", "--archs", "transformer", "--tasks", "recall", "--seeds", "0", "--workers", "1",
             "--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ckpt"), "--no-progress"]
     [record] = train_wind_tunnels.main(args)
     assert record["steps"] == 200 and record["arch"] == "transformer" and record["seconds"] > 0
-    assert record["recipe"] == comparison.RECIPE
+    assert record["recipe"] == converged.RECIPE
     curve = record["curve"]["eval_kl_bits"]
     assert curve[-1] < 0.7 * curve[0]  # 200 steps already learn part of the task
-    model = comparison.load_pretrained("transformer", "recall", 0, directory=tmp_path / "out")
+    model = converged.load_pretrained("transformer", "recall", 0, directory=tmp_path / "out")
     again = comparison.evaluate(model, "recall", n_seqs=record["n_eval"])
     assert again["kl_bits"] == pytest.approx(record["final"]["trained"]["kl_bits"], rel=1e-6)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -131,7 +131,7 @@ def test_train_wind_tunnels_trains_a_variant_then_measures_it(tmp_path, capsys):
     """--variants trains a ladder rung with its own sizes into its folder; --measure adds the
     measurements that the rungs without shipped weights are read from."""
     train_wind_tunnels = load("train_wind_tunnels")
-    from bayesattn_lite import comparison
+    from bayesattn_lite import converged
     args = ["--variants", "d48", "--tasks", "recall", "--seeds", "0", "--steps", "20", "--workers", "1",
             "--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ckpt"), "--no-progress"]
     [record] = train_wind_tunnels.main(args)
@@ -139,10 +139,10 @@ def test_train_wind_tunnels_trains_a_variant_then_measures_it(tmp_path, capsys):
     [path] = train_wind_tunnels.main(args + ["--measure"])
     measured = json.loads(path.read_text())["measured"]
     assert measured["geometry"]["d_head"] == 24 and "entropy_bias_bits" in measured
-    row = comparison.ladder_row("transformer", "recall", 0, "d48", directory=tmp_path / "out")
+    row = converged.ladder_row("transformer", "recall", 0, "d48", directory=tmp_path / "out")
     assert row["source"] == "weights" and row["kl_bits"] == pytest.approx(measured["kl_bits"], rel=1e-6)
     path.with_suffix(".pt").unlink()  # a rung that ships its record only
-    row = comparison.ladder_row("transformer", "recall", 0, "d48", directory=tmp_path / "out")
+    row = converged.ladder_row("transformer", "recall", 0, "d48", directory=tmp_path / "out")
     assert row["source"] == "record" and row["geometry"] == measured["geometry"]
 
 

@@ -286,7 +286,7 @@ def test_score_step_first_order_matches_a_small_step_and_the_kernel():
     g1 = attention.gradients(x[:1], y[:1], p0)
     fw = attention.forward(x[:1], p0)
     ds_kernel = attention.predicted_score_change(x[0], fw["q"][0], fw["k"][0], g1["s"][0], lr)
-    _, ds_jvp = torch.func.jvp(lambda a, b: sp._scores(x[0], a, b), (p0["W_Q"], p0["W_K"]),
+    _, ds_jvp = torch.func.jvp(lambda a, b: attention.scores(x[0] @ a.T, x[0] @ b.T, causal=False), (p0["W_Q"], p0["W_K"]),
                                (-lr * g1["W_Q"], -lr * g1["W_K"]))
     mask = attention.causal_mask(x.shape[1])
     assert torch.allclose(ds_kernel[mask], ds_jvp[mask], atol=1e-12)
@@ -312,3 +312,10 @@ def test_oracle_heads_beat_a_uniform_guess_and_choose_a_temperature():
         assert 0 <= out[name]["kl"] < 1.0
         assert out[name]["kl_by_position"].shape == (TINY.seq_len,)
     assert out["content"]["temperature"] in (0.5, 1.0) and out["signal"]["temperature"] is None
+
+
+def test_config_small_and_paper():
+    assert sp.Config.paper() == sp.Config() and sp.Config.paper(steps=20).steps == 20
+    small = sp.Config.small(lr=0.1)
+    assert (small.n_train, small.n_probe, small.steps, small.lr) == (256, 128, 400, 0.1)
+    assert small.n_train < sp.Config.paper().n_train and small.describe().startswith("n_sources=3")

@@ -192,8 +192,8 @@ def test_posterior_sharpens_and_bayes_beats_a_uniform_guess(task):
 def test_kl_is_zero_for_the_posterior_itself_and_positive_otherwise(task):
     x, _, _ = task.sample(20, seed=5)
     post = task.posterior(x)
-    assert abs(task.kl_bits(x, torch.log(post))) < 1e-9
-    assert task.kl_bits(x, torch.zeros_like(post)) > 0.05
+    assert abs(task.kl_bits(torch.log(post), x)) < 1e-9
+    assert task.kl_bits(torch.zeros_like(post), x) > 0.05
 
 
 def test_entropy_of_uniform_and_one_hot():
@@ -219,7 +219,7 @@ def test_bad_shapes_raise_value_errors(task):
     with pytest.raises(ValueError, match="y"):
         task.bayes_loss(x, y[:, :3])
     with pytest.raises(ValueError, match="logits"):
-        task.kl_bits(x, torch.zeros(2, 5, 4))
+        task.kl_bits(torch.zeros(2, 5, 4), x)
 
 
 def test_a_task_without_distractors_has_the_plain_gaussian_posterior():
@@ -228,3 +228,18 @@ def test_a_task_without_distractors_has_the_plain_gaussian_posterior():
     assert sig.all()
     ll = -((x.double()[..., None, :] - task.means) ** 2).sum(-1) / 2
     assert torch.allclose(task.posterior(x), torch.softmax(ll.cumsum(1), -1))
+
+
+def test_kl_by_position_averages_to_kl_bits_and_signal_log_odds_match_the_densities():
+    task = tasks.sources_task(n_sources=3, d_x=5, seq_len=6, signal_prob=0.3, seed=1)
+    x, _, _ = task.sample(4, seed=2, dtype=torch.float64)
+    logits = torch.randn(4, 6, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    by_position = task.kl_bits_by_position(logits, x)
+    assert by_position.shape == (6,) and (by_position > 0).all()
+    assert task.kl_bits(logits, x) == pytest.approx(by_position.mean().item(), rel=1e-12)
+    # brute force: p(signal | x) / p(distractor | x) from the Gaussian densities, constants included
+    def density(mean):
+        return torch.exp(-((x - mean) ** 2).sum(-1) / (2 * task.noise ** 2)) / (2 * math.pi * task.noise ** 2) ** (5 / 2)
+    signal = sum(task.signal_prob / 3 * density(task.means[z]) for z in range(3))
+    expected = torch.log(signal / ((1 - task.signal_prob) * density(task.distractor)))
+    torch.testing.assert_close(task.signal_log_odds(x), expected, rtol=1e-9, atol=1e-9)

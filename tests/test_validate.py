@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from bayesattn_lite import (_validate, attention, batched, checkpoints, comparison, diagnostics, em,
+from bayesattn_lite import (_validate, attention, batched, checkpoints, comparison, converged, diagnostics, em,
                             experiments, models, specialisation, tasks, train, wind_tunnels)
 
 # ----------------------------------------------------------------------------- _validate itself
@@ -133,7 +133,7 @@ def cases(tmp):
         "n_seqs": BAD_COUNTS, "seed": [-1, 2.5, "0", None]})
     yield from _tensor_cases("sources.posterior", sources.posterior, "x", lambda: sources.sample(2)[0])
     x_src, _, _ = sources.sample(2)
-    yield from _tensor_cases("sources.kl_bits", lambda lg: sources.kl_bits(x_src, lg), "logits",
+    yield from _tensor_cases("sources.kl_bits", lambda lg: sources.kl_bits(lg, x_src), "logits",
                              lambda: torch.zeros(2, 5, 3))
     # wind tunnels
     yield from _scalar_cases("BijectionTask", lambda **kw: wind_tunnels.BijectionTask(**kw), {
@@ -264,11 +264,11 @@ def cases(tmp):
         "fraction": [0, 1.5, NAN, "0.9"], "curve": [np.arange(4.0), np.array([1.0, NAN, 1, 1, 1])]})
     # experiments
     yield from _scalar_cases("run_schedules", lambda **kw: experiments.run_schedules(**{
-        "schedules": {"a": experiments.schedule(0.01)}, "seeds": (1,), "steps": 2, "T": 20, "progress": False, **kw}), {
-        "schedules": [{}, {"a": {"W_Q": 0.1}}, {"a": {**experiments.schedule(0.01), "W_V": NAN}}, None],
+        "schedules": {"a": train.rates(0.01)}, "seeds": (1,), "steps": 2, "T": 20, "progress": False, **kw}), {
+        "schedules": [{}, {"a": {"W_Q": 0.1}}, {"a": {**train.rates(0.01), "W_V": NAN}}, None],
         "seeds": [(), (1, 1), (-1,), ("a",)], "steps": BAD_COUNTS, "T": BAD_COUNTS + [1]})
     yield from _scalar_cases("em_vs_sgd", lambda **kw: experiments.em_vs_sgd(**{"seeds": (1,), "steps": 2, "T": 20, "progress": False, **kw}), {
-        "lr": BAD_RATES, "value_lr_ratio": BAD_RATES})
+        "lr": BAD_RATES, "value_ratio": BAD_RATES})
     # comparison
     yield from _scalar_cases("train_on_task", lambda **kw: comparison.train_on_task(**{
         "arch": "lstm", "task": "bijection", "steps": 1, "progress": False, **kw}), {
@@ -284,14 +284,14 @@ def cases(tmp):
         "size": ["huge", None], "workers": BAD_COUNTS})
     yield from _scalar_cases("comparison.format_table", lambda **kw: comparison.format_table(**{"rows": [{"arch": "lstm", "task": "hmm", "horizon": "trained", "kl_bits": 0.1}], **kw}), {
         "rows": [[], None], "metric": ["accuracy_bits", None]})
-    yield from _scalar_cases("comparison.verdict", lambda **kw: comparison.verdict(**{"kl_per_seed": [0.1, 0.2], "baseline_kl": 1.0, **kw}), {
+    yield from _scalar_cases("converged.verdict", lambda **kw: converged.verdict(**{"kl_per_seed": [0.1, 0.2], "baseline_kl": 1.0, **kw}), {
         "kl_per_seed": [[], [NAN, 0.1], "0.1", None], "baseline_kl": [0, -1, NAN, "1"]})
     # specialisation
-    yield from _scalar_cases("specialisation.run", lambda **kw: specialisation.run(specialisation.small_config(**{"steps": 20, "log_every": 10, **kw})), {
+    yield from _scalar_cases("specialisation.run", lambda **kw: specialisation.run(specialisation.Config.small(**{"steps": 20, "log_every": 10, **kw})), {
         "steps": [-10, 15, 0], "lr": BAD_RATES[:4], "value_ratio": [0, -1, NAN], "n_train": BAD_COUNTS[:3],
         "d_k": BAD_COUNTS[:3], "signal_prob": [0, 1.5, NAN], "log_every": [0, -1]})
     yield "specialisation.run(cfg=dict)", "scalars", lambda: specialisation.run({"steps": 10})
-    yield "specialisation.run(device='tpu')", "scalars", lambda: specialisation.run(specialisation.small_config(steps=10, log_every=10), device="tpu")
+    yield "specialisation.run(device='tpu')", "scalars", lambda: specialisation.run(specialisation.Config.small(steps=10, log_every=10), device="tpu")
 
 
 def _batched_checkpoint(tmp):
@@ -354,7 +354,7 @@ VALID = [
     ("HMMTask(K=0-d tensor)", lambda: wind_tunnels.HMMTask(K=torch.tensor(5))),
     ("bijection.sample(batch_size=np.int64)", lambda: wind_tunnels.BijectionTask().sample(np.int64(2), seed=np.int64(1))),
     ("em.e_step(variance=0-d tensor)", lambda: em.e_step(torch.randn(5, 2, dtype=torch.float64), torch.randn(2, 2, dtype=torch.float64), torch.tensor(1.0))),
-    ("comparison.verdict(np.float64)", lambda: comparison.verdict(np.array([0.1, 0.2]), np.float64(1.0))),
+    ("converged.verdict(np.float64)", lambda: converged.verdict(np.array([0.1, 0.2]), np.float64(1.0))),
     ("batched.train(steps=np.int64)", lambda: batched.train(torch.randn(1, 5, 4), torch.zeros(1, 5, dtype=torch.long),
                                                             batched.stack([_params()]), {n: 0.1 for n in attention.PARAM_NAMES},
                                                             np.int64(2), progress=False)),

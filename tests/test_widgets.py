@@ -147,12 +147,12 @@ def test_sticky_explorer_reuses_the_static_result_and_reports_divergence(monkeyp
     from bayesattn_lite import experiments
     from bayesattn_lite.train import TrainingDiverged
 
-    small_result = experiments.small_em_vs_sgd(seeds=(3,), T=30, steps=20)
+    small_result = experiments.EMvsSGDConfig.small(seeds=(3,), T=30, steps=20).run(progress=False)
     assert small_result.loss_sgd.shape == (1, 20)
 
     def no_training(*args, **kwargs):
         raise TrainingDiverged("step 3: the loss of 1 model(s) is nan/inf")
-    monkeypatch.setattr(experiments, "small_em_vs_sgd", no_training)
+    monkeypatch.setattr(experiments.EMvsSGDConfig, "run", no_training)
     panel = widgets.sticky_explorer(initial=small_result)   # the defaults are served from the cache
     assert panel.result is small_result
     panel.children[2].value = 0.1                          # a new setting: this one "diverges"

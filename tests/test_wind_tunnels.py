@@ -139,6 +139,32 @@ def test_paper_sizes():
     assert hmm.vocab_size == 101 + 5 and hmm.seq_len == 25 + 25 + 20
 
 
+def test_the_registry_carries_each_wind_tunnels_metadata():
+    assert tuple(WIND_TUNNELS) == ("bijection", "hmm", "recall")
+    for name, cls in WIND_TUNNELS.items():
+        assert cls.name == name and wind_tunnel(name).name == name
+        assert set(cls.converged_steps) == {"cpu", "paper"} and all(s > 0 for s in cls.converged_steps.values())
+        assert wind_tunnels.as_wind_tunnel(name).name == name
+    assert HMMTask().test_horizons() == [{"K": 18}, {"K": 30}]                 # Paper I's 1.5K and 2.5K
+    assert HMMTask.paper().test_horizons() == [{"K": 30}, {"K": 50}]
+    assert wind_tunnel("recall").test_horizons() == [] == wind_tunnel("bijection").test_horizons()
+    task = wind_tunnel("hmm")
+    assert wind_tunnels.as_wind_tunnel(task) is task
+
+
+def test_data_seed_is_the_stream_the_shipped_models_were_trained_on():
+    """Pinned values: changing the rule would change what a retrained or resumed run sees."""
+    assert wind_tunnels.data_seed(0, 0) == 2**40 == 1_099_511_627_776
+    assert wind_tunnels.data_seed(3, 7) == 2**40 + 3 * 2**24 + 7 == 1_099_561_959_431
+    assert wind_tunnels.data_seed(2, 9999) == 1_099_545_192_207
+    assert wind_tunnels.data_seed(3, 7, rank=1, world=4) == 2**40 + (3 * 2**24 + 7) * 4 + 1
+    assert wind_tunnels.data_seed(3, 7, 0, 1) == wind_tunnels.data_seed(3, 7)  # one process: the same stream
+    seeds = {wind_tunnels.data_seed(3, step, rank, 4) for step in range(5) for rank in range(4)}
+    assert len(seeds) == 20  # every rank its own batches
+    top = wind_tunnels.data_seed(wind_tunnels.MAX_SEED - 1, wind_tunnels.MAX_STEPS - 1, 2**16 - 1, 2**16)
+    assert 12345 + 2**16 < wind_tunnels.DATA_SEED_BASE and top < 2**63  # far from held-out seeds, valid
+
+
 @pytest.mark.parametrize("name", sorted(WIND_TUNNELS))
 def test_seeds_are_reproducible(name):
     task = wind_tunnel(name)
@@ -283,20 +309,18 @@ def small_transformer():
     return models.Transformer(task.vocab_size, task.n_classes, d_model=16, n_layers=2, n_heads=2), task
 
 
-def test_probe_tensors_and_geometry(small_transformer):
+def test_probes_and_geometry(small_transformer):
     model, task = small_transformer
     batch = task.sample(8, seed=0)
-    records = diagnostics.probe_tensors(model, batch.tokens)
+    records = pytest.importorskip("bayesattn_lite.models").run_with_probes(model, batch.tokens)
     assert len(records) == 2 and records[0]["k"].shape == (8, 2, task.seq_len, 8)
     torch.testing.assert_close(records[1]["alpha"].sum(-1), torch.ones(8, 2, task.seq_len))
     torch.testing.assert_close(records[1]["g"], records[1]["alpha"] @ records[1]["v"])
     geo = diagnostics.bayesian_geometry(model, batch)
     assert 0 <= geo["keys"] <= 1 and 0 <= geo["keys_centred"] <= 1 and len(geo["attention_entropy_bits"]) == 2
     assert 0 < geo["pc1_share"] <= 1 and geo["pc1"].shape == (int(batch.mask.sum()),) == geo["entropy"].shape
-    with pytest.raises(ValueError, match="probe"):
-        diagnostics.probe_tensors(torch.nn.Linear(2, 2), batch.tokens)
-    with pytest.raises(ValueError, match="probes"):
-        diagnostics.probe_tensors(model, batch.tokens, probes=("probe_x",))
+    with pytest.raises(ValueError, match="probe points"):
+        diagnostics.bayesian_geometry(torch.nn.Linear(2, 2), batch)
 
 
 def test_key_gradients_sum_to_zero(small_transformer):
