@@ -9,27 +9,32 @@ The pieces, top to bottom:
 - ``History``         one row of floats per logged step; ``history["loss"]`` is a numpy array
 - ``lr_factor``       the learning-rate schedule: "constant" (chapters 1-6) or "cosine", each
                       with an optional linear warm-up; the factor multiplies every group's rate
-- ``train``           plain gradient descent (or Adam, AdamW) on ``loss_fn(model, step)``, with a
-                      schedule, gradient clipping, weight decay, a divergence guard, a tqdm bar
-                      and resumable checkpoints
+- ``Recipe``          how to train (steps, optimizer, rates, schedule, clipping, weight decay):
+                      one object that the checkpoint records and a resume must match
+- ``train``           ``train(model, loss_fn, recipe)``: plain gradient descent (or Adam, AdamW)
+                      on ``loss_fn(model, step)``, with a divergence guard, a tqdm bar and
+                      resumable checkpoints
 
 A run that is interrupted and resumed from its checkpoint gives exactly the same history and
 weights as one that never stopped: the checkpoint carries the RNG states too, so ``loss_fn``
-may sample its data from the global RNGs, and the recipe (schedule, base rates, clipping, weight
-decay), so a resume with another recipe is refused instead of silently mixing two.
+may sample its data from the global RNGs, and the recipe, so a resume with another recipe is
+refused instead of silently mixing two.
 """
 
 import fnmatch
 import math
 import os
 import random
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 
 from . import _validate, checkpoints
 
-ROUTING_PATTERNS = ("*W_Q", "*W_K")  # queries and keys decide where a head looks; W_V, W_O what it reads
+# What each matrix of a head does: queries and keys decide where it looks (routing), W_V what it
+# reads (values), W_O how that reaches the output (readout). The EM-like schedule speeds up "values".
+GROUPS = {"routing": ("W_Q", "W_K"), "values": ("W_V",), "readout": ("W_O",)}
 
 
 # ----------------------------------------------------------------------------- devices, seeds
@@ -43,11 +48,10 @@ def pick_device(device=None):
 
 def seed_everything(seed):
     """Seed python's random, numpy's global RNG and torch (CPU and every CUDA device)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
-        raise ValueError(f"seed: expected an int in [0, 2**32), got {seed!r}")  # numpy's limit
-    random.seed(int(seed))
-    np.random.seed(int(seed))
-    torch.manual_seed(int(seed))  # seeds the CPU generator and all CUDA devices (lazily)
+    seed = _validate.integer("seed", seed, 0, 2**32 - 1)  # numpy's limit
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # seeds the CPU generator and all CUDA devices (lazily)
 
 
 # ----------------------------------------------------------------------------- parameter groups
@@ -78,20 +82,18 @@ def param_groups(model, lr, lr_multipliers=None):
     """Optimizer parameter groups with a learning rate per parameter, chosen by name.
 
     ``lr_multipliers`` maps fnmatch patterns on ``model.named_parameters()`` names to a factor
-    of ``lr``; the first pattern that matches a name wins, a name that matches none gets 1.
+    of ``lr`` (0 freezes); the first pattern that matches a name wins, a name that matches none gets 1.
     Parameters with the same factor share a group, named by joining their names with "+"::
 
         param_groups(head, 0.01, {"W_V": 10.0})               # the paper's EM-like schedule
         # [{"name": "W_Q+W_K+W_O", "lr": 0.01, ...}, {"name": "W_V", "lr": 0.1, ...}]
         param_groups(head, 0.1, {"W_Q": 0.1, "W_K": 0.1})     # slow routing, fast content
-        param_groups(model, 0.1, dict.fromkeys(ROUTING_PATTERNS, 0.1))  # same, any nesting
+        param_groups(model, 0.1, {f"*{m}": 0.1 for m in GROUPS["routing"]})  # same, any nesting
     """
     if not isinstance(model, torch.nn.Module):
         _validate.fail("model", "a torch.nn.Module", type(model).__name__, described=True)
     _validate.positive("lr", lr)
-    lr_multipliers = dict(lr_multipliers or {})
-    for pattern, factor in lr_multipliers.items():
-        _validate.positive(f"lr_multipliers[{pattern!r}]", factor)
+    lr_multipliers = _multipliers(lr_multipliers)
     named = list(model.named_parameters())
     names = [name for name, _ in named]
     for pattern in lr_multipliers:  # a typo would otherwise silently train at the base rate
@@ -214,21 +216,19 @@ CHECKPOINT_KEYS = ("model", "optimizer", "step", "history", "rng", "recipe")
 def _save_checkpoint(path, model, optimizer, next_step, history, rng, recipe):
     checkpoints.save(path, {"kind": KIND, "fingerprint": _fingerprint(model, recipe),
                             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": next_step,
-                            "history": history.to_dict(), "rng": rng, "recipe": recipe})
+                            "history": history.to_dict(), "rng": rng, "recipe": asdict(recipe)})
 
 
 def _fingerprint(model, recipe):
-    """The model's parameter names and shapes and the recipe (the steps only where they matter)."""
+    """The model's parameter names and shapes and the recipe's fields that a resume must match."""
     shapes = [(n, list(p.shape)) for n, p in model.state_dict().items()]
-    relevant = {k: v for k, v in recipe.items() if k != "steps" or recipe["schedule"] != "constant"}
-    return checkpoints.fingerprint(shapes, relevant)
+    return checkpoints.fingerprint(shapes, recipe.fingerprint_fields())
 
 
-def _recipe_differences(saved, ours):
-    """What differs between the recipe a checkpoint was written with and this run's, in words.
-    The number of steps matters only to a schedule that depends on it (cosine)."""
-    keys = [k for k in ours if k != "steps" or ours["schedule"] != "constant"]
-    return [f"{k}: checkpoint {saved.get(k)!r}, this run {ours[k]!r}" for k in keys if saved.get(k) != ours[k]]
+def _recipe_differences(saved, recipe):
+    """What differs between the recipe a checkpoint was written with and this run's, in words."""
+    ours = recipe.fingerprint_fields()
+    return [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}" for k, v in ours.items() if saved.get(k) != v]
 
 
 def _model_differences(saved, model):
@@ -240,8 +240,8 @@ def _model_differences(saved, model):
             for k, v in ours.items() if saved[k].shape != v.shape]
 
 
-def _load_checkpoint(path, model, optimizer, device, recipe):
-    ckpt = checkpoints.load(path, KIND, device, required=CHECKPOINT_KEYS)
+def _load_checkpoint(path, model, optimizer, recipe):
+    ckpt = checkpoints.load(path, KIND, next(model.parameters()).device, required=CHECKPOINT_KEYS)
     differences = _model_differences(ckpt["model"], model) or _recipe_differences(ckpt["recipe"], recipe)
     checkpoints.refuse(path, _fingerprint(model, recipe), ckpt, differences)
     model.load_state_dict(ckpt["model"])
@@ -252,6 +252,15 @@ def _load_checkpoint(path, model, optimizer, device, recipe):
 
 # ----------------------------------------------------------------------------- the loop
 
+def _multipliers(value):
+    """lr_multipliers as a plain dict of pattern -> factor >= 0 (0 freezes what the pattern matches)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        _validate.fail("lr_multipliers", "a dict of parameter-name patterns to factors, e.g. {'W_V': 10.0}", value)
+    return {pattern: _validate.real(f"lr_multipliers[{pattern!r}]", f, 0) for pattern, f in value.items()}
+
+
 class TrainingDiverged(RuntimeError):
     """The loss or a gradient became nan/inf."""
 
@@ -260,46 +269,48 @@ class TrainingDiverged(RuntimeError):
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
-def _check_groups(model, groups):
-    """Copies of ``groups`` (torch.optim fills its defaults into the dicts it gets, and the caller may
-    reuse them) after checking that they are parameter groups of ``model`` with sound rates."""
-    expected = "a list of parameter groups of this model (dicts with 'params', as train.param_groups makes)"
-    if isinstance(groups, (dict, str)) or not hasattr(groups, "__iter__"):
-        _validate.fail("groups", expected, groups)
-    groups = [dict(g) if isinstance(g, dict) else _validate.fail("groups", expected, g) for g in groups]
-    if not groups or any("params" not in g for g in groups):
-        _validate.fail("groups", expected, [sorted(g) for g in groups], described=True)
-    ours = {id(p) for p in model.parameters()}
-    for i, g in enumerate(groups):
-        g["params"] = [g["params"]] if isinstance(g["params"], torch.Tensor) else list(g["params"])
-        if any(id(p) not in ours for p in g["params"]):
-            _validate.fail(f"groups[{i}]", "parameters of the model being trained",
-                           "parameters of another model (build the groups from this model)", described=True)
-        if "lr" in g:  # a rate of 0 freezes a matrix (a control experiment); nan or a negative rate is no rate
-            g["lr"] = _validate.real(f"groups[{i}]['lr'] (lr)", g["lr"], 0)
-    return groups
+@dataclass(frozen=True)
+class Recipe:
+    """How a model is trained: everything that decides where the weights end up, apart from the
+    model, the data and the seed. A checkpoint records it and a resume with another recipe is refused.
 
+    At every step each parameter's rate is ``lr`` times its factor in ``lr_multipliers`` (fnmatch
+    patterns on parameter names, e.g. ``em_like()``; a factor 0 freezes a matrix) times
+    ``lr_factor(step, steps, schedule, warmup)``; ``clip_grad_norm`` rescales the gradients to at
+    most that total norm; ``weight_decay`` goes to the optimizer (decoupled for AdamW)."""
 
-def _make_optimizer(optimizer, groups, lr, weight_decay, model):
-    if callable(optimizer):
-        if weight_decay:
-            raise ValueError("weight_decay: a callable optimizer sets its own; pass weight_decay=0")
-        opt = optimizer(groups)
-        if not isinstance(opt, torch.optim.Optimizer):
-            _validate.fail("optimizer", "a callable make_optimizer(param_groups) that returns a torch.optim.Optimizer",
-                           opt)
-        ours = {id(p) for p in model.parameters()}
-        if any(id(p) not in ours for g in opt.param_groups for p in g["params"]):
-            _validate.fail("optimizer", "an optimizer over the parameters of the model being trained",
-                           "one over another model's parameters (build it from the param_groups it is given)",
-                           described=True)
-        for i, g in enumerate(opt.param_groups):
-            _validate.real(f"optimizer.param_groups[{i}]['lr'] (lr)", g["lr"], 0)
-        return opt
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer: expected one of {list(OPTIMIZERS)} or a callable "
-                         f"make_optimizer(param_groups), got {optimizer!r}")
-    return OPTIMIZERS[optimizer](groups, lr=lr, weight_decay=weight_decay)
+    steps: int
+    optimizer: str = "sgd"  # a key of OPTIMIZERS
+    lr: float = 1e-2
+    lr_multipliers: dict = field(default_factory=dict)
+    schedule: str = "constant"  # one of SCHEDULES
+    warmup: int = 0  # steps of linear warm-up
+    clip_grad_norm: float = None  # None: no clipping
+    weight_decay: float = 0.0
+
+    def __post_init__(self):
+        checked = {"steps": _validate.integer("steps", self.steps, 0),
+                   "optimizer": _validate.choice("optimizer", self.optimizer, OPTIMIZERS),
+                   "lr": _validate.positive("lr", self.lr),
+                   "lr_multipliers": _multipliers(self.lr_multipliers),
+                   "schedule": _validate.choice("schedule", self.schedule, SCHEDULES),
+                   "warmup": _validate.integer("warmup", self.warmup, 0),
+                   "clip_grad_norm": None if self.clip_grad_norm is None else
+                   _validate.positive("clip_grad_norm", self.clip_grad_norm),
+                   "weight_decay": _validate.real("weight_decay", self.weight_decay, 0)}
+        for name, value in checked.items():  # plain floats and ints: what the fingerprint hashes
+            object.__setattr__(self, name, value)
+
+    def rate_factor(self, step):
+        """The factor on every base rate at ``step`` (the schedule and the warm-up)."""
+        return _factor(step, self.steps, self.schedule, self.warmup)
+
+    def fingerprint_fields(self):
+        """The fields a checkpoint must match (the number of steps only where the schedule uses it)."""
+        fields = asdict(self)
+        if self.schedule == "constant":
+            del fields["steps"]  # a constant-rate run can be resumed to more steps
+        return fields
 
 
 def _lrs(optimizer):
@@ -334,83 +345,72 @@ def _clip(model, norm, max_norm):
                 p.grad.mul_(coef)
 
 
-def _check_loss(loss):
+def _loss_of(out, step, optimizer):
+    """(loss tensor, its value, metrics) from what loss_fn returned; a nan/inf loss stops the run."""
+    loss, metrics = out if isinstance(out, tuple) else (out, {})
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         _validate.fail("loss_fn's loss", "a scalar tensor (or (loss, metrics))", loss)
     if not loss.requires_grad:
         _validate.fail("loss_fn's loss", "a tensor computed from the model's parameters (requires_grad=True)",
                        "a tensor with requires_grad=False: is the model called inside loss_fn?")
+    value = loss.item()
+    if not math.isfinite(value):
+        raise TrainingDiverged(f"step {step}: loss is {value}; training diverged. The learning rate "
+                               f"({_lrs(optimizer)}) may be too high: try a smaller one, or look for log(0) in loss_fn")
+    return loss, value, metrics
 
 
-def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, groups=None,
-          device=None, seed=None, log_every=1, progress=True, checkpoint_path=None,
-          checkpoint_every=100, resume=True, desc="training", schedule="constant", warmup=0,
-          clip_grad_norm=None, weight_decay=0.0, on_step=None):
-    """Run ``steps`` optimizer steps on ``loss_fn(model, step)`` and return the History.
+def _step(model, loss_fn, opt, recipe, step, on_step):
+    """One optimizer step; (loss, metrics with grad_norm and what on_step measured)."""
+    opt.zero_grad(set_to_none=True)
+    factor = recipe.rate_factor(step)
+    for group in opt.param_groups:
+        group["lr"] = group["base_lr"] * factor
+    loss, value, metrics = _loss_of(loss_fn(model, step), step, opt)
+    loss.backward()
+    grad_norm = _grad_norm(model, opt, step)
+    if recipe.clip_grad_norm is not None:
+        _clip(model, grad_norm, recipe.clip_grad_norm)
+    measured = (on_step(model, step) or {}) if on_step is not None else {}
+    opt.step()  # weights change only here, after both guards: a diverged step is never saved
+    scheduled = {"lr": opt.param_groups[0]["lr"]} if recipe.schedule != "constant" or recipe.warmup else {}
+    return value, {**metrics, **measured, "grad_norm": grad_norm, **scheduled}
 
-    ``loss_fn`` returns a scalar loss tensor, or ``(loss, metrics)`` with a dict of floats or
-    0-d tensors; it should put its data on the model's device. Steps 0, log_every, 2*log_every, ...
-    record "loss", the metrics and "grad_norm" (before clipping and the optimizer step).
-    ``optimizer`` is "sgd", "adam", "adamw" or ``make_optimizer(param_groups)``; ``groups`` (from
-    ``param_groups``) replaces lr_multipliers.
 
-    The recipe: at every step each group's rate is its base rate times ``lr_factor(step, steps,
-    schedule, warmup)`` (``warmup`` in steps; with a schedule other than plain constant, "lr" is
-    logged too); ``clip_grad_norm`` rescales the gradients to at most that total norm;
-    ``weight_decay`` goes to the optimizer (decoupled for AdamW).
+def train(model, loss_fn, recipe, *, seed=None, device=None, log_every=1, on_step=None,
+          checkpoint_path=None, checkpoint_every=100, resume=True, progress=True, desc="training"):
+    """Train ``model`` on ``loss_fn(model, step)`` with ``recipe`` (a ``Recipe``); return the History.
 
-    With ``checkpoint_path``, a run saves every ``checkpoint_every`` steps, at the end and on
-    Ctrl-C, and (if ``resume``) continues from an existing checkpoint, also to a larger ``steps``
-    when the schedule does not depend on it. A checkpoint already past ``steps`` is loaded and
-    nothing runs. A checkpoint written with another recipe is refused, with what differs.
+    ``loss_fn`` returns a scalar loss tensor, or ``(loss, metrics)`` with a dict of floats or 0-d
+    tensors; it puts its data on the model's device. Steps 0, log_every, 2*log_every, ... record
+    "loss", the metrics and "grad_norm" (before clipping), and "lr" under a schedule.
 
-    ``on_step(model, step)``, if given, is called at every step after the backward pass and the
-    clipping, before the optimizer step (the gradients are in ``p.grad``, the rates in the
-    optimizer's groups): a place to measure without putting the measurement in the loss. A dict
-    it returns is logged with that step's metrics (at logged steps).
+    ``on_step(model, step)`` is called after the backward pass and the clipping, before the
+    optimizer step (gradients in ``p.grad``): a place to measure without touching the loss; a dict
+    it returns is logged with that step's metrics.
+
+    With ``checkpoint_path`` the run saves every ``checkpoint_every`` steps, at the end and on
+    Ctrl-C, and (if ``resume``) continues from an existing checkpoint: the weights, the optimizer,
+    the history and the RNG states, so a resumed run equals one that never stopped. A checkpoint
+    written with another recipe or another model is refused, saying what differs.
     """
     if not isinstance(model, torch.nn.Module):
         _validate.fail("model", "a torch.nn.Module", type(model).__name__)
-    if not callable(loss_fn):
-        _validate.fail("loss_fn", "a function loss_fn(model, step) -> loss", loss_fn)
-    if on_step is not None and not callable(on_step):
-        _validate.fail("on_step", "a function on_step(model, step) -> dict or None", on_step)
-    steps = _validate.integer("steps", steps, 0)
-    log_every = _validate.integer("log_every", log_every, 1)
-    checkpoint_every = _validate.integer("checkpoint_every", checkpoint_every, 1)
-    warmup = _validate.integer("warmup", warmup, 0)
-    lr = _validate.positive("lr", lr)
-    lr_factor(0, steps, schedule, warmup)  # checks the schedule's name
-    if clip_grad_norm is not None:
-        _validate.positive("clip_grad_norm", clip_grad_norm)
-    weight_decay = _validate.real("weight_decay", weight_decay, 0)
-    if groups is not None and lr_multipliers is not None:
-        raise ValueError("groups, lr_multipliers: expected at most one of them (groups already hold the "
-                         "rates), got both")
-    if seed is not None:
-        seed = _validate.integer("seed", seed, 0, 2**32 - 1)  # numpy's limit; checked before any work
-    if checkpoint_path:
-        checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path)
-    elif checkpoint_path is not None and not isinstance(checkpoint_path, str):
-        _validate.fail("checkpoint_path", "a file path (str or os.PathLike) or None", checkpoint_path)
-    device = pick_device(device)
-    model.to(device)
-    groups = _check_groups(model, groups) if groups is not None else param_groups(model, lr, lr_multipliers)
-    opt = _make_optimizer(optimizer, groups, lr, weight_decay, model)
-    base_lrs = [g["lr"] for g in opt.param_groups]  # the schedule scales these; a resume must not change them
-    scheduled = schedule != "constant" or warmup > 0
-    recipe = {"optimizer": optimizer if isinstance(optimizer, str) else "callable",
-              "base_lrs": [[g.get("name", str(i)), float(lr_g)] for i, (g, lr_g) in enumerate(zip(opt.param_groups, base_lrs))],
-              "schedule": schedule, "warmup": int(warmup), "steps": int(steps),
-              "clip_grad_norm": clip_grad_norm, "weight_decay": float(weight_decay)}
+    if not isinstance(recipe, Recipe):
+        _validate.fail("recipe", "a train.Recipe, e.g. Recipe(steps=500, lr=0.01)", recipe)
+    _validate.function("loss_fn", loss_fn, "a function loss_fn(model, step) -> loss")
+    if on_step is not None:
+        _validate.function("on_step", on_step, "a function on_step(model, step) -> dict or None")
+    log_every, checkpoint_every = _validate.integer("log_every", log_every, 1), _validate.integer(
+        "checkpoint_every", checkpoint_every, 1)
+    checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path) if checkpoint_path else None
+    model.to(pick_device(device))
+    opt = _make_optimizer(model, recipe)
     if seed is not None:
         seed_everything(seed)
     history, start = History(), 0
-    if checkpoint_path and resume and os.path.exists(checkpoint_path):
-        # RNGs too: after seeding
-        start, history = _load_checkpoint(checkpoint_path, model, opt, device, recipe)
-
-    bar = checkpoints.progress_bar(start, steps, desc, progress)
+    if checkpoint_path and resume and os.path.exists(checkpoint_path):  # RNGs too: after seeding
+        start, history = _load_checkpoint(checkpoint_path, model, opt, recipe)
     # done and rng always describe the same moment, the end of the last completed step, so a
     # Ctrl-C inside loss_fn (which may have drawn from the RNGs already) saves a resumable state
     done, rng = start, (_rng_state() if checkpoint_path else None)
@@ -418,35 +418,26 @@ def train(model, loss_fn, steps, optimizer="sgd", lr=1e-2, lr_multipliers=None, 
     def save_now():
         _save_checkpoint(checkpoint_path, model, opt, done, history, rng, recipe)
 
+    bar = checkpoints.progress_bar(start, recipe.steps, desc, progress)
     with checkpoints.saved_on_interrupt(checkpoint_path, save_now, lambda: done), bar:
         for step in bar:
-            opt.zero_grad(set_to_none=True)
-            factor = _factor(step, steps, schedule, warmup)
-            for group, base in zip(opt.param_groups, base_lrs):
-                group["lr"] = base * factor
-            out = loss_fn(model, step)
-            loss, metrics = out if isinstance(out, tuple) else (out, {})
-            _check_loss(loss)
-            loss_value = loss.item()
-            if not math.isfinite(loss_value):
-                raise TrainingDiverged(
-                    f"step {step}: loss is {loss_value}; training diverged. The learning rate "
-                    f"({_lrs(opt)}) may be too high: try a smaller one, or look for log(0) in loss_fn")
-            loss.backward()
-            grad_norm = _grad_norm(model, opt, step)
-            if clip_grad_norm is not None:
-                _clip(model, grad_norm, clip_grad_norm)
-            measured = (on_step(model, step) or {}) if on_step is not None else {}
-            opt.step()  # weights change only here, after both guards: a diverged step is never saved
+            loss, metrics = _step(model, loss_fn, opt, recipe, step, on_step)
             if step % log_every == 0:
-                extra = {"lr": base_lrs[0] * factor} if scheduled else {}
-                history.append(step, loss=loss_value, **metrics, **measured, grad_norm=grad_norm, **extra)
-            # (a Ctrl-C in the microseconds between opt.step() and here would save a step twice)
+                history.append(step, loss=loss, **metrics)
             done, rng = step + 1, (_rng_state() if checkpoint_path else None)
-            if step % 10 == 0 or done == steps:  # the postfix costs a string format; not every step
-                bar.set_postfix(loss=f"{loss_value:.4g}", refresh=False)
-            if checkpoint_path and done % checkpoint_every == 0 and done < steps:
+            if step % 10 == 0 or done == recipe.steps:  # the postfix costs a string format; not every step
+                bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+            if checkpoint_path and done % checkpoint_every == 0 and done < recipe.steps:
                 save_now()
     if checkpoint_path and done > start:  # the end of the run (the loop skips its own last save)
         save_now()
     return history
+
+
+def _make_optimizer(model, recipe):
+    """The recipe's optimizer over ``param_groups``; each group keeps its base rate for the schedule."""
+    groups = param_groups(model, recipe.lr, recipe.lr_multipliers)
+    opt = OPTIMIZERS[recipe.optimizer](groups, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    for group in opt.param_groups:
+        group["base_lr"] = group["lr"]  # the schedule scales this; a resume must not change it
+    return opt

@@ -31,8 +31,7 @@ def test_a_train_checkpoint_is_not_resumed_by_the_batched_loop(tmp_path):
     path = tmp_path / "run.pt"
     head = attention.AttentionHead(4, 3, 3, 2)
     x, y = torch.randn(1, 5, 4), torch.randint(0, 2, (1, 5))
-    train.train(head, lambda m, step: torch.nn.functional.cross_entropy(m(x)[0], y[0]), 2,
-                checkpoint_path=path, progress=False)
+    train.train(head, lambda m, step: torch.nn.functional.cross_entropy(m(x)[0], y[0]), train.Recipe(2), checkpoint_path=path, progress=False)
     params = batched.stack([{n: W.detach() for n, W in head.params().items()}])
     with pytest.raises(checkpoints.CheckpointMismatch, match="batched.train"):
         batched.train(x, y, params, {n: 0.1 for n in attention.PARAM_NAMES}, 2, checkpoint_path=path, progress=False)
