@@ -71,14 +71,6 @@ def stack(param_dicts):
     return {name: torch.stack([p[name] for p in param_dicts]) for name in PARAM_NAMES}
 
 
-def unstack(params, m):
-    """Model ``m`` of a stacked dict, as a plain parameter dict for ``attention``."""
-    if not hasattr(params, "keys") or set(PARAM_NAMES) - set(params.keys()):
-        _validate.fail("params", f"a stacked mapping with keys {PARAM_NAMES} (batched.stack)", params)
-    m = _validate.integer("m", m, 0, params[PARAM_NAMES[0]].shape[0] - 1)
-    return {name: params[name][m] for name in PARAM_NAMES}
-
-
 def check_inputs(x, y, params):
     """Raise ValueError, naming what was expected, unless x, y and params fit M stacked models."""
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or not x.is_floating_point():
@@ -299,13 +291,47 @@ def _snapshot(params):
     return {n: params[n].detach().to("cpu", torch.float64).clone() for n in PARAM_NAMES}
 
 
-def _diverged(step, metrics, names, lrs):
-    bad = [m for m in range(len(names)) if not math.isfinite(float(metrics["loss"][m]))]
+def _diverged(step, finite, names, lrs):
+    """TrainingDiverged naming the models whose entry of ``finite`` (one flag per model) is False."""
+    bad = [m for m in range(len(names)) if not finite[m]]
     which = ", ".join(f"{names[m]} (lr " + ", ".join(f"{n}={float(lrs[n][m]):g}" for n in PARAM_NAMES) + ")"
                       for m in bad[:4])
     return TrainingDiverged(f"step {step}: the loss or gradient of {len(bad)} model(s) is nan/inf: {which}"
                             f"{' ...' if len(bad) > 4 else ''}. Their learning rates are too high: "
                             "lower the base rate or the value/routing ratio.")
+
+
+def _inputs(x, y, params, device, dtype):
+    """x, y and the parameters checked and on ``device`` in ``dtype``, and the pool of (x, y) per step."""
+    x = _validate.tensor("x", x, (3, 4), floating=True)
+    y = _validate.tensor("y", y, x.dim() - 1)
+    dtype = _validate.float_dtype("dtype", dtype)  # an integer dtype would truncate data and weights
+    pooled = x.dim() == 4
+    if pooled and tuple(y.shape) != tuple(x.shape[:3]):
+        _validate.fail("y", f"an integer tensor of shape {tuple(x.shape[:3])} (a pool like x)", y)
+    if not hasattr(params, "keys") or set(PARAM_NAMES) - set(params.keys()):
+        _validate.fail("params", f"a mapping with keys {PARAM_NAMES} (batched.stack of parameter dicts)", params)
+    x, y = x.to(device, dtype), y.to(device)
+    params = {name: _validate.tensor(name, params[name], 3).to(device, dtype).clone() for name in PARAM_NAMES}
+    pool = [(x[:, p], y[:, p]) for p in range(x.shape[1])] if pooled else [(x, y)]
+    for xp, yp in pool:
+        check_inputs(xp, yp, params)
+    return x, y, params, pool
+
+
+def _resume(path, fingerprint, steps, device, dtype):
+    """(step, params, curves so far, snapshots so far) from a checkpoint of this same run."""
+    ckpt = checkpoints.load(path, KIND, required=("fingerprint", "step", "params", "curves"))
+    checkpoints.refuse(path, fingerprint, ckpt, [] if ckpt["fingerprint"] == fingerprint else [
+        "other data, initial weights, rates or record_every (the fingerprint hashes them all)"])
+    start = int(ckpt["step"])
+    if start > steps:
+        raise ValueError(f"checkpoint {path} is at step {start}, past steps={steps}: "
+                         "ask for at least that many steps, or delete it / pass resume=False")
+    params = {name: ckpt["params"][name].to(device, dtype) for name in PARAM_NAMES}
+    snapshots = {int(s): {n: ckpt["snapshots"][n][i] for n in PARAM_NAMES}
+                 for i, s in enumerate(ckpt["snapshot_steps"].tolist()) if s <= start}
+    return start, params, ckpt["curves"][:, :start], snapshots
 
 
 def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None, device=None,
@@ -325,24 +351,12 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     ``checkpoint_path``, the run saves every ``checkpoint_every`` steps and on Ctrl-C, and (if
     ``resume``) continues from a checkpoint of the same inputs.
     """
-    x = _validate.tensor("x", x, (3, 4), floating=True)
-    y = _validate.tensor("y", y, x.dim() - 1)
-    dtype = _validate.float_dtype("dtype", dtype)  # an integer dtype would truncate data and weights
     checkpoint_every = _validate.integer("checkpoint_every", checkpoint_every, 1)
     if checkpoint_path:
         checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path)
-    pooled = x.dim() == 4
-    if pooled and tuple(y.shape) != tuple(x.shape[:3]):
-        _validate.fail("y", f"an integer tensor of shape {tuple(x.shape[:3])} (a pool like x)", y)
-    if not hasattr(params, "keys") or set(PARAM_NAMES) - set(params.keys()):
-        _validate.fail("params", f"a mapping with keys {PARAM_NAMES} (batched.stack of parameter dicts)", params)
     device = pick_device(device)
-    x, y = x.to(device, dtype), y.to(device)
-    params = {name: _validate.tensor(name, params[name], 3).to(device, dtype).clone() for name in PARAM_NAMES}
-    pool = [(x[:, p], y[:, p]) for p in range(x.shape[1])] if pooled else [(x, y)]
-    for xp, yp in pool:
-        check_inputs(xp, yp, params)
-    M = x.shape[0]
+    x, y, params, pool = _inputs(x, y, params, device, dtype)
+    M, dtype = x.shape[0], x.dtype
     steps = _validate.integer("steps", steps, 1)
     record_every = _validate.integer("record_every", record_every, 1)
     names = list(names) if names is not None else [f"model {m}" for m in range(M)]
@@ -355,20 +369,10 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     curves = torch.empty(3 + len(PARAM_NAMES), steps, M, dtype=torch.float64)   # loss, entropy, accuracy, |grad|^2
     snapshot_steps = sorted(set(range(0, steps, record_every)) | {steps})
     snapshot_set = set(snapshot_steps)
-    snapshots = {}
-    start = 0
+    start, snapshots = 0, {}
     if checkpoint_path and resume and os.path.exists(checkpoint_path):
-        ckpt = checkpoints.load(checkpoint_path, KIND, required=("fingerprint", "step", "params", "curves"))
-        checkpoints.refuse(checkpoint_path, fingerprint, ckpt, [] if ckpt["fingerprint"] == fingerprint else [
-            "other data, initial weights, rates or record_every (the fingerprint hashes them all)"])
-        start = int(ckpt["step"])
-        if start > steps:
-            raise ValueError(f"checkpoint {checkpoint_path} is at step {start}, past steps={steps}: "
-                             "ask for at least that many steps, or delete it / pass resume=False")
-        params = {name: ckpt["params"][name].to(device, dtype) for name in PARAM_NAMES}
-        curves[:, :start] = ckpt["curves"][:, :start]
-        snapshots = {int(s): {n: ckpt["snapshots"][n][i] for n in PARAM_NAMES}
-                     for i, s in enumerate(ckpt["snapshot_steps"].tolist()) if s <= start}
+        start, params, curves_so_far, snapshots = _resume(checkpoint_path, fingerprint, steps, device, dtype)
+        curves[:, :start] = curves_so_far
 
     def save_now():
         checkpoints.save(checkpoint_path, {
@@ -385,13 +389,14 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
             if step in snapshot_set:
                 snapshots[step] = _snapshot(params)
             metrics, grads = forward_backward(*pool[step % len(pool)], params, block_size, check=False)
-            # one small tensor, one device sync: the metrics, plus a sum that is nan/inf when any
-            # gradient is, so the check happens before the update and nan weights are never kept
+            # one small tensor, one device sync: the metrics and each matrix's |grad|^2, which is
+            # nan/inf when any gradient entry is, so the check comes before the update
             grad_sq = [grads[name].pow(2).sum((1, 2)) for name in PARAM_NAMES]
             row = torch.stack([metrics["loss"], metrics["entropy"], metrics["accuracy"], *grad_sq])
             row = row.to("cpu", torch.float64)
-            if not bool(torch.isfinite(row).all()):
-                raise _diverged(step, {"loss": row[0] + row[3:].sum(0)}, names, lrs)
+            finite = torch.isfinite(row).all(0)  # one flag per model
+            if not bool(finite.all()):
+                raise _diverged(step, finite, names, lrs)
             curves[:, step] = row
             for name in PARAM_NAMES:
                 params[name].sub_(rate[name] * grads[name])
@@ -406,7 +411,7 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     per_sequence = [evaluate(xp, yp, params, block_size) for xp, yp in pool]
     final = {key: np.mean([m[key] for m in per_sequence], axis=0) for key in per_sequence[0]}
     if not np.isfinite(final["loss"]).all():
-        raise _diverged(steps, {"loss": final["loss"]}, names, lrs)
+        raise _diverged(steps, np.isfinite(final["loss"]), names, lrs)
     return BatchedRun(
         names=names, loss=curves[0].numpy(), entropy=curves[1].numpy(), accuracy=curves[2].numpy(),
         final=final, snapshot_steps=np.array(snapshot_steps),

@@ -377,8 +377,6 @@ ROWS = [
     ("batched.stack None", lambda: batched.stack(None), "param_dicts"),
     ("batched.stack missing key", lambda: batched.stack([P, {"W_Q": P["W_Q"]}]), "param_dicts"),
     ("batched.stack shapes differ", lambda: batched.stack([P, attention.init_params(4, 2, 3, 5)]), "param_dicts"),
-    ("batched.unstack m out of range", lambda: batched.unstack(PST, 5), "m"),
-    ("batched.unstack m str", lambda: batched.unstack(PST, "0"), "m"),
     ("batched.check_inputs x 2-D", lambda: batched.check_inputs(BX[0], BY, PST), "x"),
     ("batched.check_inputs y out of range", lambda: batched.check_inputs(BX, BY + 5, PST), "y"),
     ("batched.check_inputs y float", lambda: batched.check_inputs(BX, BY.float(), PST), "y"),
