@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _validate, diagnostics, models, wind_tunnels
-from .train import pick_device, seed_everything, train
+from .train import Recipe, pick_device, seed_everything, train
 
 # Training batches come from wind_tunnels.data_seed(seed, step), far from these held-out seeds.
 EVAL_SEED = 12345   # the held-out sequences every chapter scores on
@@ -78,11 +78,11 @@ def train_on_task(arch, task, steps, seed=0, lr=3e-3, batch_size=32, device=None
         with torch.no_grad():  # the weights before this step's update: the model after `step` updates
             return {"eval_kl_bits": diagnostics.kl_bits(model(curve_batch.tokens), curve_batch)}
 
-    history = train(model, loss_fn, steps, optimizer=optimizer, lr=lr, device=device, log_every=log_every,
-                    on_step=learning_curve,
-                    progress=True if progress is None else progress, checkpoint_path=checkpoint_path,
-                    desc=f"{arch} on {task.name}, seed {seed}", schedule=schedule, warmup=warmup,
+    recipe = Recipe(steps, optimizer=optimizer, lr=lr, schedule=schedule, warmup=warmup,
                     clip_grad_norm=clip_grad_norm, weight_decay=weight_decay)
+    history = train(model, loss_fn, recipe, device=device, log_every=log_every, on_step=learning_curve,
+                    progress=True if progress is None else progress, checkpoint_path=checkpoint_path,
+                    desc=f"{arch} on {task.name}, seed {seed}")
     return model, history
 
 

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from . import comparison, models, wind_tunnels
-from .train import seed_everything, train
+from .train import Recipe, seed_everything, train
 
 
 def _sizes(text):
@@ -101,7 +101,7 @@ def main(argv=None):
 
         name = comparison.run_name(args.arch, args.task, args.seed)
         folder = args.out if rank == 0 else os.path.join(args.out, f".rank{rank}")
-        train(replica, loss_fn, args.steps, optimizer="adam", lr=args.lr, device=device, log_every=10,
+        train(replica, loss_fn, Recipe(args.steps, optimizer="adam", lr=args.lr), device=device, log_every=10,
               progress=rank == 0, checkpoint_path=os.path.join(folder, f"{name}.pt"),
               checkpoint_every=args.checkpoint_every, desc=f"{name} x{world}")
         if rank == 0:

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from . import _validate, comparison, converged, diagnostics, models, wind_tunnels
-from .train import seed_everything, train
+from .train import Recipe, seed_everything, train
 
 TASKS = ("bijection", "recall")
 SEEDS = (0, 1, 2)
@@ -207,10 +207,11 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
 
         start = time.perf_counter()
         try:
-            train(model, loss_fn, steps, optimizer=recipe["optimizer"], lr=recipe["lr"], log_every=steps,
-                  on_step=measure, progress=progress, desc=f"{ARCH} on {task.name}, seed {seed}",
-                  schedule=recipe["schedule"], warmup=int(recipe["warmup_fraction"] * steps),
-                  clip_grad_norm=recipe["clip_grad_norm"], weight_decay=recipe["weight_decay"], device="cpu")
+            how = Recipe(steps, optimizer=recipe["optimizer"], lr=recipe["lr"], schedule=recipe["schedule"],
+                         warmup=int(recipe["warmup_fraction"] * steps), clip_grad_norm=recipe["clip_grad_norm"],
+                         weight_decay=recipe["weight_decay"])
+            train(model, loss_fn, how, log_every=steps, on_step=measure, progress=progress,
+                  desc=f"{ARCH} on {task.name}, seed {seed}", device="cpu")
             measure(model, steps)  # the model after the last update
         except _Stop:
             pass

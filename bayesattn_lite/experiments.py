@@ -24,7 +24,7 @@ import torch
 from . import _validate, attention, batched, diagnostics
 from .attention import PARAM_NAMES
 from .tasks import StickyMarkovChain
-from .train import em_like, rates
+from .train import GROUPS, em_like, rates
 
 PAPER_SEEDS = (42, 2024, 1337, 7777, 9999)
 D_K, D_V, INIT_STD = 10, 15, 0.1   # the authors' head: W_Q, W_K 20 -> 10, W_V 20 -> 15, W_O 15 -> 8
@@ -403,9 +403,6 @@ def value_pca(trajectories, n_components=2):
 # precision) keep refining, and much of the loss decrease comes after the frame has settled.
 # Measured here on the sticky chain itself, from the snapshots of a run (every record_every updates),
 # with the course's one settle measure (``diagnostics.settle``: each rate against its own peak).
-
-GROUPS = {"routing": ("W_Q", "W_K"), "values": ("W_V",), "readout": ("W_O",)}
-
 
 def _snapshot_input(what, value, dims):
     """A float64 tensor of ``dims`` dimensions from a tensor or array (x: (T, d_x); weights: (snapshots, out, in))."""

@@ -207,7 +207,7 @@ class Monitor:
     Use as a context manager, or call ``detach()`` when done::
 
         with Monitor(model, every=20) as mon:
-            train(model, loss_fn, steps=500)
+            train(model, loss_fn, Recipe(steps=500))
         mon.summary()["layer name"]["positive_mass"]
     """
 

@@ -56,9 +56,8 @@ import numpy as np
 import torch
 
 from . import _validate, attention, diagnostics, tasks
-from .experiments import GROUPS
 from .attention import AttentionHead
-from .train import History, em_like, pick_device, rates, train
+from .train import GROUPS, History, Recipe, em_like, pick_device, rates, train
 
 PARAM_NAMES = attention.PARAM_NAMES
 
@@ -130,14 +129,10 @@ def lr_multipliers(cfg):
     return factors or None
 
 
-def _optimizer_groups(model, cfg):
-    """``train.train``'s rates for ``cfg``: lr_multipliers as usual, or, when a matrix is frozen, one
-    group per matrix with its rate from ``train.rates`` (which accepts a factor 0;
-    ``train.param_groups`` does not). Plain SGD with rate 0 leaves a matrix exactly where it is."""
-    if not cfg.frozen:
-        return {"lr_multipliers": lr_multipliers(cfg)}
-    lrs = rates(cfg.lr, lr_multipliers(cfg))
-    return {"groups": [{"params": [p], "lr": lrs[name], "name": name} for name, p in model.named_parameters()]}
+def recipe(cfg, steps=None):
+    """How ``cfg``'s head trains: plain SGD at ``cfg.lr`` with ``lr_multipliers(cfg)``, for
+    ``steps`` (default ``cfg.steps``). A factor 0 leaves a frozen matrix exactly where it is."""
+    return Recipe(cfg.steps if steps is None else steps, lr=cfg.lr, lr_multipliers=lr_multipliers(cfg))
 
 
 @dataclass
@@ -322,8 +317,7 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
     def loss_fn(m, step):  # only the loss: the measurements are on_step's
         return attention.loss(x, y, m.params())
 
-    history = train(model, loss_fn, cfg.steps, lr=cfg.lr, **_optimizer_groups(model, cfg), seed=seed,
-                    log_every=cfg.log_every, progress=progress, desc=f"seed {seed}", device=device, on_step=on_step)
+    history = train(model, loss_fn, recipe(cfg), seed=seed, log_every=cfg.log_every, progress=progress, desc=f"seed {seed}", device=device, on_step=on_step)
     with torch.no_grad():  # the state after the last step
         history.append(cfg.steps, loss=attention.loss(x, y, model.params()).item(), **measure(cfg.steps))
     value_rate_final = diagnostics.change_vs_final(torch.stack(values))
@@ -361,8 +355,8 @@ def _continue(cfg, seed, params, steps):
         task, (x, y, _), probe = make_data(cfg, seed)
         model = make_model(cfg, seed)
         model.load_state_dict(params)
-        train(model, lambda m, step: attention.loss(x, y, m.params()), steps, lr=cfg.lr,
-              **_optimizer_groups(model, cfg), seed=seed, log_every=steps, progress=False, device="cpu")
+        train(model, lambda m, step: attention.loss(x, y, m.params()), recipe(cfg, steps), seed=seed,
+              log_every=steps, progress=False, device="cpu")
         with torch.no_grad():
             metrics, _ = probe_metrics(model, task, probe)
             loss = attention.loss(x, y, model.params()).item()
@@ -775,9 +769,8 @@ def parameter_snapshots(cfg, seed, at):
                 snaps[step] = _params(m)
 
         steps = min(at[-1] + 1, cfg.steps)  # a snapshot at step t needs steps 0..t-1 done
-        train(model, lambda m, step: attention.loss(x, y, m.params()), steps, lr=cfg.lr,
-              **_optimizer_groups(model, cfg), seed=seed, log_every=max(steps, 1), progress=False,
-              device="cpu", on_step=on_step)
+        train(model, lambda m, step: attention.loss(x, y, m.params()), recipe(cfg, steps), seed=seed,
+              log_every=max(steps, 1), progress=False, device="cpu", on_step=on_step)
         if cfg.steps in wanted and steps == cfg.steps:
             snaps[cfg.steps] = _params(model)
     return snaps

@@ -10,7 +10,7 @@ import torch
 from bayesattn_lite import attention, experiments
 from bayesattn_lite.attention import PARAM_NAMES, AttentionHead
 from bayesattn_lite.tasks import StickyMarkovChain
-from bayesattn_lite.train import em_like, rates, train
+from bayesattn_lite.train import Recipe, em_like, rates, train
 
 SMALL = dict(steps=25, T=48, progress=False, record_every=5)
 
@@ -82,8 +82,7 @@ def test_matches_the_plain_autograd_training_loop():
     with torch.no_grad():
         for name, W in experiments.init_model(3, chain, torch.float64).items():
             getattr(head, name).copy_(W)
-    history = train(head, lambda model, step: attention.loss(x, y, model.params()), steps=SMALL["steps"],
-                    lr=0.05, lr_multipliers={"W_V": 10.0}, progress=False)
+    history = train(head, lambda model, step: attention.loss(x, y, model.params()), Recipe(SMALL["steps"], lr=0.05, lr_multipliers={"W_V": 10.0}), progress=False)
     np.testing.assert_allclose(result.loss_em[1], history["loss"], rtol=1e-10)
     for name in PARAM_NAMES:
         assert torch.allclose(result.run.params["em"][name][1], getattr(head, name).detach(), atol=1e-12)

@@ -109,7 +109,7 @@ def _tensor_cases(label, call, name, shapes_ok, any_shape=False):
 
 def _train_checkpoint(tmp, **recipe):
     path = tmp / "run.pt"
-    train.train(_head(), _loss, 2, checkpoint_path=path, progress=False, **recipe)
+    train.train(_head(), _loss, train.Recipe(2), checkpoint_path=path, progress=False, **recipe)
     return path
 
 
@@ -183,19 +183,21 @@ def cases(tmp):
     yield "AttentionHead(d_x=0)", "scalars", lambda: attention.AttentionHead(0, 3, 3, 2)
     yield "AttentionHead(std=nan)", "scalars", lambda: attention.AttentionHead(4, 3, 3, 2, std=NAN)
     # train
-    yield from _scalar_cases("train.train", lambda **kw: train.train(**{"model": _head(), "loss_fn": _loss, "steps": 2, "progress": False, **kw}), {
-        "steps": [-1, 2.5, "3", None, NAN], "lr": BAD_RATES, "log_every": BAD_COUNTS, "warmup": [-1, 2.5, "1"],
+    yield from _scalar_cases("train.Recipe", lambda **kw: train.Recipe(**{"steps": 2, **kw}), {
+        "steps": [-1, 2.5, "3", None, NAN], "lr": BAD_RATES, "warmup": [-1, 2.5, "1"],
         "clip_grad_norm": [0, -1, NAN, "1"], "weight_decay": [-0.1, NAN, INF, "0"],
-        "schedule": ["linear", None, 3], "optimizer": ["rmsprop", None, 3], "checkpoint_every": BAD_COUNTS,
-        "model": [None, "head", lambda x: x], "loss_fn": [None, "loss", 3]})
+        "schedule": ["linear", None, 3], "optimizer": ["rmsprop", None, 3],
+        "lr_multipliers": [{"W_V": -1}, {"W_V": NAN}, ["W_V"], "W_V"]})
+    yield from _scalar_cases("train.train", lambda **kw: train.train(**{
+        "model": _head(), "loss_fn": _loss, "recipe": train.Recipe(2), "progress": False, **kw}), {
+        "log_every": BAD_COUNTS, "checkpoint_every": BAD_COUNTS, "model": [None, "head", lambda x: x],
+        "loss_fn": [None, "loss", 3], "recipe": [None, 2, {"steps": 2}]})
     yield "train.train(loss reaches no parameter)", "scalars", lambda: train.train(
-        _head(), lambda m, step: torch.tensor(1.0, requires_grad=True) * 2, 2, progress=False)
-    yield "train.train(loss is a float)", "scalars", lambda: train.train(_head(), lambda m, step: 1.0, 2, progress=False)
-    yield "train.train(loss of a constant)", "scalars", lambda: train.train(_head(), lambda m, step: torch.tensor(1.0), 2, progress=False)
-    yield "train.train(lr_multipliers negative)", "scalars", lambda: train.train(_head(), _loss, 2, lr_multipliers={"W_V": -1}, progress=False)
-    yield "train.train(lr_multipliers nan)", "scalars", lambda: train.train(_head(), _loss, 2, lr_multipliers={"W_V": NAN}, progress=False)
-    yield "train.train(groups and lr_multipliers)", "scalars", lambda: train.train(
-        _head(), _loss, 2, groups=train.param_groups(_head(), 0.1), lr_multipliers={"W_V": 2}, progress=False)
+        _head(), lambda m, step: torch.tensor(1.0, requires_grad=True) * 2, train.Recipe(2), progress=False)
+    yield "train.train(loss is a float)", "scalars", lambda: train.train(_head(), lambda m, step: 1.0, train.Recipe(2),
+                                                                          progress=False)
+    yield "train.train(loss of a constant)", "scalars", lambda: train.train(
+        _head(), lambda m, step: torch.tensor(1.0), train.Recipe(2), progress=False)
     yield from _scalar_cases("train.em_like", lambda **kw: train.em_like(**kw), {"value_ratio": BAD_RATES})
     yield from _scalar_cases("train.rates", lambda **kw: train.rates(**{"lr": 0.1, **kw}), {
         "lr": [-0.1, NAN, "0.1", None], "lr_multipliers": [{"W_X": 2.0}, {"W_V": -1.0}, {"W_V": NAN}]})
@@ -206,23 +208,16 @@ def cases(tmp):
     # checkpoints of train.train
     yield "resume: a damaged file", "checkpoints", lambda: (
         (tmp / "damaged.pt").write_bytes(b"\x00garbage"),
-        train.train(_head(), _loss, 2, checkpoint_path=tmp / "damaged.pt", progress=False))
-    yield "resume: another recipe's learning rate", "checkpoints", lambda: train.train(
-        _head(), _loss, 4, lr=0.05, checkpoint_path=_train_checkpoint(tmp), progress=False)
-    yield "resume: other parameter groups", "checkpoints", lambda: train.train(
-        _head(), _loss, 4, lr_multipliers={"W_V": 10.0}, checkpoint_path=_train_checkpoint(tmp), progress=False)
-    yield "resume: another model", "checkpoints", lambda: train.train(
-        models.LSTMModel(8, 2, d_model=4), lambda m, s: m(torch.zeros(1, 3, dtype=torch.long)).sum(), 4,
-        checkpoint_path=_train_checkpoint(tmp), progress=False)
-    yield "resume: a model of another size", "checkpoints", lambda: train.train(
-        attention.AttentionHead(4, 5, 3, 2), _loss, 4, checkpoint_path=_train_checkpoint(tmp), progress=False)
-    yield "resume: another optimizer", "checkpoints", lambda: train.train(
-        _head(), _loss, 4, optimizer="adam", checkpoint_path=_train_checkpoint(tmp), progress=False)
+        train.train(_head(), _loss, train.Recipe(2), checkpoint_path=tmp / "damaged.pt", progress=False))
+    yield "resume: another recipe's learning rate", "checkpoints", lambda: train.train(_head(), _loss, train.Recipe(4, lr=0.05), checkpoint_path=_train_checkpoint(tmp), progress=False)
+    yield "resume: other parameter groups", "checkpoints", lambda: train.train(_head(), _loss, train.Recipe(4, lr_multipliers={"W_V": 10.0}), checkpoint_path=_train_checkpoint(tmp), progress=False)
+    yield "resume: another model", "checkpoints", lambda: train.train(models.LSTMModel(8, 2, d_model=4), lambda m, s: m(torch.zeros(1, 3, dtype=torch.long)).sum(), train.Recipe(4), checkpoint_path=_train_checkpoint(tmp), progress=False)
+    yield "resume: a model of another size", "checkpoints", lambda: train.train(attention.AttentionHead(4, 5, 3, 2), _loss, train.Recipe(4), checkpoint_path=_train_checkpoint(tmp), progress=False)
+    yield "resume: another optimizer", "checkpoints", lambda: train.train(_head(), _loss, train.Recipe(4, optimizer="adam"), checkpoint_path=_train_checkpoint(tmp), progress=False)
     yield "resume: a file that is a plain tensor", "checkpoints", lambda: (
         torch.save(torch.ones(3), tmp / "tensor.pt"),
-        train.train(_head(), _loss, 2, checkpoint_path=tmp / "tensor.pt", progress=False))
-    yield "resume: the batched loop's checkpoint", "checkpoints", lambda: train.train(
-        _head(), _loss, 2, checkpoint_path=_batched_checkpoint(tmp), progress=False)
+        train.train(_head(), _loss, train.Recipe(2), checkpoint_path=tmp / "tensor.pt", progress=False))
+    yield "resume: the batched loop's checkpoint", "checkpoints", lambda: train.train(_head(), _loss, train.Recipe(2), checkpoint_path=_batched_checkpoint(tmp), progress=False)
     # batched
     xb, yb = torch.randn(2, 5, 4), torch.zeros(2, 5, dtype=torch.long)
     pb = batched.stack([_params(), _params()])
@@ -347,8 +342,8 @@ VALID = [
     ("sources.sample(n_seqs=np.int64)", lambda: tasks.sources_task().sample(np.int64(2))),
     ("init_params(d_x=np.int64, std=0-d tensor)", lambda: attention.init_params(np.int64(4), 3, 3, 2, std=torch.tensor(0.1))),
     ("Transformer(d_model=np.int64)", lambda: models.Transformer(np.int64(8), 4, d_model=np.int64(8), n_layers=1, n_heads=2)),
-    ("train.train(steps=np.int64, lr=np.float64)", lambda: train.train(_head(), _loss, np.int64(2), lr=np.float64(0.1), progress=False)),
-    ("train.train(lr=0-d tensor)", lambda: train.train(_head(), _loss, 2, lr=torch.tensor(0.1), progress=False)),
+    ("train.train(steps=np.int64, lr=np.float64)", lambda: train.train(_head(), _loss, train.Recipe(np.int64(2), lr=np.float64(0.1)), progress=False)),
+    ("train.train(lr=0-d tensor)", lambda: train.train(_head(), _loss, train.Recipe(2, lr=torch.tensor(0.1)), progress=False)),
     ("train.em_like(np.float32)", lambda: train.em_like(np.float32(3.0))),
     ("BijectionTask(V=np.int64)", lambda: wind_tunnels.BijectionTask(V=np.int64(6))),
     ("HMMTask(K=0-d tensor)", lambda: wind_tunnels.HMMTask(K=torch.tensor(5))),
@@ -369,4 +364,4 @@ def test_numpy_and_zero_d_scalars_are_accepted(label, call):
 def test_checkpoint_errors_name_the_file_and_both_fingerprints(tmp_path):
     path = _train_checkpoint(tmp_path)
     with pytest.raises(checkpoints.CheckpointMismatch, match=r"run\.pt: expected a checkpoint of this run \(fingerprint \w{16}\), but it was written by another run \(its fingerprint \w{16}\)"):
-        train.train(_head(), _loss, 4, lr=0.05, checkpoint_path=path, progress=False)
+        train.train(_head(), _loss, train.Recipe(4, lr=0.05), checkpoint_path=path, progress=False)
