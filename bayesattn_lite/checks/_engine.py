@@ -23,6 +23,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .. import attention
+
 RTOL, ATOL = 1e-6, 1e-9
 DTYPE = torch.float64
 
@@ -50,6 +52,15 @@ SIZES = [(4, 6, 3, 5, 2), (5, 3, 2, 4, 6), (7, 5, 4, 3, 8), (6, 8, 5, 2, 3), (9,
 def is_causal(n):
     """Half of the problems use a causal mask (zeros above the diagonal of alpha), half do not."""
     return n % 2 == 0
+
+
+def peaked_attention(T, n, gen):
+    """Attention rows of problem ``n`` from scores of sd 2 drawn with ``gen``: peaked, far from uniform
+    (so a weighted sum differs from a plain mean), causal where ``is_causal(n)``."""
+    scores = 2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)
+    if is_causal(n):
+        scores = scores.masked_fill(~attention.causal_mask(T), float("-inf"))
+    return torch.softmax(scores, dim=-1)
 
 
 # ----------------------------------------------------------------------------- result

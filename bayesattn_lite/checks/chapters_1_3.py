@@ -4,7 +4,7 @@ the gradients of q, k, v and of the projections, the score-space kernel."""
 import torch
 
 from .. import attention
-from ._engine import DTYPE, SIZES, Flaw, Output, Spec, generator, input_note, is_causal, make_case, run
+from ._engine import DTYPE, SIZES, Flaw, Output, Spec, generator, input_note, is_causal, make_case, peaked_attention, run
 
 
 # ----------------------------------------------------------------------------- error signal
@@ -113,10 +113,7 @@ def _score_gradient_spec():
     cases = []
     for n, (T, *_) in enumerate(SIZES):
         gen = generator(200 + n)
-        scores = 2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)  # peaked rows: far from uniform
-        if is_causal(n):
-           scores = scores.masked_fill(~attention.causal_mask(T), float("-inf"))
-        alpha = torch.softmax(scores, dim=-1)
+        alpha = peaked_attention(T, n, gen)
         b = torch.randn(T, T, generator=gen, dtype=DTYPE)
         expected = attention.score_gradient(alpha, b)[0]
         cases.append(make_case(signature, {"alpha": alpha, "b": b}, [expected], input_note(T, is_causal(n))))
@@ -166,10 +163,7 @@ def _attended_gap_spec():
     cases = []
     for n, (T, *_) in enumerate(SIZES):
         gen = generator(1000 + n)
-        scores = 2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)  # peaked rows: weighted != plain mean
-        if is_causal(n):
-           scores = scores.masked_fill(~attention.causal_mask(T), float("-inf"))
-        alpha = torch.softmax(scores, dim=-1)
+        alpha = peaked_attention(T, n, gen)
         b = torch.randn(T, T, generator=gen, dtype=DTYPE)
         expected = b - (alpha * b).sum(dim=-1, keepdim=True)
         cases.append(make_case(signature, {"alpha": alpha, "b": b}, [expected], input_note(T, is_causal(n))))

@@ -4,7 +4,7 @@ Gaussian mixture written as attention."""
 import torch
 
 from .. import attention, diagnostics, em
-from ._engine import DTYPE, SIZES, Flaw, Output, Spec, generator, input_note, is_causal, make_case, run
+from ._engine import DTYPE, SIZES, Flaw, Output, Spec, generator, input_note, is_causal, make_case, peaked_attention, run
 
 
 # ----------------------------------------------------------------------------- advantage flow (chapter 4)
@@ -41,10 +41,7 @@ def _advantage_flow_spec():
     cases = []
     for n, (T, *_) in enumerate(SIZES):
         gen = generator(1100 + n)
-        scores = 2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)
-        if is_causal(n):
-           scores = scores.masked_fill(~attention.causal_mask(T), float("-inf"))
-        alpha = torch.softmax(scores, dim=-1)
+        alpha = peaked_attention(T, n, gen)
         _, advantage = attention.score_gradient(alpha, torch.randn(T, T, generator=gen, dtype=DTYPE))
         advantage = advantage.masked_fill(alpha == 0, 0.0)
         key_mask = torch.rand(T, generator=gen) < 0.4

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from .. import attention
-from ._engine import (DTYPE, SIZES, CheckResult, Flaw, Output, Spec, generator, input_note, is_causal, make_case, rng,
-                      run, type_name)
+from ._engine import (DTYPE, SIZES, CheckResult, Flaw, Output, Spec, generator, input_note, is_causal, make_case,
+                      peaked_attention, rng, run, type_name)
 
 
 # ----------------------------------------------------------------------------- problem set 1: temperature and ALiBi
@@ -214,10 +214,7 @@ def _second_order_spec():
     cases = []
     for n, (T, *_) in enumerate(SIZES):
         gen = generator(1800 + n)
-        scores = 2.0 * torch.randn(T, T, generator=gen, dtype=DTYPE)
-        if is_causal(n):
-           scores = scores.masked_fill(~attention.causal_mask(T), float("-inf"))
-        alpha = torch.softmax(scores, dim=-1)
+        alpha = peaked_attention(T, n, gen)
         delta = torch.randn(T, T, generator=gen, dtype=DTYPE).masked_fill(alpha == 0, 0.0)
         inputs = {"alpha": alpha, "delta_s": delta}
         cases.append(make_case(signature, inputs, [_second_order(inputs)], input_note(T, is_causal(n))))
