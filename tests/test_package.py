@@ -98,6 +98,22 @@ def test_no_import_cycles():
         visit(m, [])
 
 
+def test_no_import_the_tiers_cannot_see():
+    """The tier and cycle tests read import statements; an import by name (importlib, __import__) or a
+    module-level __getattr__ that forwards names (how a shim hides an import) would slip past them."""
+    hidden = []
+    for module in modules():
+        tree = ast.parse(source(module).read_text())
+        hidden += [f"{module}: module-level __getattr__" for node in tree.body
+                   if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                called = ast.unparse(node.func)
+                if called in ("importlib.import_module", "import_module", "__import__"):
+                    hidden.append(f"{module}:{node.lineno}: {called}(...)")
+    assert not hidden, hidden
+
+
 GRADER = tuple(TIERS["instructor"])  # the instructor's side: student versions and the autograder
 
 
