@@ -9,6 +9,8 @@ CONTRIBUTING.md draws the graph this test enforces.
 """
 
 import ast
+import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,25 @@ def test_nothing_a_learner_imports_depends_on_the_grader(module):
 
 def test_only_the_grader_starts_sandboxes():
     assert [m for m in modules() if "instructor._sandbox" in imports(m)[0]] == ["instructor.grading"]
+
+
+def contributing_homes():
+    """The package names CONTRIBUTING.md's "Where a concept lives" table gives as homes (its second
+    column, in backticks): modules (``attention``) and dotted names (``diagnostics.mean_sd``)."""
+    text = (PACKAGE.parent / "CONTRIBUTING.md").read_text()
+    table = text.split("| concept | home |", 1)[1].split("\n\n", 1)[0]
+    homes = []
+    for row in table.splitlines()[2:]:
+        home = row.rsplit("|", 2)[-2]
+        homes += [h.split("(")[0] for h in re.findall(r"`([A-Za-z_][\w.]*(?:\([^`]*\))?)`", home)]
+    return [h for h in homes if h.split(".")[0] in {m.split(".")[0] for m in modules()}]
+
+
+@pytest.mark.parametrize("home", contributing_homes())
+def test_every_home_contributing_names_exists(home):
+    """CONTRIBUTING's table is only true while each name it gives as a concept's home exists there."""
+    module, _, attribute = home.partition(".")
+    found = importlib.import_module(f"bayesattn_lite.{module}")
+    for part in filter(None, attribute.split(".")):
+        assert hasattr(found, part), f"CONTRIBUTING.md names `{home}` as a home, but {found.__name__} has no {part!r}"
+        found = getattr(found, part)
