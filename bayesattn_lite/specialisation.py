@@ -317,7 +317,8 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
     def loss_fn(m, step):  # only the loss: the measurements are on_step's
         return attention.loss(x, y, m.params())
 
-    history = train(model, loss_fn, recipe(cfg), seed=seed, log_every=cfg.log_every, progress=progress, desc=f"seed {seed}", device=device, on_step=on_step)
+    history = train(model, loss_fn, recipe(cfg), seed=seed, log_every=cfg.log_every, progress=progress,
+                    desc=f"seed {seed}", device=device, on_step=on_step)
     with torch.no_grad():  # the state after the last step
         history.append(cfg.steps, loss=attention.loss(x, y, model.params()).item(), **measure(cfg.steps))
     value_rate_final = diagnostics.change_vs_final(torch.stack(values))
