@@ -378,12 +378,12 @@ def student_version(nb, assignment_id):
     return student
 
 
-def solved_submission(assignment):
-    """A correct submission of ``assignment``: its instructor version as a student hands it in (no
-    instructor cells, no solution markers, no outputs, student metadata). For testing and timing the
-    grader (tests/test_grading.py, benchmarks/grading_class.py)."""
+def solved_submission(assignment, folder=None):
+    """A correct submission of ``assignment``: its instructor version (in ``folder``, default ``FOLDER``)
+    as a student hands it in (no instructor cells, no solution markers, no outputs, student metadata).
+    For testing and timing the grader (tests/test_grading.py, benchmarks/grading_class.py)."""
     import nbformat
-    nb = nbformat.read(assignment.instructor_path, as_version=4)
+    nb = nbformat.read(Path(folder or FOLDER) / assignment.instructor_path.name, as_version=4)
     nb.cells = [c for c in nb.cells if INSTRUCTOR_TAG not in c.metadata.get("tags", [])]
     for cell in nb.cells:
         cell.source = "\n".join(line for line in cell.source.split("\n")
