@@ -37,7 +37,7 @@ from torch.utils._pytree import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, installed or not
 
-from bayesattn_lite import attention, train as training  # noqa: E402
+from bayesattn_lite import attention  # noqa: E402
 
 RTOL_FLOAT32, RTOL_FLOAT64 = 2e-3, 1e-9
 SMALL = 64  # tensors up to this many elements may be CPU constants; anything larger is data or weights
@@ -139,15 +139,6 @@ def _timed(on, fn, *args, **kwargs):
     out = fn(*args, **kwargs)
     _sync(on)
     return out, time.perf_counter() - start
-
-
-def _train_module(model, loss_fn, steps, device, **kwargs):
-    """train.train on ``device``; returns (seconds, device problems)."""
-    with optimizer_spy() as seen:
-        _, seconds = _timed(device, training.train, model, loss_fn, steps, device=device, progress=False,
-                            log_every=steps, **kwargs)
-    state = seen["opt"].state if "opt" in seen else {}
-    return seconds, _module_on(model, state, torch.device(device))
 
 
 # ----------------------------------------------------------------------------- the configurations
