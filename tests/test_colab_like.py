@@ -115,10 +115,12 @@ def test_the_environment_has_colabs_versions(colab):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch, chapter):
+def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch, request, chapter):
     python, wheel, where = colab
     before = frozen(python)
     assert "bayesattn-lite" not in before, "the fresh environment should not have the package yet"
+    # the next notebook installs it again, also after this one failed
+    request.addfinalizer(lambda: run(python, "-m", "pip", "uninstall", "--yes", "--quiet", "bayesattn-lite"))
     assert before["torch"].split("+")[0] == "2.13.0"
 
     monkeypatch.setenv("JUPYTER_PATH", str(where / "share" / "jupyter"))
@@ -152,4 +154,3 @@ def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch,
     assert not changed, f"the install cell changed preinstalled packages (torch must never be reinstalled): {changed}"
     location = run(python, "-c", "import bayesattn_lite, os; print(os.path.dirname(bayesattn_lite.__file__))", cwd=work)
     assert str(where / "venv") in location, f"bayesattn_lite imported from {location.strip()}, not the venv"
-    run(python, "-m", "pip", "uninstall", "--yes", "--quiet", "bayesattn-lite")  # the next chapter installs it again
