@@ -416,11 +416,11 @@ def title_word(page_name):
 def test_search_finds_the_chapter(open_page, page_name):
     word = title_word(page_name)
     page, _ = open_page(f"search.html?q={quote(word)}")
-    # wait for the search to finish, not for its first hit: Sphinx lists the results one by one
+    # wait for the search to finish, not for its first hit: Sphinx lists the results one by one and
+    # only then writes its summary line (the line is there, empty, from the start)
     page.wait_for_function(
-        "() => { const s = document.querySelector('#search-results'); return s && "
-        "(/did not match|no documents/i.test(s.innerText) || "
-        "(s.querySelector('p') && !/Preparing|Searching/i.test(s.innerText))); }", timeout=30_000)
+        "() => { const s = document.querySelector('#search-results .search-summary'); return s && "
+        "/Search finished|did not match/i.test(s.textContent); }", timeout=30_000)
     hrefs = page.evaluate("() => [...document.querySelectorAll('#search-results a')].map(a => a.getAttribute('href'))")
     page.close()
     assert any(urlparse(h).path.rstrip("/").endswith(f"{page_name}.html") or page_name in h for h in hrefs), \
