@@ -315,12 +315,11 @@ class _NextSandbox:
         """A sandbox for this submission (or the error its start raised); the next one starts meanwhile."""
         waiting, self.waiting = self.waiting, None
         if waiting is None:
-            self.left -= 1
-            box = _new_sandbox(limits, hide)  # started by ``with``
+            self.left -= 1  # this one starts now, by ``with``
         if self.left > 0:
             self.left -= 1
             self.waiting = self.pool.submit(lambda: _new_sandbox(limits, hide).start())
-        return box if waiting is None else waiting.result()
+        return waiting.result() if waiting is not None else _new_sandbox(limits, hide)
 
     @contextlib.contextmanager
     def closed_later(self, box):
@@ -397,7 +396,7 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
     """The report of one submission as a dict. ``source`` is a path or the file's bytes (then ``name``
     is its name). Never raises on a bad submission; raises ``_sandbox.SandboxUnavailable`` (saying how
     to fix it) when the sandbox cannot start here, unless ``sandboxed=False`` (trusted notebooks only).
-    ``next_sandbox`` (from ``grade_many``) hands out kernels started ahead; the limits are then its own."""
+    ``next_sandbox`` (from ``grade_many``) hands out kernels started ahead, with this call's limits."""
     if sandboxed:
         _sandbox.check_sandbox()
     started = time.monotonic()
