@@ -335,14 +335,16 @@ class EMvsSGDConfig:
                          chain=StickyMarkovChain(self_prob=self.self_prob), **kwargs)
 
 
-def em_vs_sgd(seeds=PAPER_SEEDS, steps=1000, T=2000, lr=0.01, value_ratio=10.0, device=None,
-              chain=None, extra_schedules=None, **kwargs):
+_PAPER = EMvsSGDConfig.paper()
+
+
+def em_vs_sgd(seeds=_PAPER.seeds, steps=_PAPER.steps, T=_PAPER.T, lr=_PAPER.lr, value_ratio=_PAPER.value_ratio,
+              device=None, chain=None, extra_schedules=None, **kwargs):
     """SGD (``lr`` on every matrix) against EM-like (``lr * value_ratio`` on W_V), paired by seed.
 
     The defaults are the paper's (``EMvsSGDConfig.paper()``). ``extra_schedules`` ({name: rates},
-    see ``train.rates``) are trained
-    in the same batched run, on the same seeds, and land in ``result.run`` (controls come almost
-    for free this way). ``kwargs`` go to ``run_schedules`` (dtype, record_every, block_size,
+    see ``train.rates``) are trained in the same batched run, on the same seeds, and land in
+    ``result.run`` (controls come almost for free this way). ``kwargs`` go to ``run_schedules`` (dtype, record_every, block_size,
     progress, checkpoint_path, checkpoint_every).
     """
     value_ratio = _validate.positive("value_ratio", value_ratio)
