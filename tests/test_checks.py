@@ -709,3 +709,49 @@ def test_the_package_exports_every_check_of_its_modules():
     exported = {name for name in checks.__all__ if name.startswith("check_")}
     assert defined == exported, f"defined, not exported: {defined - exported}; exported, undefined: {exported - defined}"
     assert all(callable(getattr(checks, name)) for name in checks.__all__)
+
+
+# ----------------------------------------------------------------------------- until_written (learner copies)
+
+@pytest.mark.parametrize("check", list(checks.fallback.SPEC_OF), ids=lambda c: c.__name__)
+def test_every_reference_answer_passes_its_check(check):
+    """The stand-in answers with each Output's compute without knobs: it must be the check's reference."""
+    assert check(_engine.reference(checks.fallback.SPEC_OF[check]()))
+
+
+def test_an_unwritten_stub_answers_with_the_reference_and_says_so(capsys):
+    @checks.until_written(checks.check_qkv_gradients)
+    def qkv_gradients(q, k, v, alpha, ds, u):
+        raise NotImplementedError("write qkv_gradients: see the exercise above")
+
+    T, d = 4, 3
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, ds, u = (torch.randn(T, d, generator=gen, dtype=torch.float64) for _ in range(5))
+    alpha = torch.softmax(torch.randn(T, T, generator=gen, dtype=torch.float64), -1)
+    ds = torch.randn(T, T, generator=gen, dtype=torch.float64)
+    dq, dk, dv = qkv_gradients(q, k, v, alpha, ds=ds, u=u)
+    assert torch.allclose(dq, ds @ k / math.sqrt(d)) and torch.allclose(dv, alpha.T @ u)
+    assert "qkv_gradients is not written yet" in capsys.readouterr().out
+    qkv_gradients(q, k, v, alpha, ds, u)  # outside IPython: said once
+    assert capsys.readouterr().out == ""
+    verdict = checks.check_qkv_gradients(qkv_gradients)  # the check sees the stub, not the reference
+    assert not verdict and "NotImplementedError" in verdict.message
+
+
+def test_a_written_function_is_used_as_it_is():
+    @checks.until_written(checks.check_error_signal)
+    def error_signal(logits, y, W_O):
+        return "mine"
+
+    assert error_signal(None, None, None) == "mine"
+    assert not checks.check_error_signal(error_signal)  # and checked as it is: "mine" is not a tensor
+
+
+def test_until_written_names_what_it_expected():
+    with pytest.raises(ValueError, match="expected one of the chapters' checks"):
+        checks.until_written(checks.check_seeds)
+    with pytest.raises(TypeError, match="expected a function"):
+        checks.until_written(checks.check_error_signal)(3)
+    reference = _engine.reference(chapters_1_3._qkv_spec())
+    with pytest.raises(TypeError, match="missing u"):
+        reference(1, 2, 3, 4, 5)

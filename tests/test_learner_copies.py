@@ -176,8 +176,10 @@ def test_the_converter_on_a_small_notebook():
         ("markdown", "> **Before you start**\n>\n> Read **this**."),
         ("markdown", "#### Exercise: Write f (★)\n\nWrite `f(x)`.\n\n```python\nf(1)\n```"),
         ("code", "import math\nanswer = 41"),
-        ("code", "import torch\n\ndef f(x):\n    raise NotImplementedError('write f: see the exercise above')\n\n"
-                 "checks.check_f(f)"),
+        ("code", "import torch\n\n# Until you write f, the cells below that call it use the course's reference "
+                 "answer (they say so).\n@checks.until_written(checks.check_f)\n"
+                 "def f(x):\n    raise NotImplementedError('write f: see the exercise above')\n\n"
+                 "checks.check_f(f)"),  # the last cell calls f
         ("markdown", f"**Solution:** [open it in the book]({page}#ex-f)"),
         ("code", "print(f(2))"),
     ]
@@ -214,10 +216,21 @@ def test_check_exits_1_and_names_a_stale_copy(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- executing the copies (slower)
 
-@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if c.name[:2] in ("01", "02")], ids=lambda p: p.stem)
-def test_only_the_stubs_raise_when_a_copy_runs(chapter):
-    """Executed top to bottom, a copy raises only in a stub's own cell, or a NotImplementedError of a stub
-    called later: nothing after a stub breaks because the solution is gone."""
+def test_a_stub_that_a_later_cell_calls_answers_with_the_reference_until_written():
+    solution = "def f(x):\n    return 2 * x\n\nchecks.check_error_signal(f)"
+    stub = lc.solution_stub([solution], needed={"f"}, answers={"f"})
+    assert "@checks.until_written(checks.check_error_signal)\ndef f(x):" in stub.source
+    assert "return 2 * x" not in stub.source and not stub.notes
+    stub = lc.solution_stub([solution], needed=set(), answers={"f"})  # nobody calls it later: a plain stub
+    assert "until_written" not in stub.source
+    unchecked = lc.solution_stub(["def g(x):\n    return x"], needed={"g"}, answers={"g"})
+    assert "until_written" not in unchecked.source and "g" in unchecked.notes[0]
+
+
+@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if c.name[:2] in ("01", "02", "03")], ids=lambda p: p.stem)
+def test_a_copy_runs_to_its_end_with_every_exercise_unanswered(chapter):
+    """Executed top to bottom with every stub as it is, a copy raises nowhere: checks give verdicts, and
+    a later cell that calls an unwritten exercise runs on the reference and says so."""
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(copy_of(chapter), as_version=4)
     env = {"MPLBACKEND": "Agg", "BAYESATTN_PROGRESS": "0", "PYTHONPATH": str(ROOT)}
@@ -229,13 +242,10 @@ def test_only_the_stubs_raise_when_a_copy_runs(chapter):
     finally:
         for key, value in saved.items():
             os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
-    bad = []
-    for n, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
-            if out.output_type != "error":
-                continue
-            stub_cell = lc.STUB_TAG in cell.metadata.get("tags", [])
-            from_stub = out.ename == "NotImplementedError" and out.evalue.startswith("write ")
-            if not (stub_cell or from_stub):
-                bad.append(f"cell {n}: {out.ename}: {out.evalue}")
-    assert not bad, f"{chapter.name}: cells broken by a stub: {bad}"
+    bad = [f"cell {n}: {out.ename}: {out.evalue}" for n, cell in enumerate(nb.cells)
+           for out in cell.get("outputs", []) if out.output_type == "error"]
+    assert not bad, f"{chapter.name}: cells broken by an unanswered exercise: {bad}"
+    calls_a_stub = any("until_written" in c.source for c in nb.cells if c.cell_type == "code")
+    said = any("is not written yet, so this cell used the course's reference" in out.get("text", "")
+               for c in nb.cells for out in c.get("outputs", []))
+    assert said == calls_a_stub

@@ -16,6 +16,8 @@ else where the answer is off and the formula to compare against.
 - ``chapters_4_5``   the advantage flow, the E-step as attention
 - ``chapters_6_9``   steps to a loss, the recall posterior, an LSTM's mixing weights (numpy answers)
 - ``problem_sets``   the questions of book/assignments (the grader, ``instructor.grading``, runs them)
+- ``fallback``       ``until_written``: in a learner copy, an unwritten exercise answers with the reference
+                     (saying so), so the cells below it still run
 """
 
 from ._engine import CheckResult
@@ -23,6 +25,7 @@ from .chapters_1_3 import (check_attended_gap, check_error_signal, check_project
                            check_score_gradient, check_score_kernel)
 from .chapters_4_5 import check_advantage_flow, check_responsibilities_as_attention
 from .chapters_6_9 import check_lstm_mixing, check_recall_posterior, check_steps_to
+from .fallback import until_written
 from .problem_sets import (check_biased_qk_gradients, check_markov_floors, check_reproducible, check_seeds,
                            check_second_order_attention_change, check_tempered_score_change, check_value_update_basis)
 
@@ -34,4 +37,5 @@ __all__ = [
     "check_steps_to", "check_recall_posterior", "check_lstm_mixing",
     "check_biased_qk_gradients", "check_value_update_basis", "check_second_order_attention_change",
     "check_tempered_score_change", "check_reproducible", "check_seeds", "check_markov_floors",
+    "until_written",
 ]

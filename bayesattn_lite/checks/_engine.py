@@ -137,7 +137,10 @@ def make_case(signature, inputs, expected, note):
 # ----------------------------------------------------------------------------- running a check
 
 def run(spec, fn):
-    """The verdict on ``fn`` of the check ``spec``: call it on every problem, compare, name the mistake."""
+    """The verdict on ``fn`` of the check ``spec``: call it on every problem, compare, name the mistake.
+    A function wrapped by ``checks.until_written`` is checked as the learner wrote it, without the wrapper
+    (which would answer with the reference)."""
+    fn = getattr(fn, "learner_function", fn)
     answers = []
     for case in spec.cases:
         try:  # copies: an in-place operation of the learner must not touch the check's data
@@ -158,6 +161,26 @@ def run(spec, fn):
         inputs = "problems" if spec.numbers else "random inputs"
         return CheckResult(spec.name, True, f"matches the reference on {len(spec.cases)} {inputs}.")
     return CheckResult(spec.name, False, _combine(spec, verdicts))
+
+
+def reference(spec):
+    """The reference answer of ``spec`` as a function with the learner's signature: each output's
+    ``compute`` without knobs, on the arguments given by position or by name."""
+    names = list(spec.signature)
+
+    def answer(*args, **kwargs):
+        if len(args) > len(names) or set(kwargs) - set(names[len(args):]):
+            raise TypeError(f"{spec.name} takes ({', '.join(names)}), got {len(args)} positional arguments "
+                            f"and {sorted(kwargs)}")
+        inputs = {**dict(zip(names, args)), **kwargs}
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise TypeError(f"{spec.name}: missing {', '.join(missing)}")
+        results = tuple(out.compute({n: inputs[n] for n in names}) for out in spec.outputs)
+        return results[0] if len(results) == 1 else results
+
+    answer.__name__ = spec.name
+    return answer
 
 
 def _copy(value):

@@ -11,7 +11,9 @@ neither its directives nor its roles, and they show every solution right under i
   for the learner, when the solution had code (the ``def`` lines of the functions it defines, each body
   ``raise NotImplementedError``, its imports and its calls of ``checks.check_*``; only statements that
   later cells need and that are not the answer are kept as they are), and one Markdown cell linking to
-  the solution in the online book;
+  the solution in the online book. A stub that a later cell calls is decorated with
+  ``checks.until_written(<its check>)``: until it is written, those cells run on the reference answer and
+  say so, so a learner who skips an exercise can still run the chapter to its end;
 - turns MyST into plain Markdown: exercises and ``prf:`` blocks become a heading and their text,
   admonitions a blockquote, ``{cite}`` author-year text linked to the bibliography page, ``{doc}``,
   ``{ref}``, ``{numref}``, ``{prf:ref}`` and ``{term}`` links to the book's pages; ``(label)=`` lines go;
@@ -344,6 +346,19 @@ def _is_check_call(node):
     return False
 
 
+def _checked_by(node):
+    """{function name: the check call's module} for each ``module.check_x(name)`` in ``node``:
+    ``checks.check_qkv_gradients(qkv_gradients)`` -> {"qkv_gradients": ("checks", "check_qkv_gradients")}."""
+    found = {}
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and \
+                isinstance(sub.func.value, ast.Name) and sub.func.attr.startswith("check_"):
+            for arg in sub.args[:1]:
+                if isinstance(arg, ast.Name):
+                    found[arg.id] = (sub.func.value.id, sub.func.attr)
+    return found
+
+
 def _stub_def(node):
     """A function (or a class's methods) with every body replaced by ``raise NotImplementedError``."""
     node = copy.deepcopy(node)
@@ -432,6 +447,9 @@ def solution_stub(code_sources, needed=(), answers=()):
     # the solution's own helpers are left for the learner to invent
     checked = {n for s, _ in statements if _is_check_call(s) for n in _loaded(s)}
     wanted = defined & (set(answers) | checked | set(needed))
+    checked_by = {name: check for s, _ in statements if _is_check_call(s) for name, check in _checked_by(s).items()}
+    for name in sorted(wanted & set(needed) - set(checked_by)):
+        notes.append(f"a later cell calls {name}, which no check names: it stops there until the learner writes it")
     parts, kept = [], []  # (is a block of its own, text)
     for index, (stmt, source) in enumerate(statements):
         if isinstance(stmt, (ast.Import, ast.ImportFrom)) or index in keep or _is_check_call(stmt):
@@ -443,7 +461,12 @@ def solution_stub(code_sources, needed=(), answers=()):
             if index in keep:
                 kept.append(text)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name in wanted:
-            parts.append((True, ast.unparse(_stub_def(stmt))))
+            stub = ast.unparse(_stub_def(stmt))
+            if stmt.name in needed and stmt.name in checked_by:  # a later cell calls it: let it run meanwhile
+                module, check = checked_by[stmt.name]
+                stub = (f"# Until you write {stmt.name}, the cells below that call it use the course's reference "
+                        f"answer (they say so).\n@{module}.until_written({module}.{check})\n{stub}")
+            parts.append((True, stub))
     if code_sources and not parts:
         parts.append((False, "# Your code for the exercise above."))
     text = ""
