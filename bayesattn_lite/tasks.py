@@ -2,18 +2,22 @@
 
 The paper's *sticky Markov chain* (section 5.2 of the paper; settings from the authors' public
 code, ``vishalmisra/bayesian-wind-tunnel``) and the *hidden sources* task of chapters 4, 5 and 9.
-Paper I's three wind tunnels live in ``wind_tunnels``. Every task here follows one protocol: a
-``sample`` method that takes a size and an int ``seed`` (the same seed gives the same data) and an
-exact posterior of what the model must predict, in float64. (The seed goes to numpy's generator for
-the chain and to torch's for the sources, as the chapters' published numbers were drawn.)::
+Paper I's three wind tunnels live in ``wind_tunnels``.
+
+Every task of the course, these two and the three wind tunnels, follows one protocol, ``Task``:
+``task.sample(n, seed)`` returns a batch whose ``posterior`` is the exact Bayes posterior of what the
+model must predict (the same seed gives the same data). Here the batch is a ``Sample``, which also
+unpacks as the tuple the chapters use; a wind tunnel's is a ``wind_tunnels.WindTunnelBatch``. (The
+seed goes to numpy's generator for the chain and to torch's for the sources, as the chapters'
+published numbers were drawn.)::
 
     chain = StickyMarkovChain()              # 8 symbols, self-probability 0.3, 20-D embeddings
     x, y = chain.sample(T=2000, seed=42)     # x: (1999, 20) noisy embeddings, y: (1999,) next symbols
-    p = chain.posterior(x)                   # (1999, 8): exact p(y_t | x_0..x_t), forward filter
+    p = chain.sample(T=2000, seed=42).posterior  # (1999, 8): exact p(y_t | x_0..x_t), forward filter
 
     task = sources_task()                    # hidden sources among distractors (chapters 4, 5, 9)
     x, y, is_signal = task.sample(256, seed=0)
-    p = task.posterior(x)                    # (256, 16, 3): exact p(z | x_0..x_t)
+    p = task.posterior(x)                    # (256, 16, 3): exact p(z | x_0..x_t), as .posterior gives
 
 The generative model. A hidden symbol path s_0, s_1, ..., s_{T-1} is a Markov chain with transition
 matrix P (first symbol uniform, which is also the stationary law: P is circulant). Position t shows
@@ -25,13 +29,51 @@ so x[t] is a noisy view of y[t-1]. The exact predictor is an HMM forward filter 
 emissions N(mu_s, noise^2 I): filter s_t from x_0..x_t, then push the belief through P.
 """
 
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
 from . import _validate, diagnostics
+
+
+@runtime_checkable
+class Task(Protocol):
+    """What every task of the course offers: ``sample(n, seed)``, a batch of size ``n`` (sequences, or
+    one sequence's length for the chain) drawn from ``seed``, whose ``posterior`` attribute is the
+    exact Bayes posterior of its targets. (A Protocol: the tasks do not inherit from it, they match it.)"""
+
+    def sample(self, n, seed):
+        ...
+
+
+@dataclass(eq=False)
+class Sample:
+    """A sample of the chain or of the sources task: inputs ``x``, targets ``y`` (and for the sources
+    task ``is_signal``), and ``posterior``, the exact p(y | what the model has seen) in float64, computed
+    by the task's filter the first time it is read. It unpacks (and indexes) as the tuple the chapters
+    use: ``x, y = chain.sample(T, seed)``, ``x, y, is_signal = task.sample(n, seed)``."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    task: object = field(repr=False)
+    is_signal: torch.Tensor = None
+
+    @functools.cached_property
+    def posterior(self):
+        return self.task.posterior(self.x)
+
+    def _parts(self):
+        return (self.x, self.y) if self.is_signal is None else (self.x, self.y, self.is_signal)
+
+    def __iter__(self):
+        return iter(self._parts())
+
+    def __getitem__(self, index):
+        return self._parts()[index]
 
 
 def circular_distance(n):
@@ -115,7 +157,8 @@ class StickyMarkovChain:
         return s, rng
 
     def sample(self, T, seed, dtype=torch.float32, device="cpu"):
-        """One sequence of ``T`` symbols as a next-symbol task: ``(x, y)`` with T - 1 rows.
+        """One sequence of ``T`` symbols as a next-symbol task: a ``Sample`` ``(x, y)`` with T - 1 rows,
+        and its exact ``posterior`` (``self.posterior(x)``).
 
         x[t] = mu[s_t] + noise * N(0, I) (a noisy view of symbol t) and y[t] = s_{t+1}. The path
         and then the noise come from ``numpy.random.default_rng(seed)``: the same seed gives the
@@ -126,8 +169,8 @@ class StickyMarkovChain:
         s, rng = self.sample_symbols(T, seed)
         eps = rng.standard_normal((T - 1, self.d_embed))
         x = self.means.numpy()[s[:-1]] + self.noise * eps
-        return (torch.as_tensor(x, dtype=dtype, device=device),
-                torch.as_tensor(s[1:], dtype=torch.int64, device=device))
+        return Sample(torch.as_tensor(x, dtype=dtype, device=device),
+                      torch.as_tensor(s[1:], dtype=torch.int64, device=device), self)
 
     # ------------------------------------------------------------------------- exact predictor
 
@@ -162,8 +205,6 @@ class StickyMarkovChain:
             prior = posterior @ P                                                 # p(s_{t+1} | x_0..x_t)
             predictive[..., t, :] = prior
         return predictive
-
-    bayes_predictive = posterior  # the name before the task protocol; kept for one release
 
     def bayes_metrics(self, x, y):
         """Loss (cross-entropy, nats), predictive entropy (nats) and accuracy of the exact predictor.
@@ -219,8 +260,9 @@ class SourcesTask:
         return self.means.shape[1]
 
     def sample(self, n_seqs, seed=0, dtype=torch.float32):
-        """``n_seqs`` sequences: x (B, T, d_x), y (B, T) (the source, the same along a sequence),
-        and is_signal (B, T) (True where x_t came from the source rather than the distractor)."""
+        """``n_seqs`` sequences, a ``Sample``: x (B, T, d_x), y (B, T) (the source, the same along a
+        sequence), is_signal (B, T) (True where x_t came from the source rather than the distractor)
+        and the exact ``posterior`` (B, T, K)."""
         B, T = _validate.integer("n_seqs", n_seqs, 1), self.seq_len
         dtype = _validate.float_dtype("dtype", dtype)
         gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
@@ -228,7 +270,7 @@ class SourcesTask:
         is_signal = torch.rand(B, T, generator=gen, dtype=torch.float64) < self.signal_prob
         centres = torch.where(is_signal[..., None], self.means[z][:, None, :], self.distractor)
         x = centres + self.noise * torch.randn(B, T, self.d_x, generator=gen, dtype=torch.float64)
-        return x.to(dtype), z[:, None].expand(B, T).clone(), is_signal
+        return Sample(x.to(dtype), z[:, None].expand(B, T).clone(), self, is_signal)
 
     def _densities(self, x):
         """log N(x_t; mu_z, noise^2 I) for every source, (B, T, K), and log N(x_t; mu_D, noise^2 I),

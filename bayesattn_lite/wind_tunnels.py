@@ -4,7 +4,8 @@ posterior so that a model can be scored in bits against the optimum (chapters 7-
     task = wind_tunnels.wind_tunnel("bijection")   # CPU-sized; wind_tunnel("hmm", "paper") for the GPU
     batch = task.sample(64, seed=0)                # WindTunnelBatch: tokens, targets, posterior, mask
 
-Every task samples a whole batch at once. The targets are samples of the *true* hidden answer (the
+Every task samples a whole batch at once and follows the course's one task protocol
+(``tasks.Task``: ``sample(n, seed)`` returns a batch with its exact ``posterior``). The targets are samples of the *true* hidden answer (the
 actual value, the actual hidden state), not of the posterior's mode, so the expected cross-entropy is
 minimised exactly by the posterior: a model trained by cross-entropy should learn batch.posterior at
 every scored position.

@@ -243,3 +243,34 @@ def test_kl_by_position_averages_to_kl_bits_and_signal_log_odds_match_the_densit
     signal = sum(task.signal_prob / 3 * density(task.means[z]) for z in range(3))
     expected = torch.log(signal / ((1 - task.signal_prob) * density(task.distractor)))
     torch.testing.assert_close(task.signal_log_odds(x), expected, rtol=1e-9, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------- the one task protocol
+
+def _every_task():
+    from bayesattn_lite import wind_tunnels
+    return {"chain": tasks.StickyMarkovChain(), "sources": tasks.sources_task(),
+            **{name: wind_tunnels.wind_tunnel(name) for name in wind_tunnels.WIND_TUNNELS}}
+
+
+@pytest.mark.parametrize("name", list(_every_task()))
+def test_every_task_samples_a_batch_with_its_exact_posterior(name):
+    task = _every_task()[name]
+    assert isinstance(task, tasks.Task)
+    batch, again, other = task.sample(6, seed=3), task.sample(6, seed=3), task.sample(6, seed=4)
+    post = batch.posterior
+    assert post.is_floating_point() and post.shape[-1] >= 2
+    sums = post.sum(-1)
+    scored = sums > 0  # a wind tunnel's posterior is 0 at positions that are not scored
+    assert scored.any() and torch.allclose(sums[scored], torch.ones_like(sums[scored]), atol=1e-5)
+    assert torch.equal(post, again.posterior) and not torch.equal(post, other.posterior)
+
+
+def test_a_sample_unpacks_as_before_and_its_posterior_is_the_filter():
+    chain, sources = tasks.StickyMarkovChain(), tasks.sources_task()
+    x, y = sample = chain.sample(50, seed=1)
+    assert sample[0] is x and sample[1] is y and x.shape == (49, 20)
+    assert torch.equal(sample.posterior, chain.posterior(x))
+    x, y, is_signal = sample = sources.sample(4, seed=1)
+    assert is_signal.dtype == torch.bool and torch.equal(sample.posterior, sources.posterior(x))
+    assert not hasattr(chain, "bayes_predictive")  # the pre-protocol name is gone (no release had it)
