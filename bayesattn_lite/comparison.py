@@ -156,7 +156,7 @@ def _run_one(job):
     return rows, weights
 
 
-def model_sizes_for(arch, task, size="cpu", horizons=None, overrides=None):
+def model_sizes_for(arch, task, size="small", horizons=None, overrides=None):
     """The constructor sizes of ``arch`` for ``task`` (an object or a name) at ``size``:
     ``models.sizes`` with ``overrides``, and for position-embedded models a max_len that covers the
     longest sequence it will be evaluated on, at ``horizons`` (default: the task's
@@ -171,7 +171,7 @@ def model_sizes_for(arch, task, size="cpu", horizons=None, overrides=None):
     return sizes
 
 
-def compare(archs, task_names, seeds, steps, size="cpu", lr=3e-3, batch_size=32, n_eval=256,
+def compare(archs, task_names, seeds, steps, size="small", lr=3e-3, batch_size=32, n_eval=256,
             horizons=None, device=None, checkpoint_dir=None, progress=False, model_sizes=None,
             keep_models=False, workers=1, threads=None):
     """Train and evaluate every architecture x task x seed; a list of row dicts.
@@ -197,8 +197,8 @@ def compare(archs, task_names, seeds, steps, size="cpu", lr=3e-3, batch_size=32,
     for name in task_names:
         if name not in wind_tunnels.WIND_TUNNELS:
             _validate.fail("task_names", f"names from {sorted(wind_tunnels.WIND_TUNNELS)}", name)
-    if size not in ("cpu", "paper"):
-        _validate.fail("size", "'cpu' or 'paper'", size)
+    if size not in ("small", "paper"):
+        _validate.fail("size", "'small' or 'paper'", size)
     workers = _validate.integer("workers", workers, 1)
     if workers > 1 and pick_device(device).type != "cpu":
         _validate.fail("workers", "1 on a GPU (worker processes are for CPU runs)", workers)

@@ -117,7 +117,7 @@ def _variant(name):
     return VARIANTS[name]
 
 
-def variant_task(task_name, variant_name=None, size="cpu"):
+def variant_task(task_name, variant_name=None, size="small"):
     """The wind tunnel of a run: ``task_name`` at ``size``, with the variant's task overrides."""
     task = wind_tunnels.as_wind_tunnel(task_name, size)
     overrides = _variant(variant_name).task if variant_name else {}
@@ -127,14 +127,14 @@ def variant_task(task_name, variant_name=None, size="cpu"):
     return type(task)(**{**settings, **overrides})
 
 
-def folder(size="cpu", directory=None, variant_name=None):
+def folder(size="small", directory=None, variant_name=None):
     """Where the shipped runs of ``size`` (and ``variant_name``) live, unless ``directory`` says otherwise."""
     if directory:
         return Path(directory)
     return PRETRAINED_DIR / size / "variants" / variant_name if variant_name else PRETRAINED_DIR / size
 
 
-def variant_steps(task_name, variant_name=None, size="cpu"):
+def variant_steps(task_name, variant_name=None, size="small"):
     """The steps of a converged run: the wind tunnel's ``converged_steps``, or what the variant says."""
     base = wind_tunnels.WIND_TUNNELS[task_name].converged_steps[size]
     if not variant_name:
@@ -143,7 +143,7 @@ def variant_steps(task_name, variant_name=None, size="cpu"):
     return v.steps.get(task_name, int(round(base * v.steps_factor)))
 
 
-def variant_recipe(variant_name=None, size="cpu"):
+def variant_recipe(variant_name=None, size="small"):
     """``RECIPE`` at ``size`` (the paper's rate there), with the variant's overrides."""
     recipe = dict(RECIPE, lr=PAPER_LR if size == "paper" else RECIPE["lr"])
     return {**recipe, **(_variant(variant_name).recipe if variant_name else {})}
@@ -159,7 +159,7 @@ def _run_sizes(arch, task, size, variant_name):
 
 # ----------------------------------------------------------------------------- train, save, load
 
-def train_converged(arch, task_name, seed, size="cpu", steps=None, device=None, checkpoint_path=None,
+def train_converged(arch, task_name, seed, size="small", steps=None, device=None, checkpoint_path=None,
                     progress=None, eval_every=None, variant=None):
     """Train one (arch, task, seed) with ``RECIPE`` for the wind tunnel's ``converged_steps`` (or
     ``steps``) and score it.
@@ -219,13 +219,13 @@ def save_pretrained(model, record, directory=None):
     return weights, meta
 
 
-def train_command(arch, task_name, seed, variant_name=None, size="cpu"):
+def train_command(arch, task_name, seed, variant_name=None, size="small"):
     """The command that trains (arch, task, seed[, variant]) into the package: what an error names."""
     extra = f" --variants {variant_name}" if variant_name else ""
     return f"python {TRAIN_SCRIPT} --size {size} --archs {arch} --tasks {task_name} --seeds {seed}{extra}"
 
 
-def load_record(arch, task_name, seed, variant=None, size="cpu", directory=None):
+def load_record(arch, task_name, seed, variant=None, size="small", directory=None):
     """The JSON record that ``train_converged`` wrote for (arch, task, seed[, variant]), as a dict."""
     if variant is not None:
         _variant(variant)
@@ -239,7 +239,7 @@ def load_record(arch, task_name, seed, variant=None, size="cpu", directory=None)
     return json.loads(path.read_text())
 
 
-def pretrained_variants(size="cpu", directory=None):
+def pretrained_variants(size="small", directory=None):
     """What ships for the variants: {variant name: [(arch, task, seed, has_weights), ...]}, in the
     order of ``VARIANTS`` (a variant with nothing shipped is left out)."""
     root = Path(directory) if directory else PRETRAINED_DIR / size / "variants"
@@ -254,7 +254,7 @@ def pretrained_variants(size="cpu", directory=None):
     return out
 
 
-def training_summary(size="cpu", directory=None):
+def training_summary(size="small", directory=None):
     """What ``scripts/train_wind_tunnels.py`` wrote about its last run: runs, workers, total_seconds."""
     path = folder(size, directory) / "summary.json"
     if not path.exists():
@@ -262,7 +262,7 @@ def training_summary(size="cpu", directory=None):
     return json.loads(path.read_text())
 
 
-def load_pretrained(arch, task_name, seed, variant=None, size="cpu", directory=None):
+def load_pretrained(arch, task_name, seed, variant=None, size="small", directory=None):
     """The model ``scripts/train_wind_tunnels.py`` trained for (arch, task, seed), on the CPU, in
     eval mode; ``variant`` names a ladder rung or training variant (``VARIANTS``, e.g. "d48").
     A clear error naming the script when its files are missing (the largest rungs ship their
@@ -334,12 +334,12 @@ def measure_run(model, task, n_seqs=N_EVAL_PRETRAINED, seed=EVAL_SEED):
     return out
 
 
-def has_weights(arch, task_name, seed, variant=None, size="cpu", directory=None):
+def has_weights(arch, task_name, seed, variant=None, size="small", directory=None):
     """Whether the weights of a run ship (the largest rungs ship their records only)."""
     return (folder(size, directory, variant) / (run_name(arch, task_name, seed) + ".pt")).exists()
 
 
-def ladder_row(arch, task_name, seed, variant=None, size="cpu", directory=None):
+def ladder_row(arch, task_name, seed, variant=None, size="small", directory=None):
     """One run of the ladder as a flat dict: arch, task, seed, variant, n_params, steps, minutes,
     the record's final metrics and ``measure_run``'s, recomputed from the weights where they ship
     ("source": "weights") and read from the record otherwise ("source": "record")."""
@@ -357,7 +357,7 @@ def ladder_row(arch, task_name, seed, variant=None, size="cpu", directory=None):
             "model_sizes": record["model_sizes"], "final": record["final"], "source": source, **measured}
 
 
-def ladder_rows(arch, tasks=tuple(wind_tunnels.WIND_TUNNELS), variants=(None,), size="cpu"):
+def ladder_rows(arch, tasks=tuple(wind_tunnels.WIND_TUNNELS), variants=(None,), size="small"):
     """``ladder_row`` for every shipped run of ``arch`` on ``tasks`` at each of ``variants`` (None:
     the base runs, seeds 0-2), in that order. A variant that does not cover a task is left out; a
     run it covers whose record is missing raises (``load_record``'s error names the command)."""

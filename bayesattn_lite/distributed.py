@@ -53,7 +53,7 @@ def parser():
                                 description="Train one architecture on one wind tunnel with DDP.")
     p.add_argument("--arch", required=True, choices=models.ARCHITECTURES)
     p.add_argument("--task", required=True, choices=sorted(wind_tunnels.WIND_TUNNELS))
-    p.add_argument("--size", default="cpu", choices=("cpu", "paper"),
+    p.add_argument("--size", default="small", choices=("small", "paper"),
                    help="task and model sizes: the course's CPU sizes or Paper I's (default cpu)")
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--lr", type=float, default=3e-3)
@@ -68,7 +68,7 @@ def parser():
     return p
 
 
-def load_model(path, arch, task, size="cpu", **sizes):
+def load_model(path, arch, task, size="small", **sizes):
     """The trained model from a checkpoint this script wrote (DDP's "module." prefix removed)."""
     task = wind_tunnels.wind_tunnel(task, size) if isinstance(task, str) else task
     model = models.build(arch, task.vocab_size, task.n_classes, **models.sizes(arch, size, **sizes))

@@ -128,8 +128,8 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
     if task_name not in TASKS:
         _validate.fail("task_name", f"one of {TASKS}", task_name)
     seed = _validate.seed("seed", seed, 2**16)
-    task = wind_tunnels.wind_tunnel(task_name, "cpu")
-    steps = task.converged_steps["cpu"]
+    task = wind_tunnels.wind_tunnel(task_name, "small")
+    steps = task.converged_steps["small"]
     if stop is not None:
         stop = _validate.integer("stop", stop, SNAPSHOT_EVERY, steps)
         if stop % SNAPSHOT_EVERY:

@@ -357,7 +357,7 @@ class Architecture:
     """One architecture of the comparison, and everything the course keys by its name.
 
     cls               the model class, called as cls(vocab_size, n_classes, **sizes)
-    small             its constructor sizes at the course's CPU scale (scale "cpu")
+    small             its constructor sizes at the course's CPU scale (scale "small")
     paper             Paper I's scale (scale "paper"): what changes on top of ``small``
     colour            its colour in every figure (chapters 7-9; an Okabe-Ito colour)
     cost              milliseconds per step of batch 64 on one CPU thread, measured: the training
@@ -402,20 +402,20 @@ def _check_name(name):
         _validate.fail("architecture", f"one of {ARCHITECTURES}", name)
 
 
-def sizes(name, scale="cpu", **overrides):
-    """The one size rule: the constructor kwargs of ``name`` at ``scale`` ("cpu": the entry's
+def sizes(name, scale="small", **overrides):
+    """The one size rule: the constructor kwargs of ``name`` at ``scale`` ("small": the entry's
     ``small``; "paper": its ``paper`` over them), then ``overrides`` on top. An override changes
     only what it names: ``sizes("transformer", "paper", n_layers=1)`` keeps d_model 256."""
     _check_name(name)
-    if scale not in ("cpu", "paper"):
-        _validate.fail("scale", "'cpu' or 'paper'", scale)
+    if scale not in ("small", "paper"):
+        _validate.fail("scale", "'small' or 'paper'", scale)
     arch = REGISTRY[name]
     return {**arch.small, **(arch.paper if scale == "paper" else {}), **overrides}
 
 
 def build(name, vocab_size, n_classes, **sizes_):
     """The ``name`` model at the CPU scale (``sizes(name)``), any of its sizes overridden by ``sizes_``."""
-    kwargs = sizes(name, "cpu", **sizes_)  # checks the name first
+    kwargs = sizes(name, "small", **sizes_)  # checks the name first
     return REGISTRY[name].cls(vocab_size, n_classes, **kwargs)
 
 

@@ -121,7 +121,7 @@ class _WindTunnel:
 
     name = primitive = horizon = None
     settings = ()         # constructor arguments, in order, for repr
-    converged_steps = {}  # {"cpu": steps, "paper": steps} of the converged runs (``converged``)
+    converged_steps = {}  # {"small": steps, "paper": steps} of the converged runs (``converged``)
     test_ratios = ()      # the test horizons, as multiples of the trained one (``test_horizons``)
 
     def test_horizons(self):
@@ -165,7 +165,7 @@ class BijectionTask(_WindTunnel):
 
     name, primitive, horizon, settings = "bijection", "accumulation", "L", ("V", "L")
     # within 0.01 bits of the posterior after about half the steps, creeping down as the rate decays
-    converged_steps = {"cpu": 3000, "paper": 50_000}  # Paper I's budget at the paper size
+    converged_steps = {"small": 3000, "paper": 50_000}  # Paper I's budget at the paper size
 
     def __init__(self, V=8, L=None):
         self.V = _validate.integer("V", V, 2)
@@ -306,7 +306,7 @@ class HMMTask(_WindTunnel):
 
     name, primitive, horizon, settings = "hmm", "transport", "K", ("S", "O", "K", "resolution", "floor")
     # the slowest task, and flat over its second half at the CPU scale
-    converged_steps = {"cpu": 10_000, "paper": 100_000}
+    converged_steps = {"small": 10_000, "paper": 100_000}
     test_ratios = (1.5, 2.5)  # Paper I trains at K = 20 and tests at 30 and 50
 
     def __init__(self, S=3, O=3, K=12, resolution=0.05, floor=0.05):
@@ -414,7 +414,7 @@ class AssociativeRecallTask(_WindTunnel):
 
     name, primitive, horizon, settings = "recall", "binding", "n_pairs", ("n_keys", "n_values", "n_pairs", "noise")
     # within 0.01 bits of the posterior after about half the steps, creeping down as the rate decays
-    converged_steps = {"cpu": 4000, "paper": 50_000}
+    converged_steps = {"small": 4000, "paper": 50_000}
 
     def __init__(self, n_keys=6, n_values=6, n_pairs=12, noise=0.2):
         self.n_keys = _validate.integer("n_keys", n_keys, 1)
@@ -474,18 +474,18 @@ class AssociativeRecallTask(_WindTunnel):
 WIND_TUNNELS = {cls.name: cls for cls in (BijectionTask, HMMTask, AssociativeRecallTask)}
 
 
-def wind_tunnel(name, size="cpu"):
-    """A wind tunnel by name ("bijection", "hmm", "recall"), CPU-sized (``size="cpu"``, the
+def wind_tunnel(name, size="small"):
+    """A wind tunnel by name ("bijection", "hmm", "recall"), CPU-sized (``size="small"``, the
     constructor defaults) or at the paper's sizes (``size="paper"``, for a GPU)."""
     if name not in WIND_TUNNELS:
         _validate.fail("name", f"one of {sorted(WIND_TUNNELS)}", name)
-    if size not in ("cpu", "paper"):
-        _validate.fail("size", "'cpu' or 'paper'", size)
+    if size not in ("small", "paper"):
+        _validate.fail("size", "'small' or 'paper'", size)
     cls = WIND_TUNNELS[name]
     return cls.paper() if size == "paper" else cls()
 
 
-def as_wind_tunnel(task, size="cpu"):
+def as_wind_tunnel(task, size="small"):
     """A wind tunnel object, from itself or its name (``wind_tunnel(task, size)``)."""
     if isinstance(task, str):
         return wind_tunnel(task, size)

@@ -135,7 +135,7 @@ def measure(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", choices=("cpu", "paper"), default="cpu")
+    parser.add_argument("--size", choices=("small", "paper"), default="small")
     parser.add_argument("--archs", nargs="+", choices=models.ARCHITECTURES, default=None, help="default: all")
     parser.add_argument("--tasks", nargs="+", choices=sorted(wind_tunnels.WIND_TUNNELS),
                         default=list(wind_tunnels.WIND_TUNNELS), help="default: every wind tunnel")

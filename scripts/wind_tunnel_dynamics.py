@@ -56,7 +56,7 @@ def _up_to_date(path, task):
     if not path.exists():
         return False
     record = json.loads(path.read_text())
-    steps = wind_tunnels.WIND_TUNNELS[task].converged_steps["cpu"]
+    steps = wind_tunnels.WIND_TUNNELS[task].converged_steps["small"]
     return (record.get("stopped_at") == steps == record.get("steps_total")
             and all(record.get(k) == v for k, v in _settings().items()))
 
@@ -81,7 +81,7 @@ def main(argv=None):
                 continue
             jobs.append({"task": task, "seed": seed, "out": str(out), "progress": not args.no_progress})
     # longest first (steps x sequence length), so that two workers finish together
-    jobs.sort(key=lambda j: -wind_tunnels.WIND_TUNNELS[j["task"]].converged_steps["cpu"]
+    jobs.sort(key=lambda j: -wind_tunnels.WIND_TUNNELS[j["task"]].converged_steps["small"]
               * wind_tunnels.wind_tunnel(j["task"]).seq_len)
     print(f"{len(jobs)} runs to measure into {out}, {args.workers} worker(s)", flush=True)
 

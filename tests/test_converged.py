@@ -26,7 +26,7 @@ def test_every_registered_architecture_is_complete(arch):
     shipped weights and a record for every wind tunnel and seed 0-2 (the failure names the command)."""
     entry = models.REGISTRY[arch]
     assert matplotlib.colors.is_color_like(entry.colour) and plots.COLORS[arch] == entry.colour
-    for scale in ("cpu", "paper"):
+    for scale in ("small", "paper"):
         task = wind_tunnels.wind_tunnel("hmm", scale)
         with torch.device("meta"):  # builds without allocating the paper size
             models.build(arch, task.vocab_size, task.n_classes, **models.sizes(arch, scale))
@@ -57,11 +57,11 @@ def test_a_committed_record_is_reproduced_by_its_weights(path):
         assert again["accuracy"] == pytest.approx(metrics["accuracy"], abs=2e-3), label
     curve = record["curve"]
     assert len(curve["steps"]) == len(curve["eval_kl_bits"]) >= 20 and curve["steps"][0] == 0
-    assert record["steps"] == task.converged_steps["cpu"]
+    assert record["steps"] == task.converged_steps["small"]
 
 
 def test_load_pretrained_names_the_script_when_files_are_missing(tmp_path):
-    with pytest.raises(FileNotFoundError, match="train_wind_tunnels.py --size cpu --archs lstm --tasks hmm --seeds 7"):
+    with pytest.raises(FileNotFoundError, match="train_wind_tunnels.py --size small --archs lstm --tasks hmm --seeds 7"):
         converged.load_pretrained("lstm", "hmm", 7)
     with pytest.raises(FileNotFoundError, match="RETRAIN"):
         converged.load_record("mlp", "recall", 0, directory=tmp_path)
@@ -95,7 +95,7 @@ def test_variant_task_steps_and_recipe():
     recall = converged.variant_task("recall", "recall20")
     assert (recall.n_keys, recall.n_values, recall.n_pairs, recall.noise) == (20, 20, 40, 0.0)
     assert converged.variant_task("recall") .n_keys == 6
-    assert converged.variant_steps("bijection", "no-wd-2x") == 2 * wind_tunnels.BijectionTask.converged_steps["cpu"]
+    assert converged.variant_steps("bijection", "no-wd-2x") == 2 * wind_tunnels.BijectionTask.converged_steps["small"]
     assert converged.variant_steps("hmm", "long") == 30_000
     assert converged.variant_recipe("no-wd-2x")["weight_decay"] == 0.0
     assert converged.variant_recipe(None) == converged.RECIPE
@@ -127,7 +127,7 @@ def test_measure_run_reports_errors_their_sign_and_the_geometry():
 
 
 def test_cost_estimate_counts_the_parameters_it_would_train():
-    c = converged.cost_estimate("transformer", "bijection", "cpu")
+    c = converged.cost_estimate("transformer", "bijection", "small")
     task = wind_tunnels.wind_tunnel("bijection")
     real = models.build("transformer", task.vocab_size, task.n_classes, **comparison.model_sizes_for("transformer", task))
     assert c["n_params"] == models.count_parameters(real) and c["steps"] == 3000
@@ -179,13 +179,13 @@ def test_verdict_and_the_baseline():
 
 def test_the_errors_name_the_training_command(tmp_path):
     assert converged.train_command("lstm", "hmm", 7) == \
-        "python scripts/train_wind_tunnels.py --size cpu --archs lstm --tasks hmm --seeds 7"
-    with pytest.raises(FileNotFoundError, match="train_wind_tunnels.py --size cpu"):
+        "python scripts/train_wind_tunnels.py --size small --archs lstm --tasks hmm --seeds 7"
+    with pytest.raises(FileNotFoundError, match="train_wind_tunnels.py --size small"):
         converged.training_summary(directory=tmp_path)
     assert converged.training_summary()["runs"] >= 36
 
 
 def test_folder_and_has_weights():
-    assert converged.folder() == converged.PRETRAINED_DIR / "cpu"
-    assert converged.folder("cpu", None, "d48") == converged.PRETRAINED_DIR / "cpu" / "variants" / "d48"
+    assert converged.folder() == converged.PRETRAINED_DIR / "small"
+    assert converged.folder("small", None, "d48") == converged.PRETRAINED_DIR / "small" / "variants" / "d48"
     assert converged.has_weights("transformer", "hmm", 0) and not converged.has_weights("transformer", "hmm", 0, "d96")

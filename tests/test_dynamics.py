@@ -122,7 +122,7 @@ def test_the_script_writes_records_and_skips_them_next_time(tmp_path, monkeypatc
         "wind_tunnel_dynamics", Path(__file__).resolve().parent.parent / "scripts" / "wind_tunnel_dynamics.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    monkeypatch.setattr(wind_tunnels.BijectionTask, "converged_steps", {"cpu": 100, "paper": 50_000})
+    monkeypatch.setattr(wind_tunnels.BijectionTask, "converged_steps", {"small": 100, "paper": 50_000})
     args = ["--tasks", "bijection", "--seeds", "0", "--workers", "1", "--out", str(tmp_path), "--no-progress"]
     [record] = script.main(args)
     assert record["stopped_at"] == 100 and (tmp_path / "transformer-bijection-seed0.json").exists()

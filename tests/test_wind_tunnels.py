@@ -111,7 +111,7 @@ def test_quantised_rows_are_on_the_grid_and_floored():
 # ----------------------------------------------------------------------------- batches
 
 @pytest.mark.parametrize("name", sorted(WIND_TUNNELS))
-@pytest.mark.parametrize("size", ["cpu", "paper"])
+@pytest.mark.parametrize("size", ["small", "paper"])
 def test_shapes_dtypes_and_ranges(name, size):
     task = wind_tunnel(name, size)
     assert task.name == name and task.primitive in ("accumulation", "transport", "binding")
@@ -143,7 +143,7 @@ def test_the_registry_carries_each_wind_tunnels_metadata():
     assert tuple(WIND_TUNNELS) == ("bijection", "hmm", "recall")
     for name, cls in WIND_TUNNELS.items():
         assert cls.name == name and wind_tunnel(name).name == name
-        assert set(cls.converged_steps) == {"cpu", "paper"} and all(s > 0 for s in cls.converged_steps.values())
+        assert set(cls.converged_steps) == {"small", "paper"} and all(s > 0 for s in cls.converged_steps.values())
         assert wind_tunnels.as_wind_tunnel(name).name == name
     assert HMMTask().test_horizons() == [{"K": 18}, {"K": 30}]                 # Paper I's 1.5K and 2.5K
     assert HMMTask.paper().test_horizons() == [{"K": 30}, {"K": 50}]
