@@ -188,6 +188,31 @@ def labels(what, value, n_classes, shape=None):
     return value
 
 
+def shape(what, value, expected, description="shape"):
+    """A tensor or array of exactly the shape ``expected``. ``description`` says what that shape is
+    (e.g. "the shape of alpha"), so the message names what the value has to match."""
+    expected = tuple(expected)
+    if tuple(value.shape) != expected:
+        fail(what, f"{description} {expected}", tuple(value.shape))
+    return value
+
+
+def same_shape(what, a, b):
+    """Two tensors or arrays of one shape (``what`` names both, e.g. "before, after"): an elementwise
+    difference would otherwise broadcast silently or fail deep inside torch."""
+    if tuple(a.shape) != tuple(b.shape):
+        fail(what, "the same shape", f"{tuple(a.shape)} and {tuple(b.shape)}", described=True)
+    return a, b
+
+
+def matrix(what, value, min_rows=1):
+    """A 2-D tensor or array of n >= ``min_rows`` rows (points, keys): statistics over the rows
+    (a spread, pairwise cosines) need at least that many."""
+    if value.ndim != 2 or value.shape[0] < min_rows:
+        fail(what, f"shape (n >= {min_rows}, d)", tuple(value.shape))
+    return value
+
+
 def writable_path(what, path):
     """A file path that can be written: a str or os.PathLike, not a directory, in a folder that
     exists or can be made and that this process may write to. Checked before any work starts."""

@@ -58,7 +58,7 @@ def stack(param_dicts):
         _validate.fail("param_dicts", expected, param_dicts)
     param_dicts = list(param_dicts)
     if not param_dicts:
-        raise ValueError("param_dicts: expected at least one parameter dict, got none")
+        _validate.fail("param_dicts", "at least one parameter dict", "none", described=True)
     for i, p in enumerate(param_dicts):
         if not hasattr(p, "keys") or set(PARAM_NAMES) - set(p.keys()):
             _validate.fail(f"param_dicts[{i}]", expected, sorted(p) if hasattr(p, "keys") else p)
@@ -326,8 +326,8 @@ def _resume(path, fingerprint, steps, device, dtype):
         "other data, initial weights, rates or record_every (the fingerprint hashes them all)"])
     start = int(ckpt["step"])
     if start > steps:
-        raise ValueError(f"checkpoint {path} is at step {start}, past steps={steps}: "
-                         "ask for at least that many steps, or delete it / pass resume=False")
+        _validate.fail(f"checkpoint {path}", f"a step <= steps={steps} (ask for at least as many steps as it has, or "
+                       "delete it / pass resume=False)", f"step {start}, past steps={steps}", described=True)
     params = {name: ckpt["params"][name].to(device, dtype) for name in PARAM_NAMES}
     snapshots = {int(s): {n: ckpt["snapshots"][n][i] for n in PARAM_NAMES}
                  for i, s in enumerate(ckpt["snapshot_steps"].tolist()) if s <= start}

@@ -42,20 +42,26 @@ def _tensor(name, a, min_dim=1):
         if isinstance(a, np.ndarray):
             a = torch.from_numpy(a)
         else:
-            raise ValueError(f"{name}: expected a torch.Tensor or numpy array, got {type(a).__name__}")
+            _validate.fail(name, "a torch.Tensor or numpy array", type(a).__name__, described=True)
     if a.dim() < min_dim:
-        raise ValueError(f"{name}: expected at least {min_dim} dimension(s), got shape {tuple(a.shape)}")
+        _validate.fail(name, f"at least {min_dim} dimension(s)", f"shape {tuple(a.shape)}", described=True)
     return a
 
 
 def _check_alpha(alpha):
     alpha = _tensor("alpha", alpha, 2)
     if alpha.shape[-1] != alpha.shape[-2]:
-        raise ValueError(f"alpha: expected (..., T, T) attention maps, got shape {tuple(alpha.shape)}")
-    if not torch.is_floating_point(alpha) or (alpha < 0).any() or (alpha > 1).any():
-        raise ValueError("alpha: expected attention weights in [0, 1]")
-    if not torch.allclose(alpha.sum(-1), torch.ones((), dtype=alpha.dtype), atol=1e-4):
-        raise ValueError("alpha: expected every row to sum to 1 (a softmax over keys)")
+        _validate.fail("alpha", "(..., T, T) attention maps", f"shape {tuple(alpha.shape)}", described=True)
+    if not torch.is_floating_point(alpha):
+        _validate.fail("alpha.dtype", "attention weights in [0, 1] (a floating-point dtype)", alpha.dtype)
+    if (alpha < 0).any() or (alpha > 1).any():  # not empty here, so min and max exist
+        _validate.fail("alpha", "attention weights in [0, 1]",
+                       f"values from {alpha.min().item():.4g} to {alpha.max().item():.4g}", described=True)
+    sums = alpha.sum(-1)
+    if not torch.allclose(sums, torch.ones((), dtype=alpha.dtype), atol=1e-4):
+        worst = sums.flatten()[(sums - 1).abs().nan_to_num(float("inf")).argmax()].item()
+        _validate.fail("alpha", "every row to sum to 1 (a softmax over keys)", f"a row summing to {worst:.4g}",
+                       described=True)
     return alpha
 
 
@@ -123,9 +129,7 @@ def attention_mass(alpha, key_mask):
 def _key_weights(alpha, key_mask):
     """key_mask (..., T) over keys, as (..., 1, T) in alpha's dtype, after checking its shape."""
     key_mask = _tensor("key_mask", key_mask)
-    if key_mask.shape != alpha.shape[:-2] + alpha.shape[-1:]:
-        raise ValueError(f"key_mask: expected shape {tuple(alpha.shape[:-2] + alpha.shape[-1:])} "
-                         f"(one flag per key), got {tuple(key_mask.shape)}")
+    _validate.shape("key_mask", key_mask, alpha.shape[:-2] + alpha.shape[-1:], "one flag per key, shape")
     return key_mask[..., None, :].to(alpha.dtype)
 
 
@@ -154,8 +158,7 @@ def advantage_flow(alpha, advantage, key_mask):
     """
     alpha = _check_alpha(alpha)
     advantage = _tensor("advantage", advantage, 2)
-    if advantage.shape != alpha.shape:
-        raise ValueError(f"advantage: expected the shape of alpha {tuple(alpha.shape)}, got {tuple(advantage.shape)}")
+    _validate.shape("advantage", advantage, alpha.shape, "the shape of alpha")
     return (alpha * advantage * _key_weights(alpha, key_mask)).sum(-1)
 
 
@@ -169,8 +172,7 @@ def predicted_attention_change(alpha, advantage, eta=1.0):
     """
     alpha = _check_alpha(alpha)
     advantage = _tensor("advantage", advantage, 2)
-    if advantage.shape != alpha.shape:
-        raise ValueError(f"advantage: expected the shape of alpha {tuple(alpha.shape)}, got {tuple(advantage.shape)}")
+    _validate.shape("advantage", advantage, alpha.shape, "the shape of alpha")
     eta = _validate.real("eta", eta)
     ds = eta * alpha * advantage
     return alpha * (ds - (alpha * ds).sum(-1, keepdim=True))
@@ -196,8 +198,8 @@ def attended_compatibility(alpha, u, v):
     alpha = _check_alpha(alpha)
     u, v = _tensor("u", u, 2), _tensor("v", v, 2)
     if u.shape[:-1] != alpha.shape[:-1] or v.shape[:-1] != alpha.shape[:-1] or u.shape[-1] != v.shape[-1]:
-        raise ValueError(f"u, v: expected (..., T, d) with T and batch of alpha {tuple(alpha.shape)} and one d, "
-                         f"got u {tuple(u.shape)}, v {tuple(v.shape)}")
+        _validate.fail("u, v", f"(..., T, d) with T and batch of alpha {tuple(alpha.shape)} and one d",
+                       f"u {tuple(u.shape)}, v {tuple(v.shape)}", described=True)
     u_hat = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     v_hat = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     cos = u_hat @ v_hat.transpose(-1, -2)  # (..., i, j)
@@ -210,7 +212,7 @@ def value_pull(alpha, u):
     alpha = _check_alpha(alpha)
     u = _tensor("u", u, 2)
     if u.shape[:-1] != alpha.shape[:-1]:
-        raise ValueError(f"u: expected (..., T, d) matching alpha {tuple(alpha.shape)}, got {tuple(u.shape)}")
+        _validate.fail("u", f"(..., T, d) matching alpha {tuple(alpha.shape)}", tuple(u.shape))
     return -(alpha.transpose(-1, -2) @ u)
 
 
@@ -219,8 +221,8 @@ def movement_toward(delta_v, u):
     shape (..., T_i, T_j). The paper's value law says it grows with the responsibility alpha_ij."""
     delta_v, u = _tensor("delta_v", delta_v, 2), _tensor("u", u, 2)
     if delta_v.shape[:-2] != u.shape[:-2] or delta_v.shape[-1] != u.shape[-1]:
-        raise ValueError(f"delta_v, u: expected (..., T, d) with the same batch shape and d, "
-                         f"got {tuple(delta_v.shape)} and {tuple(u.shape)}")
+        _validate.fail("delta_v, u", "(..., T, d) with the same batch shape and d",
+                       f"{tuple(delta_v.shape)} and {tuple(u.shape)}", described=True)
     u_hat = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     return -(u_hat @ delta_v.transpose(-1, -2))
 
@@ -230,13 +232,12 @@ def movement_toward(delta_v, u):
 def relative_change(before, after):
     """||after - before|| / ||before|| (Frobenius over everything): how much a quantity moved."""
     before, after = _tensor("before", before), _tensor("after", after)
-    if before.shape != after.shape:
-        raise ValueError(f"before, after: expected the same shape, got {tuple(before.shape)} and {tuple(after.shape)}")
+    _validate.same_shape("before, after", before, after)
     _validate.finite_values("before", before)
     _validate.finite_values("after", after)
     norm = before.double().norm().item()
     if norm == 0:
-        raise ValueError("before: expected a nonzero tensor (a relative change of 0 is undefined)")
+        _validate.fail("before", "a nonzero tensor (a relative change of 0 is undefined)", "only zeros", described=True)
     return (after.double() - before.double()).norm().item() / norm
 
 
@@ -247,7 +248,8 @@ def change_vs_final(snapshots):
     s = _tensor("snapshots", snapshots, 2).double()
     final = s[-1].norm().item()
     if final == 0:
-        raise ValueError("snapshots: expected a nonzero last snapshot (the scale of the rates)")
+        _validate.fail("snapshots", "a nonzero last snapshot (the scale of the rates)", "a last snapshot of zeros",
+                       described=True)
     return ((s[1:] - s[:-1]).flatten(1).norm(dim=1) / final).cpu().numpy()
 
 
@@ -258,16 +260,15 @@ def frame_change(before, after):
     A distance between probability rows, so it means the same whatever the scale of the scores,
     unlike a relative norm of alpha (which small, nearly uniform maps inflate)."""
     before, after = _tensor("before", before), _tensor("after", after)
-    if before.shape != after.shape:
-        raise ValueError(f"before, after: expected the same shape, got {tuple(before.shape)} and {tuple(after.shape)}")
+    _validate.same_shape("before, after", before, after)
     return 0.5 * (after.double() - before.double()).abs().sum(-1).mean().item()
 
 
 def _check_curve(steps, values, name):
     steps, values = np.asarray(steps), np.asarray(values, dtype=float)
     if steps.ndim != 1 or values.shape != steps.shape or len(steps) == 0:
-        raise ValueError(f"steps, {name}: expected two 1-D arrays of the same nonzero length, "
-                         f"got {steps.shape} and {values.shape}")
+        _validate.fail(f"steps, {name}", "two 1-D arrays of the same nonzero length",
+                       f"{steps.shape} and {values.shape}", described=True)
     if not np.issubdtype(steps.dtype, np.number) or not np.isfinite(steps).all() or (np.diff(steps) <= 0).any():
         _validate.fail("steps", "strictly increasing finite numbers", steps)
     return steps, values
@@ -379,8 +380,7 @@ def pca(points, n_components=2):
     total variance of each of *all* min(n, d) components, summing to 1) and projected (n, n_components).
     """
     p = points.detach().to("cpu", torch.float64).numpy() if isinstance(points, torch.Tensor) else np.asarray(points, float)
-    if p.ndim != 2 or p.shape[0] < 2:
-        raise ValueError(f"points: expected shape (n >= 2, d), got {p.shape}")
+    _validate.matrix("points", p, min_rows=2)
     _sample("points", p)
     n_components = _validate.integer("n_components", n_components, 1, min(p.shape))
     mean = p.mean(0)
@@ -410,7 +410,7 @@ def _sample(name, a):
 def _flat_pair(a, b):
     a, b = _sample("a", a), _sample("b", b)
     if a.shape != b.shape or a.size < 2:
-        raise ValueError(f"a, b: expected two samples of the same size >= 2, got {a.size} and {b.size}")
+        _validate.fail("a, b", "two samples of the same size >= 2", f"{a.size} and {b.size}", described=True)
     return a, b
 
 
@@ -462,17 +462,15 @@ def entropy_bits(probs):
 def _check_batch(batch):
     for field in ("tokens", "posterior", "mask"):
         if not hasattr(batch, field):
-            raise ValueError(f"batch: expected a wind_tunnels.WindTunnelBatch, got {type(batch).__name__}")
+            _validate.fail("batch", "a wind_tunnels.WindTunnelBatch", type(batch).__name__, described=True)
 
 
 def _logits_and_batch(logits, batch):
     _check_batch(batch)
     logits = _validate.tensor("logits", _tensor("logits", logits, 3), floating=True)
-    if tuple(logits.shape) != tuple(batch.posterior.shape):
-        raise ValueError(f"logits: expected shape (B, T, n_classes) = {tuple(batch.posterior.shape)} "
-                         f"(the batch's posterior), got {tuple(logits.shape)}")
+    _validate.shape("logits", logits, batch.posterior.shape, "the shape of the batch's posterior (B, T, n_classes) =")
     if not batch.mask.any():
-        raise ValueError("batch: expected at least one scored position, got none")
+        _validate.fail("batch", "at least one scored position", "none", described=True)
     log_q = torch.log_softmax(logits.detach().double(), dim=-1)
     return log_q, batch.posterior.to(logits.device).double(), batch.mask.to(logits.device)
 
@@ -538,7 +536,8 @@ def group_means(vectors, labels):
     sorted) and their means (n_labels, d). E.g. one key vector per token, averaged over positions."""
     vectors, labels = _tensor("vectors", vectors, 2), _tensor("labels", labels)
     if vectors.dim() != 2 or labels.shape != vectors.shape[:1]:
-        raise ValueError(f"vectors, labels: expected (n, d) and (n,), got {tuple(vectors.shape)} and {tuple(labels.shape)}")
+        _validate.fail("vectors, labels", "(n, d) and (n,)", f"{tuple(vectors.shape)} and {tuple(labels.shape)}",
+                       described=True)
     present, inverse = torch.unique(labels, return_inverse=True)
     sums = torch.zeros(len(present), vectors.shape[1], dtype=torch.float64).index_add_(0, inverse, vectors.double())
     counts = torch.bincount(inverse, minlength=len(present)).double()
@@ -550,8 +549,7 @@ def key_orthogonality(keys):
     parallel ones. Paper I's check: below 0.1 for the layer-0 keys of a trained transformer. Random
     directions in d dimensions give about sqrt(2 / (pi d))."""
     keys = _tensor("keys", keys, 2).double()
-    if keys.dim() != 2 or keys.shape[0] < 2:
-        raise ValueError(f"keys: expected shape (n >= 2, d), got {tuple(keys.shape)}")
+    _validate.matrix("keys", keys, min_rows=2)
     unit = keys / keys.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     cos = unit @ unit.T
     off = ~torch.eye(len(keys), dtype=torch.bool)
@@ -606,8 +604,7 @@ def value_manifold(points, entropy):
     and pc1 (n,) the oriented coordinates. Paper I's check: PC1 > 80% and a strong correlation."""
     points = _tensor("points", points, 2)
     entropy = _tensor("entropy", entropy)
-    if entropy.shape != points.shape[:1]:
-        raise ValueError(f"entropy: expected one value per point, shape ({points.shape[0]},), got {tuple(entropy.shape)}")
+    _validate.shape("entropy", entropy, points.shape[:1], "one value per point, shape")
     result = pca(points, n_components=1)
     pc1 = result["projected"][:, 0]
     rho = spearman(pc1, entropy)

@@ -54,8 +54,11 @@ def e_step(x, means, variance, weights=None):
     K = means.shape[0]
     weights = (torch.full((K,), 1.0 / K, dtype=torch.float64, device=x.device) if weights is None
                else _validate.tensor("weights", weights).to(x.device, torch.float64))
-    if weights.shape != (K,) or (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
-        raise ValueError(f"weights: expected K={K} non-negative numbers summing to 1, got {weights}")
+    _validate.shape("weights", weights, (K,), f"K={K} non-negative numbers summing to 1, shape")
+    if (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
+        _validate.fail("weights", f"K={K} non-negative numbers summing to 1",
+                       f"[{', '.join(f'{w:.4g}' for w in weights.tolist())}] (sum {weights.sum().item():.6g})",
+                       described=True)
     log_joint = _log_joint(x, means, variance, weights)
     log_norm = torch.logsumexp(log_joint, dim=1, keepdim=True)
     return torch.exp(log_joint - log_norm), log_norm.mean().item()
@@ -65,10 +68,14 @@ def m_step(x, resp, fit_variance=True, variance=None):
     """Means, variance (or the given one when ``fit_variance`` is False) and weights from responsibilities."""
     x = _check_x(x)
     if not isinstance(resp, torch.Tensor) or resp.dim() != 2 or resp.shape[0] != x.shape[0]:
-        raise ValueError(f"resp: expected shape (n={x.shape[0]}, K), got {getattr(resp, 'shape', None)}")
+        _validate.fail("resp", f"a torch.Tensor of shape (n={x.shape[0]}, K)", resp)
     resp = resp.to(x.device, torch.float64)
-    if (resp < -1e-12).any() or not torch.allclose(resp.sum(1), torch.ones_like(resp[:, 0]), atol=1e-6):
-        raise ValueError("resp: expected rows of probabilities (non-negative, summing to 1)")
+    sums = resp.sum(1)
+    negative = (resp < -1e-12).any()
+    if negative or not torch.allclose(sums, torch.ones_like(sums), atol=1e-6):
+        _validate.fail("resp", "rows of probabilities (non-negative, summing to 1)",
+                       "a negative entry" if negative else
+                       f"row sums from {sums.min().item():.6g} to {sums.max().item():.6g}", described=True)
     counts = resp.sum(0).clamp_min(1e-12)
     means = resp.T @ x / counts[:, None]
     if fit_variance:
@@ -116,7 +123,7 @@ def fit(x, n_components, n_iter=30, init=None, variance=1.0, fit_variance=True, 
     means = initial_means(x, n_components, _validate.seed("seed", seed)) if init is None \
         else _check_means(init, x.shape[1]).clone()
     if means.shape[0] != n_components:
-        raise ValueError(f"init: expected {n_components} means, got {means.shape[0]}")
+        _validate.fail("init", f"{n_components} means (one per component)", means.shape[0])
     variance = _check_variance(variance)
     weights = torch.full((n_components,), 1.0 / n_components, dtype=torch.float64, device=x.device)
     path, log_lik = [means.clone()], []
@@ -158,11 +165,11 @@ def match(found, reference):
     found = _validate.tensor("found", found).to(torch.float64)
     reference = _validate.tensor("reference", reference).to(torch.float64)
     if found.dim() != 2 or found.shape != reference.shape:
-        raise ValueError(f"found, reference: expected two (K, d) tensors of one shape, got "
-                         f"{tuple(found.shape)} and {tuple(reference.shape)}")
+        _validate.fail("found, reference", "two (K, d) tensors of one shape",
+                       f"{tuple(found.shape)} and {tuple(reference.shape)}", described=True)
     K = found.shape[0]
-    if K > 8:
-        raise ValueError(f"match: expected K <= 8 components (exhaustive search), got {K}")
+    if K > 8:  # K! permutations are tried
+        _validate.fail("found, reference", "K <= 8 components (exhaustive search)", K)
     dist = torch.cdist(reference, found)
     best = min(itertools.permutations(range(K)), key=lambda p: sum(dist[k, p[k]].item() for k in range(K)))
     return list(best)

@@ -191,14 +191,15 @@ class ScheduleRun:
 
 def _check_schedules(schedules):
     if not isinstance(schedules, dict) or not schedules:
-        raise ValueError(f"schedules: expected a non-empty dict name -> {{matrix: rate}}, got {schedules!r}")
+        _validate.fail("schedules", "a non-empty dict name -> {matrix: rate}", schedules)
     for name, per_matrix in schedules.items():
         if not isinstance(per_matrix, dict) or set(per_matrix) != set(PARAM_NAMES):
-            raise ValueError(f"schedules[{name!r}]: expected a rate for each of {PARAM_NAMES} "
-                             f"(e.g. train.rates(0.01, train.em_like(10))), got {per_matrix!r}")
+            _validate.fail(f"schedules[{name!r}]",
+                           f"a rate for each of {PARAM_NAMES} (e.g. train.rates(0.01, train.em_like(10)))", per_matrix)
         for matrix, rate in per_matrix.items():
+            # plain Python numbers only (not _validate.real): the rates are saved to JSON with the run
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (np.isfinite(rate) and rate >= 0):
-                raise ValueError(f"schedules[{name!r}][{matrix!r}]: expected a finite rate >= 0, got {rate!r}")
+                _validate.fail(f"schedules[{name!r}][{matrix!r}]", "a finite rate >= 0", rate)
 
 
 def _check_seeds(seeds):
@@ -206,7 +207,7 @@ def _check_seeds(seeds):
         _validate.fail("seeds", "a tuple of distinct ints", seeds)
     seeds = tuple(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds: expected one or more distinct ints, got {seeds!r}")
+        _validate.fail("seeds", "one or more distinct ints", seeds)
     return seeds
 
 
@@ -379,11 +380,11 @@ def value_pca(trajectories, n_components=2):
     to the last snapshot} and "straightness" {name: displacement / path_length, 1 for a straight run}.
     """
     if not trajectories:
-        raise ValueError("trajectories: expected {name: (snapshots, n_symbols, d_v) array}, got nothing")
+        _validate.fail("trajectories", "{name: (snapshots, n_symbols, d_v) array}", "nothing", described=True)
     arrays = {name: np.asarray(t, dtype=float) for name, t in trajectories.items()}
     for name, t in arrays.items():
         if t.ndim != 3 or t.shape[0] < 2:
-            raise ValueError(f"trajectories[{name!r}]: expected shape (snapshots >= 2, n_symbols, d_v), got {t.shape}")
+            _validate.fail(f"trajectories[{name!r}]", "shape (snapshots >= 2, n_symbols, d_v)", t.shape)
         if not np.isfinite(t).all():
             _validate.fail(f"trajectories[{name!r}]", "finite values", f"{int((~np.isfinite(t)).sum())} NaN/inf entries",
                            described=True)
@@ -530,7 +531,7 @@ def measure_frame_precision(run, name):
     rates at the snapshots, how far each pathway moved, the loss the shares are taken of, and the
     first-order decrease each group bought (not yet divided by the realised decrease)."""
     if name not in run.schedules:
-        raise ValueError(f"name: expected one of {list(run.schedules)}, got {name!r}")
+        _validate.fail("name", f"one of {list(run.schedules)}", name)
     x, y = run.probe_data()
     snaps = run.snapshots[name]
     S = len(run.seeds)
@@ -733,7 +734,8 @@ def load_schedule_run(path):
         meta, a = json.loads(str(f["meta"])), {k: f[k] for k in f.files}
     chain = StickyMarkovChain()
     if repr(chain) != meta["chain"]:
-        raise ValueError(f"{path}: saved for {meta['chain']}, which load_schedule_run cannot rebuild")
+        _validate.fail(str(path), f"a run saved for the default chain {chain!r}",
+                       f"one saved for {meta['chain']}, which load_schedule_run cannot rebuild", described=True)
     names = meta["names"]
     per = {name: i for i, name in enumerate(names)}
     return ScheduleRun(

@@ -83,12 +83,12 @@ def _kind(module):
 def attention_layers(model):
     """(name, module, kind) of every attention layer the monitor understands, in model order."""
     if not isinstance(model, nn.Module):
-        raise ValueError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+        _validate.fail("model", "a torch.nn.Module", type(model).__name__, described=True)
     found = [(name or "model", m, _kind(m)) for name, m in model.named_modules() if _kind(m)]
     if not found:
-        raise ValueError("model: expected at least one attention layer (torch.nn.MultiheadAttention, a module "
-                         f"with the probe points {models.PROBES}, or attention.AttentionHead), found none in "
-                         f"{type(model).__name__}")
+        _validate.fail("model", "at least one attention layer (torch.nn.MultiheadAttention, a module with the "
+                       f"probe points {models.PROBES}, or attention.AttentionHead)",
+                       f"none in {type(model).__name__}", described=True)
     return found
 
 
@@ -212,10 +212,9 @@ class Monitor:
     """
 
     def __init__(self, model, every=10, steps=None, keep=4, probe=None):
-        if steps is None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
-            raise ValueError(f"every: expected an int >= 1, got {every!r}")
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep: expected an int >= 1, got {keep!r}")
+        if steps is None:  # with steps given, every is not used
+            every = _validate.integer("every", every, 1)
+        keep = _validate.integer("keep", keep, 1)
         self.model, self.every, self.keep = model, every, keep
         # one step, or strictly increasing steps: "10" or [10, 5] would otherwise record something else
         self.steps = None if steps is None else set(_validate.step_list("steps", steps))
@@ -305,7 +304,9 @@ class Monitor:
     # --------------------------------------------------------------- the three kinds of layer
     def _attach_mha(self, name, mha):
         if mha.bias_k is not None or mha.add_zero_attn:
-            raise ValueError(f"{name}: add_bias_kv and add_zero_attn are not supported by the monitor")
+            _validate.fail(name, "a MultiheadAttention without add_bias_kv and add_zero_attn (not supported by the "
+                           "monitor)", f"one with add_bias_kv={mha.bias_k is not None}, add_zero_attn={mha.add_zero_attn}",
+                           described=True)
         H = mha.num_heads
 
         def hook(module, args, kwargs, output):
@@ -384,7 +385,7 @@ class Monitor:
         for r in reversed(self.records):
             if r["layer"] == layer:
                 return r
-        raise ValueError(f"layer: expected one of {[n for n, _, _ in self.layers]} with a record, got {layer!r}")
+        _validate.fail("layer", f"one of {[n for n, _, _ in self.layers]} with a record", layer)
 
 
 # ----------------------------------------------------------------------------- overhead

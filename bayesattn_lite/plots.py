@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from . import models, specialisation
+from . import _validate, models, specialisation
 
 # The Okabe-Ito palette: eight colours that stay distinct under the common colour-vision deficiencies.
 OKABE_ITO = {
@@ -101,7 +101,7 @@ def _as_plane_points(name, a):
     """A (n, 2) float64 numpy array, or a ValueError that says what was expected."""
     p = to_numpy(a)
     if p.ndim != 2 or p.shape[1] != 2:
-        raise ValueError(f"{name}: expected shape (n, 2) (points in a plane), got {p.shape}")
+        _validate.fail(name, "shape (n, 2) (points in a plane)", p.shape)
     return p
 
 
@@ -137,9 +137,10 @@ def qk_step(ax, q, k, dq, dk, lr, title="queries and keys: one gradient step", l
     """
     q, k = _as_plane_points("q", q), _as_plane_points("k", k)
     dq, dk = _as_plane_points("dq", dq), _as_plane_points("dk", dk)
-    if dq.shape != q.shape or dk.shape != k.shape:
-        raise ValueError(f"gradients must match their points: q {q.shape} vs dq {dq.shape}, "
-                         f"k {k.shape} vs dk {dk.shape}")
+    for name, grad, point in (("dq", dq, q), ("dk", dk, k)):
+        if grad.shape != point.shape:
+            _validate.fail(name, f"the shape of {name[1:]} {point.shape} (gradients must match their points)",
+                           grad.shape)
     arrows(ax, q, dq, COLORS["query"], label=r"query $q_i$, arrow $-\eta\,\partial L/\partial q_i$", scale=-lr)
     arrows(ax, k, dk, COLORS["key"], label=r"key $k_j$, arrow $-\eta\,\partial L/\partial k_j$", scale=-lr)
     _label_points(ax, q, -lr * dq, "$q_{{{}}}$", COLORS["query"])
@@ -157,7 +158,7 @@ def value_step(ax, v, dv, u, lr, readout=None, u_scale=1.0,
     """
     v, dv, u = (_as_plane_points(name, a) for name, a in (("v", v), ("dv", dv), ("u", u)))
     if dv.shape != v.shape:
-        raise ValueError(f"dv must match v: {v.shape} vs {dv.shape}")
+        _validate.fail("dv", f"the shape of v {v.shape} (a gradient must match its point)", dv.shape)
     shown = [v, v - lr * dv, u * u_scale]
     if readout is not None:
         w = _as_plane_points("readout", readout)
@@ -191,7 +192,7 @@ def seed_bands(ax, curves, color, label, steps=None, lw=1.6):
     """
     c = to_numpy(curves)
     if c.ndim != 2:
-        raise ValueError(f"curves: expected shape (seeds, steps), got {c.shape}")
+        _validate.fail("curves", "shape (seeds, steps)", c.shape)
     x = np.arange(c.shape[1]) if steps is None else to_numpy(steps)
     ax.fill_between(x, c.min(axis=0), c.max(axis=0), color=color, alpha=0.2, lw=0)
     text = None if label is None else f"{label} (median, range of {c.shape[0]} seeds)"
@@ -206,7 +207,7 @@ def strip(ax, labels, values, colors=None, reference=None, reference_label=None,
     ``reference`` draws a dashed horizontal line (e.g. the paper's number).
     """
     if len(labels) != len(values):
-        raise ValueError(f"labels and values: expected the same length, got {len(labels)} and {len(values)}")
+        _validate.fail("labels, values", "the same length", f"{len(labels)} and {len(values)}", described=True)
     colors = colors or ["0.3"] * len(labels)
     ticks = []
     for i, (label, v, color) in enumerate(zip(labels, values, colors)):
@@ -241,7 +242,7 @@ def value_trajectories(axes, pca, colors, titles=None):
     names = list(pca["projections"])
     axes = list(np.atleast_1d(axes))
     if len(axes) != len(names):
-        raise ValueError(f"axes: expected {len(names)} axes (one per schedule), got {len(axes)}")
+        _validate.fail("axes", f"{len(names)} axes (one per schedule)", len(axes))
     every = np.concatenate([p.reshape(-1, p.shape[-1]) for p in pca["projections"].values()])
     low, high = every.min(axis=0), every.max(axis=0)
     pad = 0.08 * (high - low).max()
@@ -268,7 +269,8 @@ def binned(ax, x, y, n_bins=8, **kwargs):
     mean x. For relations too noisy to read from a scatter of thousands of points."""
     x, y = to_numpy(x).ravel(), to_numpy(y).ravel()
     if x.shape != y.shape or x.size < n_bins:
-        raise ValueError(f"x, y: expected two samples of the same size >= n_bins={n_bins}, got {x.size} and {y.size}")
+        _validate.fail("x, y", f"two samples of the same size >= n_bins={n_bins}", f"{x.size} and {y.size}",
+                       described=True)
     edges = np.quantile(x, np.linspace(0, 1, n_bins + 1))
     idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, n_bins - 1)
     keep = [b for b in range(n_bins) if (idx == b).any()]
@@ -283,7 +285,7 @@ def trajectories(ax, paths, color, label=None, ls="-", marker="o"):
     a hollow marker where it starts and a filled one where it ends."""
     p = to_numpy(paths)
     if p.ndim != 3 or p.shape[2] != 2:
-        raise ValueError(f"paths: expected shape (n_iter + 1, K, 2), got {p.shape}")
+        _validate.fail("paths", "shape (n_iter + 1, K, 2)", p.shape)
     for k in range(p.shape[1]):
         ax.plot(p[:, k, 0], p[:, k, 1], color=color, ls=ls, lw=1.4, label=label if k == 0 else None)
         ax.plot(p[0, k, 0], p[0, k, 1], marker=marker, mfc="white", mec=color, ms=6)
@@ -307,7 +309,7 @@ def score_kernel_panels(axes, steps, agree_gradient, agree_kernel, kernel):
     ax.legend(fontsize=8, loc="center right")
     k = to_numpy(kernel)
     if k.ndim != 2 or k.shape[0] != k.shape[1]:
-        raise ValueError(f"kernel: expected a square (pairs, pairs) matrix, got shape {k.shape}")
+        _validate.fail("kernel", "a square (pairs, pairs) matrix", f"shape {k.shape}", described=True)
     k = k / np.abs(np.diag(k)).mean()
     bound = float(np.abs(k).max())
     im = axes[1].imshow(k, cmap="RdBu_r", vmin=-bound, vmax=bound, interpolation="nearest")

@@ -268,7 +268,7 @@ def _on(device, data):
 
 def _run(cfg, seed, loop_every, loop_until, progress, device):
     if not isinstance(cfg, Config):
-        raise ValueError(f"cfg: expected a specialisation.Config, got {type(cfg).__name__}")
+        _validate.fail("cfg", "a specialisation.Config", type(cfg).__name__, described=True)
     log_every = _validate.integer("cfg.log_every", cfg.log_every, 1)
     if _validate.integer("cfg.steps", cfg.steps, 1) % log_every:
         _validate.fail("cfg.steps", f"a multiple of cfg.log_every={log_every}", cfg.steps)
@@ -376,7 +376,7 @@ def continue_training(runs, steps, workers=None):
     runs = list(runs)
     steps = _validate.integer("steps", steps, 1)
     if not runs:
-        raise ValueError("runs: expected at least one Run")
+        _validate.fail("runs", "at least one Run", "none", described=True)
     jobs = [(r.cfg, r.seed, {n: p.detach().cpu().clone() for n, p in r.model.state_dict().items()}) for r in runs]
     if workers is None:
         workers = min(len(jobs), os.cpu_count() or 1)
@@ -415,7 +415,7 @@ def _close_pools():
 def curves(runs, key):
     """(steps, values): values is (n_runs, n_logged) for one metric of several runs."""
     if not runs:
-        raise ValueError("runs: expected at least one Run")
+        _validate.fail("runs", "at least one Run", "none", described=True)
     steps = runs[0].history.steps
     return steps, np.stack([r.history[key] for r in runs])
 
@@ -440,7 +440,8 @@ def loop_window(runs, key, start, stop):
     out = []
     for r in runs:
         if key not in r.loop:
-            raise ValueError(f"run with seed {r.seed} has no loop measurement {key!r}: pass loop_every > 0 to run")
+            _validate.fail("runs", f"runs with the loop measurement {key!r} (pass loop_every > 0 to run)",
+                           f"the run with seed {r.seed}, which has none", described=True)
         steps = r.loop["step"]
         out.append(float(np.mean(r.loop[key][(steps >= start) & (steps < stop)])))
     return np.array(out)
@@ -468,10 +469,11 @@ def loop_correlations(run_, start=0, stop=100):
     """
     L = run_.loop
     if "ts_pair_pred" not in L:
-        raise ValueError(f"run with seed {run_.seed} has no loop measurements: pass loop_every > 0 to run")
+        _validate.fail("run_", "a run with loop measurements (pass loop_every > 0 to run)",
+                       f"the run with seed {run_.seed}, which has none", described=True)
     k = (L["step"] >= start) & (L["step"] < stop)
     if k.sum() < 3:
-        raise ValueError(f"start, stop: expected at least 3 loop steps in [{start}, {stop}), got {int(k.sum())}")
+        _validate.fail("start, stop", f"at least 3 loop steps in [{start}, {stop})", int(k.sum()))
 
     def mean(key):
         v = L[key][k]
@@ -497,15 +499,17 @@ def loop_size(run_, start=0, stop=100):
     A correlation over time ignores the scale of either curve; these ratios are what it leaves out."""
     L = run_.loop
     if "flow" not in L:
-        raise ValueError(f"run with seed {run_.seed} has no loop measurements: pass loop_every > 0 to run")
+        _validate.fail("run_", "a run with loop measurements (pass loop_every > 0 to run)",
+                       f"the run with seed {run_.seed}, which has none", described=True)
     k = (L["step"] >= start) & (L["step"] < stop)
     if not k.any():
-        raise ValueError(f"start, stop: expected at least one loop step in [{start}, {stop})")
+        _validate.fail("start, stop", f"at least one loop step in [{start}, {stop})", "none", described=True)
     flow, dmass = np.asarray(L["flow"], float), np.asarray(L["dmass"], float)
     top = int(np.argmax(flow))
     if flow[top] <= 0 or dmass.max() <= 0:
-        raise ValueError(f"run with seed {run_.seed}: expected a flow and a change of mass that rise above 0 "
-                         "somewhere in the loop record")
+        _validate.fail("run_", "a flow and a change of mass that rise above 0 somewhere in the loop record",
+                       f"the run with seed {run_.seed}, whose peaks are {flow[top]:.3g} and {dmass.max():.3g}",
+                       described=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         gain = dmass[k] / flow[k]
     gain = gain[np.isfinite(gain) & (flow[k] > 0)]
@@ -636,8 +640,8 @@ def content_gap(run_, steps=None, iters=100):
     steps = sorted(run_.snapshots) if steps is None else [int(t) for t in steps]
     missing = [t for t in steps if t not in run_.snapshots]
     if missing:
-        raise ValueError(f"steps: expected snapshot steps of the run (multiples of log_every up to "
-                         f"{run_.cfg.steps}), got {missing[:3]}")
+        _validate.fail("steps", f"snapshot steps of the run (multiples of log_every up to {run_.cfg.steps})",
+                       missing[:3])
     x, y, _ = run_.train
     final = run_.snapshots[max(run_.snapshots)]
     with _one_thread(), torch.no_grad():
@@ -759,7 +763,7 @@ def parameter_snapshots(cfg, seed, at):
     Returns {step: {name: tensor}}."""
     at = sorted(set(int(s) for s in at))
     if not at or at[0] < 0 or at[-1] > cfg.steps:
-        raise ValueError(f"at: expected steps in [0, cfg.steps={cfg.steps}], got {at[:3]}...{at[-3:]}")
+        _validate.fail("at", f"steps in [0, cfg.steps={cfg.steps}]", f"{at[:3]}...{at[-3:]}", described=True)
     with _one_thread():
         _, (x, y, _), _ = make_data(cfg, seed)
         model = make_model(cfg, seed)

@@ -122,8 +122,7 @@ def lr_factor(step, steps, schedule="constant", warmup=0):
     from 1 after the warm-up down toward 0 at the last step (large early steps find the basin,
     small late ones settle into it: what takes a model from near the posterior to on it).
     """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
+    _validate.choice("schedule", schedule, SCHEDULES)
     step, steps = _validate.integer("step", step, 0), _validate.integer("steps", steps, 0)
     return _factor(step, steps, schedule, _validate.integer("warmup", warmup, 0))
 
@@ -325,8 +324,8 @@ def _grad_norm(model, optimizer, step):
     """Total L2 norm of the gradients; nan/inf anywhere raises TrainingDiverged naming the parameter."""
     grads = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
     if not grads:  # nothing would change: say so instead of "training" with grad_norm 0
-        raise ValueError("loss_fn: expected a loss that depends on the model's parameters, got one whose "
-                         "gradient reaches none of them (is the model called inside loss_fn?)")
+        _validate.fail("loss_fn", "a loss that depends on the model's parameters",
+                       "one whose gradient reaches none of them (is the model called inside loss_fn?)", described=True)
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for _, g in grads])).item()
     if not math.isfinite(norm):  # one sync per step; only look for the culprit when there is one
         name = next((n for n, g in grads if not torch.isfinite(g).all()), "some parameter")

@@ -22,7 +22,7 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import numpy as np
 
-from . import experiments, plots, specialisation
+from . import _validate, experiments, plots, specialisation
 from .plots import COLORS, heatmap, to_numpy
 from .train import TrainingDiverged
 
@@ -57,7 +57,7 @@ def advantage_state(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES, e
     u = to_numpy(u).reshape(2)
     scores = to_numpy(scores).reshape(-1)
     if scores.shape[0] != values.shape[0]:
-        raise ValueError(f"scores: expected {values.shape[0]} entries (one per value), got {scores.shape[0]}")
+        _validate.fail("scores", f"{values.shape[0]} entries (one per value)", scores.shape[0])
     alpha = _softmax(scores)
     b = values @ u                      # b_ij = u_i . v_j = dL/dalpha_ij
     expected_b = float(alpha @ b)       # E_{alpha_i}[b] = u_i . g_i
@@ -146,7 +146,7 @@ def draw_advantage_panel(fig_or_axes, state, moved=DEFAULT_MOVED):
     else:
         axes = list(fig_or_axes)
         if len(axes) != 5:
-            raise ValueError(f"fig_or_axes: expected a Figure or 5 Axes, got {len(axes)} Axes")
+            _validate.fail("fig_or_axes", "a Figure or 5 Axes", f"{len(axes)} Axes", described=True)
         fig = axes[0].figure
     ax_space, ax_alpha, ax_b, ax_adv, ax_delta = axes
     n = len(state["alpha"])
@@ -274,10 +274,10 @@ def snapshot_states(snapshots, x, y, is_signal):
     from . import attention, diagnostics
 
     if not snapshots:
-        raise ValueError("snapshots: expected a non-empty {step: params} dict")
+        _validate.fail("snapshots", "a non-empty {step: params} dict", snapshots)
     if x.dim() != 2 or y.shape != x.shape[:1] or is_signal.shape != x.shape[:1]:
-        raise ValueError(f"x, y, is_signal: expected one sequence, (T, d_x), (T,) and (T,), got "
-                         f"{tuple(x.shape)}, {tuple(y.shape)} and {tuple(is_signal.shape)}")
+        _validate.fail("x, y, is_signal", "one sequence, (T, d_x), (T,) and (T,)",
+                       f"{tuple(x.shape)}, {tuple(y.shape)} and {tuple(is_signal.shape)}", described=True)
     steps = sorted(snapshots)
     rows = []
     for step in steps:
@@ -310,11 +310,11 @@ def draw_snapshot_panel(fig_or_axes, states, index):
     else:
         axes = list(fig_or_axes)
         if len(axes) != 3:
-            raise ValueError(f"fig_or_axes: expected a Figure or 3 Axes, got {len(axes)} Axes")
+            _validate.fail("fig_or_axes", "a Figure or 3 Axes", f"{len(axes)} Axes", described=True)
         fig = axes[0].figure
     n = len(states["steps"])
     if not 0 <= index < n:
-        raise ValueError(f"index: expected 0 <= index < {n} (one per recorded step), got {index}")
+        _validate.fail("index", f"0 <= index < {n} (one per recorded step)", index)
     step, sig = int(states["steps"][index]), states["is_signal"]
     T = len(sig)
     hidden = np.triu(np.ones((T, T)), 1)

@@ -95,7 +95,7 @@ def _generator(seed, generator):
     """The torch.Generator a sampler draws from: a fresh one seeded by ``seed``, the one given, or
     None (torch's global generator) when neither is given."""
     if seed is not None and generator is not None:
-        raise ValueError("sample: expected at most one of seed and generator, got both")
+        _validate.fail("seed, generator", "at most one of them", "both", described=True)
     if seed is not None:
         return torch.Generator().manual_seed(_validate.seed("seed", seed))
     if generator is not None and not isinstance(generator, torch.Generator):

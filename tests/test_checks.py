@@ -750,7 +750,7 @@ def test_a_written_function_is_used_as_it_is():
 def test_until_written_names_what_it_expected():
     with pytest.raises(ValueError, match="expected one of the chapters' checks"):
         checks.until_written(checks.check_seeds)
-    with pytest.raises(TypeError, match="expected a function"):
+    with pytest.raises(ValueError, match="expected a function"):
         checks.until_written(checks.check_error_signal)(3)
     reference = _engine.reference(chapters_1_3._qkv_spec())
     with pytest.raises(TypeError, match="missing u"):

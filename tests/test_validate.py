@@ -57,6 +57,29 @@ def test_tensor_finds_the_first_nan():
         _validate.tensor("x", bad)
 
 
+def test_shape_names_what_the_shape_must_match():
+    alpha = torch.zeros(2, 6, 6)
+    assert _validate.shape("advantage", np.zeros((2, 6, 6)), alpha.shape, "the shape of alpha").shape == (2, 6, 6)
+    with pytest.raises(ValueError, match=r"^advantage: expected the shape of alpha \(2, 6, 6\), got \(2, 6, 5\)$"):
+        _validate.shape("advantage", torch.zeros(2, 6, 5), alpha.shape, "the shape of alpha")
+    with pytest.raises(ValueError, match=r"^w: expected shape \(3,\), got \(\)$"):
+        _validate.shape("w", torch.tensor(1.0), (3,))
+
+
+def test_same_shape_refuses_what_would_broadcast():
+    a, b = _validate.same_shape("before, after", torch.ones(3), np.ones(3))
+    assert a.shape == b.shape == (3,)
+    with pytest.raises(ValueError, match=r"^before, after: expected the same shape, got \(3, 1\) and \(3,\)$"):
+        _validate.same_shape("before, after", torch.ones(3, 1), torch.ones(3))
+
+
+@pytest.mark.parametrize("bad", [np.ones(5), np.ones((1, 3)), torch.ones(2, 2, 3)])
+def test_matrix_wants_enough_rows(bad):
+    assert _validate.matrix("keys", torch.ones(2, 3), min_rows=2).shape == (2, 3)
+    with pytest.raises(ValueError, match=r"^keys: expected shape \(n >= 2, d\), got \("):
+        _validate.matrix("keys", bad, min_rows=2)
+
+
 # ----------------------------------------------------------------------------- the table of bad inputs
 
 NAN, INF = float("nan"), float("inf")

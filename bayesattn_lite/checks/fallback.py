@@ -16,6 +16,7 @@ passes on the reference's behalf.
 
 import functools
 
+from .. import _validate
 from . import chapters_1_3, chapters_4_5, chapters_6_9
 from ._engine import reference
 
@@ -51,11 +52,10 @@ def until_written(check):
     written, calls answer with the reference, saying so."""
     if check not in SPEC_OF:
         names = ", ".join(c.__name__ for c in SPEC_OF)
-        raise ValueError(f"until_written: expected one of the chapters' checks ({names}), got {check!r}")
+        _validate.fail("until_written(check)", f"one of the chapters' checks ({names})", check)
 
     def decorate(fn):
-        if not callable(fn):
-            raise TypeError(f"until_written: expected a function to decorate, got {type(fn).__name__}")
+        _validate.function("until_written's function", fn, "a function to decorate")
         answer, told = None, set()
 
         @functools.wraps(fn)
