@@ -14,8 +14,8 @@ without an error (a cell that calls an unwritten exercise runs on the reference 
 
 It takes a few minutes. torch is linked from this environment into the new one, not installed a
 second time (it must then be Colab's pinned version, which requirements.txt's pin is). It runs chapter 1 and chapter 2, whose
-widget exercises ipywidgets; ``BAYESATTN_COLAB_CHAPTER`` picks another notebook instead, or "learner"
-for every learner copy (the weekly job of .github/workflows/book.yml).
+widget exercises ipywidgets; ``BAYESATTN_COLAB_CHAPTER`` picks other notebooks instead (paths separated
+by commas), or "learner" for every learner copy (the weekly job of .github/workflows/book.yml).
 """
 
 import json
@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def chapters(choice):
     """The notebooks to run: by default chapters 1-2 and the learner copy of chapter 1 (what the box's
     Colab link opens); "learner" runs every learner copy (about 15 minutes: the weekly workflow job);
-    anything else is one notebook's path."""
+    anything else is notebook paths, separated by commas."""
     if choice == "learner":
         return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "learner").glob("0[0-9]*_*.ipynb"))
-    return [choice] if choice else QUICK
+    return [c.strip() for c in choice.split(",") if c.strip()] if choice else QUICK
 
 
 QUICK = ["book/01_attention_block.ipynb", "book/02_score_gradient.ipynb", "learner/01_attention_block.ipynb"]
