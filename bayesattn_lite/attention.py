@@ -46,8 +46,9 @@ PARAM_NAMES = ("W_Q", "W_K", "W_V", "W_O")
 _fail = functools.partial(_validate.fail, described=True)
 
 
-def _check_inputs(x, params, y=None):
-    """Raise ValueError, naming what was expected, when the inputs do not fit together."""
+def _check_inputs(x, params, y=None, needs_y=False):
+    """Raise ValueError, naming what was expected, when the inputs do not fit together (``y`` is
+    checked when given, and must be given when ``needs_y``)."""
     if not isinstance(x, torch.Tensor):
         _fail("x", "a torch.Tensor of shape (T, d_x) or (B, T, d_x)", type(x).__name__)
     if x.dtype not in (torch.float32, torch.float64):
@@ -81,7 +82,7 @@ def _check_inputs(x, params, y=None):
     # NaN in must not become NaN out without a word (a diverged run, a bad feature)
     for name, t in (("x", x), *((n, params[n]) for n in PARAM_NAMES)):
         _validate.finite_values(name, t.detach())
-    if y is None:
+    if y is None and not needs_y:
         return
     if not isinstance(y, torch.Tensor) or y.dtype not in (torch.int64, torch.int32, torch.long):
         _fail("y", "an integer torch.Tensor of class indices", getattr(y, "dtype", type(y).__name__))
@@ -112,7 +113,7 @@ def init_params(d_x, d_k, d_v, n_classes, std=0.1, seed=0, dtype=torch.float32, 
 def causal_mask(T, device="cpu"):
     """True where query i may look at key j (j <= i)."""
     T = _validate.integer("T", T, 0)
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    return torch.ones(T, T, dtype=torch.bool, device=_validate.device("device", device)).tril()
 
 
 def movable_pairs(T, device="cpu"):
@@ -176,7 +177,7 @@ def forward(x, params, causal=True):
 
 def loss(x, y, params, causal=True):
     """Mean cross-entropy over every position (and batch element): the L of the paper."""
-    _check_inputs(x, params, y)
+    _check_inputs(x, params, y, needs_y=True)
     causal = _validate.boolean("causal", causal)
     logits = forward(x, params, causal)["logits"]
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).long())
@@ -219,7 +220,7 @@ def gradients(x, y, params, causal=True):
     s (dL/ds), q, k, v, W_Q, W_K, W_V, W_O. Each has the shape of the tensor it belongs to
     (b, advantage and s are (..., T, T)).
     """
-    _check_inputs(x, params, y)
+    _check_inputs(x, params, y, needs_y=True)
     causal = _validate.boolean("causal", causal)
     fw = forward(x, params, causal)
     q, k, v, alpha, g = fw["q"], fw["k"], fw["v"], fw["alpha"], fw["g"]
@@ -286,7 +287,8 @@ def score_kernel(x, q, k):
 def predicted_score_change(x, q, k, ds, lr):
     """Delta s_{i'j'} = -lr sum_ij K[i', j', i, j] dL/ds_ij: the first-order score change of one step.
 
-    ds is dL/ds of the sequence, (T, T) (0 where the causal mask forbids a pair); lr the step size.
+    ds is dL/ds of the sequence, (T, T) (0 where the causal mask forbids a pair); lr the step size,
+    any finite number (the prediction is linear in it: a negative one predicts a step uphill).
     """
     _check_sequence(x, q, k)
     T = x.shape[0]

@@ -93,6 +93,7 @@ def check_inputs(x, y, params):
             _validate.fail(f"{name}.shape", f"{shape} (one matrix per model, matching x {tuple(x.shape)})", tuple(W.shape))
         if W.dtype != x.dtype or W.device != x.device:
             _validate.fail(name, f"dtype {x.dtype} on {x.device} (those of x)", f"{W.dtype} on {W.device}")
+        _validate.finite_values(name, W)
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != (M, N) or y.is_floating_point():
         _validate.fail("y", f"an integer tensor of shape {(M, N)}", getattr(y, "shape", type(y).__name__))
     _validate.labels("y", y, W_O.shape[1])
@@ -126,7 +127,7 @@ def _score_bound(qs, k):
 
 def default_block_size(device):
     # CPU: blocks whose (M, block, T) tiles stay in cache. GPU: few, large launches.
-    return 64 if torch.device(device).type == "cpu" else 512
+    return 64 if _validate.device("device", device).type == "cpu" else 512
 
 
 # ----------------------------------------------------------------------------- one pass
@@ -139,7 +140,8 @@ def forward_backward(x, y, params, block_size=None, grads=True, check=True):
     nats) and "accuracy" to (M,) tensors; grads maps W_Q, W_K, W_V, W_O to dL_m/dW_m with the
     shapes of params (None when ``grads`` is False).
     """
-    if check:
+    grads = _validate.boolean("grads", grads)
+    if _validate.boolean("check", check):
         check_inputs(x, y, params)
     if block_size is not None:
         block_size = _validate.integer("block_size", block_size, 1)

@@ -67,6 +67,7 @@ def e_step(x, means, variance, weights=None):
 def m_step(x, resp, fit_variance=True, variance=None):
     """Means, variance (or the given one when ``fit_variance`` is False) and weights from responsibilities."""
     x = _check_x(x)
+    fit_variance = _validate.boolean("fit_variance", fit_variance)
     if not isinstance(resp, torch.Tensor) or resp.dim() != 2 or resp.shape[0] != x.shape[0]:
         _validate.fail("resp", f"a torch.Tensor of shape (n={x.shape[0]}, K)", resp)
     resp = resp.to(x.device, torch.float64)
@@ -118,6 +119,7 @@ def fit(x, n_components, n_iter=30, init=None, variance=1.0, fit_variance=True, 
     """EM from ``init`` means (default: random data points). The variance starts at ``variance`` and is
     re-estimated each M-step unless ``fit_variance`` is False."""
     x = _check_x(x)
+    fit_variance = _validate.boolean("fit_variance", fit_variance)
     n_components = _validate.integer("n_components", n_components, 1, x.shape[0])
     n_iter = _validate.integer("n_iter", n_iter, 1)
     means = initial_means(x, n_components, _validate.seed("seed", seed)) if init is None \

@@ -78,6 +78,7 @@ class Sample:
 
 def circular_distance(n):
     """(n, n) matrix of distances between symbols placed on a circle: min(|i-j|, n-|i-j|)."""
+    n = _validate.integer("n", n, 1)
     i = np.arange(n)
     d = np.abs(i[:, None] - i[None, :])
     return np.minimum(d, n - d)

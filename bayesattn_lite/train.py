@@ -70,7 +70,10 @@ def rates(lr, lr_multipliers=None, names=("W_Q", "W_K", "W_V", "W_O")):
     """The learning rate of each matrix in ``names``: ``lr`` times its factor in ``lr_multipliers``
     (e.g. ``em_like()``), 1 where none is given. ``rates(0.01, em_like())`` ->
     {"W_Q": 0.01, "W_K": 0.01, "W_V": 0.1, "W_O": 0.01}."""
-    lr, factors = _validate.real("lr", lr, 0), dict(lr_multipliers or {})
+    lr = _validate.real("lr", lr, 0)
+    if lr_multipliers is not None and not isinstance(lr_multipliers, dict):
+        _validate.fail("lr_multipliers", "a dict {matrix name: factor}, e.g. train.em_like(10)", lr_multipliers)
+    factors = dict(lr_multipliers or {})
     unknown = set(factors) - set(names)
     if unknown:
         _validate.fail("lr_multipliers", f"factors for some of {list(names)}", sorted(unknown))
@@ -115,7 +118,8 @@ SCHEDULES = ("constant", "cosine")
 
 
 def lr_factor(step, steps, schedule="constant", warmup=0):
-    """The factor on every group's base rate at ``step`` (0-based) of a run of ``steps`` steps.
+    """The factor on every group's base rate at ``step`` (0-based) of a run of ``steps`` steps
+    (``step == steps`` is allowed: the rate the schedule ends at).
 
     Warm-up: (step + 1) / warmup for the first ``warmup`` steps, so no step runs at rate 0.
     Then "constant": 1; "cosine": 0.5 (1 + cos(pi t)) with t = (step - warmup) / (steps - warmup),
@@ -123,7 +127,8 @@ def lr_factor(step, steps, schedule="constant", warmup=0):
     small late ones settle into it: what takes a model from near the posterior to on it).
     """
     _validate.choice("schedule", schedule, SCHEDULES)
-    step, steps = _validate.integer("step", step, 0), _validate.integer("steps", steps, 0)
+    steps = _validate.integer("steps", steps, 1)
+    step = _validate.integer("step", step, 0, steps)
     return _factor(step, steps, schedule, _validate.integer("warmup", warmup, 0))
 
 
@@ -403,6 +408,7 @@ def train(model, loss_fn, recipe, *, seed=None, device=None, log_every=1, on_ste
     log_every, checkpoint_every = _validate.integer("log_every", log_every, 1), _validate.integer(
         "checkpoint_every", checkpoint_every, 1)
     checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path) if checkpoint_path else None
+    resume = _validate.boolean("resume", resume)
     model.to(pick_device(device))
     opt = _make_optimizer(model, recipe)
     if seed is not None:

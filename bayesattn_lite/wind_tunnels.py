@@ -54,7 +54,7 @@ def _indices(what, value, high, dims=2, shape=None):
     if value.numel() and (int(value.min()) < 0 or int(value.max()) >= high):
         _validate.fail(what, f"values in [0, {high - 1}]", f"values from {int(value.min())} to {int(value.max())}",
                        described=True)
-    return value
+    return value.long()  # int32 and int16 too: one_hot and gather want int64
 
 
 def _distinct_rows(what, value):
@@ -133,6 +133,14 @@ class _WindTunnel:
     def __repr__(self):
         return f"{type(self).__name__}(" + ", ".join(f"{k}={getattr(self, k):g}" for k in self.settings) + ")"
 
+    def _check_batch(self, batch):
+        """A WindTunnelBatch of this task (its posterior has this task's n_classes)."""
+        if not isinstance(batch, WindTunnelBatch) or batch.posterior.shape[-1] != self.n_classes:
+            given = (f"a batch of {batch.posterior.shape[-1]} classes" if isinstance(batch, WindTunnelBatch)
+                     else type(batch).__name__)
+            _validate.fail("batch", f"a WindTunnelBatch of this task ({self!r}.sample(...))", given, described=True)
+        return batch
+
     def _begin(self, batch_size, seed, generator, horizon, maximum=None):
         """(batch size, horizon value, torch.Generator or None) from ``sample``'s arguments, checked."""
         B = _validate.integer("batch_size", batch_size, 1)
@@ -196,6 +204,7 @@ class BijectionTask(_WindTunnel):
     def baseline_posterior(self, batch):
         """What a predictor without the primitive (no accumulation) can do: uniform over all V values
         at every scored position (0 elsewhere). Its error is the task's scale: log2 V - log2(V - i + 1)."""
+        batch = self._check_batch(batch)
         return batch.mask[..., None].float() / self.V * torch.ones(self.V)
 
     def batch_from_pairs(self, keys, values):
@@ -352,6 +361,10 @@ class HMMTask(_WindTunnel):
     def baseline_posterior(self, batch):
         """What a predictor without the primitive (no transport) can do: p(s_t | E, o_t) from the
         current observation alone, the filter with every step's prior reset to uniform (0 where not scored)."""
+        batch = self._check_batch(batch)
+        if batch.tokens.shape[1] <= self.prefix_len:  # another task's batch with as many classes
+            _validate.fail("batch", f"an HMM batch: tokens of length > {self.prefix_len} (the A and E prefix, then "
+                           "observations)", f"tokens of shape {tuple(batch.tokens.shape)}", described=True)
         E = (batch.tokens[:, self.S * self.S:self.prefix_len].double() * self.resolution).view(-1, self.S, self.O)
         obs = (batch.tokens[:, self.prefix_len:] - self.n_levels).clamp(0, self.O - 1)
         lik = E.gather(2, obs[:, None, :].expand(-1, self.S, -1)).transpose(1, 2)    # (B, K, S)
@@ -448,6 +461,7 @@ class AssociativeRecallTask(_WindTunnel):
     def baseline_posterior(self, batch):
         """What a predictor without the primitive (no binding) can do: uniform over the values at every
         scored position (0 elsewhere); it cannot find the earlier pairs of the key it is asked about."""
+        batch = self._check_batch(batch)
         return batch.mask[..., None].float() / self.n_values * torch.ones(self.n_values)
 
     def batch_from_pairs(self, keys, shown, answer):
@@ -477,11 +491,8 @@ WIND_TUNNELS = {cls.name: cls for cls in (BijectionTask, HMMTask, AssociativeRec
 def wind_tunnel(name, size="small"):
     """A wind tunnel by name ("bijection", "hmm", "recall"), CPU-sized (``size="small"``, the
     constructor defaults) or at the paper's sizes (``size="paper"``, for a GPU)."""
-    if name not in WIND_TUNNELS:
-        _validate.fail("name", f"one of {sorted(WIND_TUNNELS)}", name)
-    if size not in ("small", "paper"):
-        _validate.fail("size", "'small' or 'paper'", size)
-    cls = WIND_TUNNELS[name]
+    cls = WIND_TUNNELS[_validate.choice("name", name, sorted(WIND_TUNNELS))]
+    _validate.choice("size", size, ("small", "paper"))
     return cls.paper() if size == "paper" else cls()
 
 
