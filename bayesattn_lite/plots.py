@@ -1,6 +1,9 @@
 """Figure helpers shared by the chapters, so every chapter draws the same things the same way."""
 
 import matplotlib
+import matplotlib.axes
+import matplotlib.colors
+import matplotlib.figure
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -49,9 +52,47 @@ def _retina_in_notebooks():
 
 def to_numpy(a):
     """A CPU float64 numpy copy of a tensor or array (figures never hold tensors)."""
-    if isinstance(a, torch.Tensor):
-        a = a.detach().to("cpu", torch.float64).numpy()
-    return np.asarray(a, dtype=float)
+    return _array("a", a)
+
+
+# ----------------------------------------------------------------------------- input checks shared by the figures
+
+def _array(what, value, ndim=None, expected=None):
+    """``value`` (a tensor, array or nested list of numbers) as a float64 numpy array, with ``ndim``
+    dimensions when given (``expected`` says which shape, e.g. "shape (seeds, steps)")."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().to("cpu", torch.float64).numpy()
+    try:
+        array = None if value is None or isinstance(value, (str, bytes)) else np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        array = None
+    if array is None:
+        _validate.fail(what, "a tensor, array or list of numbers", value)
+    if ndim is not None and array.ndim != ndim:
+        _validate.fail(what, expected or f"{ndim} dimension(s)", f"shape {array.shape}", described=True)
+    return array
+
+
+def _axes(what, ax):
+    """A matplotlib Axes to draw on."""
+    if not isinstance(ax, matplotlib.axes.Axes):
+        _validate.fail(what, "a matplotlib Axes (fig, ax = plt.subplots())", type(ax).__name__, described=True)
+    return ax
+
+
+def _color(what, value):
+    """A colour matplotlib understands."""
+    if not matplotlib.colors.is_color_like(value):
+        _validate.fail(what, "a matplotlib colour (a name such as 'red', '#0072B2' or a grey level '0.5')", value)
+    return value
+
+
+def _points(what, value):
+    """A (n, 2) float64 numpy array: points (or steps) in a plane."""
+    p = _array(what, value)
+    if p.ndim != 2 or p.shape[1] != 2:
+        _validate.fail(what, "shape (n, 2) (points in a plane)", f"shape {p.shape}", described=True)
+    return p
 
 
 def heatmap(ax, matrix, title="", signed=False, mask=None, fmt=None, xlabel="key j", ylabel="query i"):
@@ -59,8 +100,14 @@ def heatmap(ax, matrix, title="", signed=False, mask=None, fmt=None, xlabel="key
 
     ``fmt`` (e.g. "{:.2f}") writes each value in its cell, for small matrices.
     """
-    m = to_numpy(matrix)
-    hidden = to_numpy(mask) > 0 if mask is not None else np.zeros(m.shape, dtype=bool)
+    _axes("ax", ax)
+    m = _array("matrix", matrix, ndim=2, expected="a 2-D (rows, columns) matrix")
+    if m.size == 0:
+        _validate.fail("matrix", "at least one row and one column", f"shape {m.shape}", described=True)
+    if fmt is not None and not isinstance(fmt, str):
+        _validate.fail("fmt", 'None or a format string such as "{:.2f}"', fmt)
+    hidden = np.zeros(m.shape, dtype=bool) if mask is None else (
+        _validate.shape("mask", _array("mask", mask), m.shape, "the shape of matrix") > 0)
     shown = np.ma.masked_where(hidden, m)
     # A copy of the colour map with masked cells light grey (never edit the registered map).
     cmap = plt.get_cmap("RdBu_r" if signed else "viridis").with_extremes(bad="0.9")
@@ -86,7 +133,10 @@ def heatmap(ax, matrix, title="", signed=False, mask=None, fmt=None, xlabel="key
 
 def arrows(ax, points, deltas, color, label=None, scale=1.0, annotate=None):
     """Points in 2-D with an arrow from each to point + scale * delta (one gradient step)."""
-    p, d = to_numpy(points), to_numpy(deltas) * scale
+    _axes("ax", ax)
+    _color("color", color)
+    p, d = _validate.same_shape("points, deltas", _points("points", points), _points("deltas", deltas))
+    d = d * _validate.real("scale", scale)
     ax.scatter(p[:, 0], p[:, 1], color=color, s=30, label=label, zorder=3)
     ax.quiver(p[:, 0], p[:, 1], d[:, 0], d[:, 1], color=color, angles="xy", scale_units="xy",
               scale=1.0, width=0.006, zorder=2)
@@ -96,14 +146,6 @@ def arrows(ax, points, deltas, color, label=None, scale=1.0, annotate=None):
 
 
 # ----------------------------------------------------------------------------- one step in a 2-D plane
-
-def _as_plane_points(name, a):
-    """A (n, 2) float64 numpy array, or a ValueError that says what was expected."""
-    p = to_numpy(a)
-    if p.ndim != 2 or p.shape[1] != 2:
-        _validate.fail(name, "shape (n, 2) (points in a plane)", p.shape)
-    return p
-
 
 def _label_points(ax, points, deltas, fmt, color):
     """Name each point on the side away from its arrow, so labels and arrows do not overlap."""
@@ -135,8 +177,10 @@ def qk_step(ax, q, k, dq, dk, lr, title="queries and keys: one gradient step", l
     ``q``, ``k`` are (T, 2) (d_k = 2) and ``dq``, ``dk`` their gradients dL/dq, dL/dk. The arrows
     are drawn at true length (the step itself), on equal axes, so angles can be read off.
     """
-    q, k = _as_plane_points("q", q), _as_plane_points("k", k)
-    dq, dk = _as_plane_points("dq", dq), _as_plane_points("dk", dk)
+    _axes("ax", ax)
+    lr = _validate.positive("lr", lr)  # a step size: a negative one would draw the step uphill
+    q, k = _points("q", q), _points("k", k)
+    dq, dk = _points("dq", dq), _points("dk", dk)
     for name, grad, point in (("dq", dq, q), ("dk", dk, k)):
         if grad.shape != point.shape:
             _validate.fail(name, f"the shape of {name[1:]} {point.shape} (gradients must match their points)",
@@ -156,12 +200,14 @@ def value_step(ax, v, dv, u, lr, readout=None, u_scale=1.0,
     ``u_scale`` (stated in the legend) so it is visible next to the values. ``readout`` (C, 2),
     when given, is W_O: its rows, the class directions, are drawn as dashed grey lines.
     """
-    v, dv, u = (_as_plane_points(name, a) for name, a in (("v", v), ("dv", dv), ("u", u)))
+    _axes("ax", ax)
+    lr, u_scale = _validate.positive("lr", lr), _validate.positive("u_scale", u_scale)
+    v, dv, u = (_points(name, a) for name, a in (("v", v), ("dv", dv), ("u", u)))
     if dv.shape != v.shape:
         _validate.fail("dv", f"the shape of v {v.shape} (a gradient must match its point)", dv.shape)
     shown = [v, v - lr * dv, u * u_scale]
     if readout is not None:
-        w = _as_plane_points("readout", readout)
+        w = _points("readout", readout)
         for c, (wx, wy) in enumerate(w):
             ax.plot([0, wx], [0, wy], ls="--", color="0.6", lw=1, zorder=1,
                     label="class directions (rows of $W_O$)" if c == 0 else None)
@@ -190,10 +236,13 @@ def seed_bands(ax, curves, color, label, steps=None, lw=1.6):
     ``curves`` is (seeds, steps); ``steps`` the x values (default 0, 1, ...). The label says how
     many seeds the band spans.
     """
-    c = to_numpy(curves)
-    if c.ndim != 2:
-        _validate.fail("curves", "shape (seeds, steps)", c.shape)
-    x = np.arange(c.shape[1]) if steps is None else to_numpy(steps)
+    _axes("ax", ax)
+    _color("color", color)
+    c = _array("curves", curves)
+    if c.ndim != 2 or c.shape[0] == 0:
+        _validate.fail("curves", "shape (seeds >= 1, steps)", f"shape {c.shape}", described=True)
+    x = np.arange(c.shape[1]) if steps is None else _validate.shape("steps", _array("steps", steps), (c.shape[1],),
+                                                                     "one x value per column of curves, shape")
     ax.fill_between(x, c.min(axis=0), c.max(axis=0), color=color, alpha=0.2, lw=0)
     text = None if label is None else f"{label} (median, range of {c.shape[0]} seeds)"
     ax.plot(x, np.median(c, axis=0), color=color, lw=lw, label=text)
@@ -206,12 +255,19 @@ def strip(ax, labels, values, colors=None, reference=None, reference_label=None,
     ``values`` is a list of 1-D arrays (nan entries are left out and counted in the tick label);
     ``reference`` draws a dashed horizontal line (e.g. the paper's number).
     """
+    _axes("ax", ax)
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        _validate.fail("values", "a list of 1-D arrays, one per label", values)
     if len(labels) != len(values):
         _validate.fail("labels, values", "the same length", f"{len(labels)} and {len(values)}", described=True)
-    colors = colors or ["0.3"] * len(labels)
+    if colors is not None and (isinstance(colors, str) or len(colors) != len(labels)):
+        _validate.fail("colors", f"None or a list of {len(labels)} colours (one per label)", colors)
+    if reference is not None:  # a log axis cannot show a line at or below 0
+        reference = _validate.real("reference", reference, low=0 if log else None, low_open=log)
+    colors = [_color(f"colors[{i}]", c) for i, c in enumerate(colors)] if colors else ["0.3"] * len(labels)
     ticks = []
     for i, (label, v, color) in enumerate(zip(labels, values, colors)):
-        v = to_numpy(v).reshape(-1)
+        v = _array(f"values[{i}]", v).reshape(-1)
         finite = v[np.isfinite(v)]
         jitter = np.linspace(-0.12, 0.12, len(finite)) if len(finite) > 1 else np.zeros(len(finite))
         ax.scatter(i + jitter, finite, color=color, s=22, zorder=3, alpha=0.85)
@@ -239,7 +295,11 @@ def value_trajectories(axes, pca, colors, titles=None):
     Each symbol's value W_V mu_s is a line from a hollow circle (start) to a filled one (end),
     labelled with the symbol. All panels use the same axes and limits.
     """
+    if not isinstance(pca, dict) or not {"projections", "explained"} <= pca.keys():
+        _validate.fail("pca", "the dict experiments.value_pca returns (keys 'projections', 'explained')", pca)
     names = list(pca["projections"])
+    if not hasattr(colors, "keys") or not set(names) <= set(colors.keys()):
+        _validate.fail("colors", f"a dict with a colour for each schedule {names}", colors)
     axes = list(np.atleast_1d(axes))
     if len(axes) != len(names):
         _validate.fail("axes", f"{len(names)} axes (one per schedule)", len(axes))
@@ -267,7 +327,9 @@ def value_trajectories(axes, pca, colors, titles=None):
 def binned(ax, x, y, n_bins=8, **kwargs):
     """Mean of ``y`` in ``n_bins`` quantile bins of ``x``, drawn as a line with markers at the bins'
     mean x. For relations too noisy to read from a scatter of thousands of points."""
-    x, y = to_numpy(x).ravel(), to_numpy(y).ravel()
+    _axes("ax", ax)
+    n_bins = _validate.integer("n_bins", n_bins, minimum=1)
+    x, y = _array("x", x).ravel(), _array("y", y).ravel()
     if x.shape != y.shape or x.size < n_bins:
         _validate.fail("x, y", f"two samples of the same size >= n_bins={n_bins}", f"{x.size} and {y.size}",
                        described=True)
@@ -283,9 +345,11 @@ def binned(ax, x, y, n_bins=8, **kwargs):
 def trajectories(ax, paths, color, label=None, ls="-", marker="o"):
     """Paths of K points over iterations, ``paths`` of shape (n_iter + 1, K, 2): a line per point,
     a hollow marker where it starts and a filled one where it ends."""
-    p = to_numpy(paths)
+    _axes("ax", ax)
+    _color("color", color)
+    p = _array("paths", paths)
     if p.ndim != 3 or p.shape[2] != 2:
-        _validate.fail("paths", "shape (n_iter + 1, K, 2)", p.shape)
+        _validate.fail("paths", "shape (n_iter + 1, K, 2)", f"shape {p.shape}", described=True)
     for k in range(p.shape[1]):
         ax.plot(p[:, k, 0], p[:, k, 1], color=color, ls=ls, lw=1.4, label=label if k == 0 else None)
         ax.plot(p[0, k, 0], p[0, k, 1], marker=marker, mfc="white", mec=color, ms=6)
@@ -437,16 +501,32 @@ def sticky_em_vs_sgd(fig, result):
 
 def message(fig, text):
     """A figure that says ``text`` instead of drawing (e.g. why a widget's run diverged)."""
+    if not isinstance(fig, matplotlib.figure.FigureBase):
+        _validate.fail("fig", "a matplotlib Figure (fig = plt.figure())", type(fig).__name__, described=True)
     ax = fig.subplots()
     ax.axis("off")
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=10)
     return ax
 
 
+def _ladder_rows(rows, group):
+    """Each row a dict with a parameter count and its ``group`` key."""
+    for i, r in enumerate(rows):
+        missing = sorted({"n_params", group} - set(r)) if isinstance(r, dict) else None
+        if missing is None or missing:
+            _validate.fail(f"rows[{i}]", f"a dict with the keys 'n_params' and {group!r}",
+                           f"a dict without {missing}" if missing else type(r).__name__, described=True)
+
+
 def ladder(ax, rows, value, group="task", colors=None, ylabel="", log_y=False, labels=None):
     """One panel of the size ladder: ``value(row)`` against the parameter count (log scale), one
     point per run and a line through the mean of each rung, one colour per ``group`` (rows from
     ``converged.ladder_rows``). ``labels`` maps a group to its legend text."""
+    _axes("ax", ax)
+    if not isinstance(rows, (list, tuple)) or not rows:
+        _validate.fail("rows", "a non-empty list of row dicts (converged.ladder_rows)", rows)
+    _validate.function("value", value, "a function row -> number, e.g. lambda r: r['kl_bits']")
+    _ladder_rows(rows, group)
     groups = list(dict.fromkeys(r[group] for r in rows))
     palette = list(OKABE_ITO.values())
     for i, g in enumerate(groups):

@@ -128,3 +128,68 @@ def test_ladder_draws_each_run_and_a_line_through_each_rungs_mean(ax):
     assert [line.get_label() for line in lines] == ["task a", "b"]
     np.testing.assert_allclose(lines[0].get_ydata(), [2.0, 0.5])     # the mean of each rung
     assert len(ax.collections) == 2 and ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+# ----------------------------------------------------------------------------- bad inputs: a clear error naming the argument
+
+P3, G3 = torch.zeros(3, 2), torch.ones(3, 2)
+ROW = {"task": "a", "n_params": 100, "kl": 1.0}
+BAD_CALLS = [  # (call on a fresh Axes, the argument the message must name)
+    (lambda ax: plots.heatmap("ax", torch.eye(3)), "ax"),
+    (lambda ax: plots.heatmap(None, torch.eye(3)), "ax"),
+    (lambda ax: plots.heatmap(ax, torch.randn(3)), "matrix"),
+    (lambda ax: plots.heatmap(ax, torch.randn(2, 3, 4)), "matrix"),
+    (lambda ax: plots.heatmap(ax, "matrix"), "matrix"),
+    (lambda ax: plots.heatmap(ax, torch.zeros(0, 0)), "matrix"),
+    (lambda ax: plots.heatmap(ax, torch.eye(3), mask=torch.ones(2, 2, dtype=torch.bool)), "mask"),
+    (lambda ax: plots.heatmap(ax, torch.eye(3), fmt=3), "fmt"),
+    (lambda ax: plots.arrows(ax, P3, torch.ones(4, 2), "red"), "points, deltas"),
+    (lambda ax: plots.arrows(ax, torch.zeros(3), torch.ones(3), "red"), "points"),
+    (lambda ax: plots.arrows(ax, P3, G3, "notacolor"), "color"),
+    (lambda ax: plots.arrows(ax, P3, G3, "red", scale=float("nan")), "scale"),
+    (lambda ax: plots.qk_step(ax, P3, P3, G3, G3, -0.1), "lr"),
+    (lambda ax: plots.qk_step(ax, P3, P3, G3, G3, "lr"), "lr"),
+    (lambda ax: plots.value_step(ax, P3, G3, G3, float("nan")), "lr"),
+    (lambda ax: plots.value_step(ax, P3, G3, G3, 0.1, u_scale=0), "u_scale"),
+    (lambda ax: plots.seed_bands(ax, torch.randn(2, 5), "red", "x", steps=np.arange(3)), "steps"),
+    (lambda ax: plots.seed_bands(ax, "curves", "red", "x"), "curves"),
+    (lambda ax: plots.seed_bands(ax, np.zeros((0, 5)), "red", "x"), "curves"),
+    (lambda ax: plots.strip(ax, ["a"], "v"), "values"),
+    (lambda ax: plots.strip(ax, ["a"], [np.ones(3)], log=True, reference=-1.0), "reference"),
+    (lambda ax: plots.strip(ax, ["a"], [np.ones(3)], colors=["red", "blue"]), "colors"),
+    (lambda ax: plots.strip(ax, ["a"], [np.ones(3)], colors=["notacolor"]), r"colors\[0\]"),
+    (lambda ax: plots.strip(ax, ["a"], [["x"]]), r"values\[0\]"),
+    (lambda ax: plots.binned(ax, np.arange(5), np.arange(5), n_bins=0), "n_bins"),
+    (lambda ax: plots.binned(ax, np.arange(5), np.arange(5), n_bins=2.5), "n_bins"),
+    (lambda ax: plots.trajectories(ax, "paths", "red"), "paths"),
+    (lambda ax: plots.ladder(ax, "rows", lambda r: r["kl"]), "rows"),
+    (lambda ax: plots.ladder(ax, [], lambda r: r["kl"]), "rows"),
+    (lambda ax: plots.ladder(ax, [ROW], "kl"), "value"),
+    (lambda ax: plots.ladder(ax, [{"task": "a", "kl": 1.0}], lambda r: r["kl"]), r"rows\[0\]"),
+    (lambda ax: plots.message("fig", "hello"), "fig"),
+    (lambda ax: plots.to_numpy("abc"), "a"),
+    (lambda ax: plots.value_trajectories([ax], "pca", {"a": "red"}), "pca"),
+    (lambda ax: plots.value_trajectories([ax], {"projections": {"a": np.zeros((2, 3, 2))}, "explained": [0.5, 0.3]},
+                                         {"b": "red"}), "colors"),
+]
+
+
+@pytest.mark.parametrize("call, name", BAD_CALLS)
+def test_bad_inputs_are_refused_naming_the_argument(ax, call, name):
+    with pytest.raises(ValueError, match=rf"^{name}: expected"):
+        call(ax)
+
+
+@pytest.mark.parametrize("row, group, missing", [({"task": "a", "kl": 1.0}, "task", "n_params"), (ROW, "arch", "arch")])
+def test_ladder_names_the_key_a_row_lacks(ax, row, group, missing):
+    with pytest.raises(ValueError, match=rf"^rows\[0\]: expected .* without \['{missing}'\]"):
+        plots.ladder(ax, [row], lambda r: r["kl"], group=group)
+
+
+def test_edge_calls_that_are_valid_still_draw(ax):
+    plots.heatmap(ax, torch.eye(2, dtype=torch.long))                      # integer matrices are drawn as floats
+    plots.arrows(ax, np.zeros((1, 2)), np.ones((1, 2)), "red", scale=np.float32(-2))  # any finite scale
+    plots.binned(ax, np.arange(3), np.arange(3), n_bins=np.int64(1))
+    plots.strip(ax, ["a"], [np.array([1.0, float("nan")])], reference=0.0)  # a linear axis shows 0
+    assert plots.message(plt.figure(), 123).texts[0].get_text() == "123"  # anything printable is said
+    plt.close("all")
