@@ -15,6 +15,7 @@ all seeds and schedules in one batched computation (``batched.train``).
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -69,7 +70,10 @@ def first_step_at_or_below(curve, final, threshold):
     after all ``steps``; so a run that reaches the threshold only at its very end gives ``steps``.
     A loss within a relative RTOL of the threshold counts as reaching it.
     """
-    curve = np.asarray(curve, dtype=float)
+    try:
+        curve = np.asarray(curve, dtype=float)
+    except (TypeError, ValueError):
+        _validate.fail("curve", "an array of losses of shape (S seeds, steps)", curve)
     if curve.ndim != 2:
         _validate.fail("curve", "shape (S seeds, steps)", curve)
     final, threshold = np.asarray(final, dtype=float), np.asarray(threshold, dtype=float)
@@ -190,25 +194,33 @@ class ScheduleRun:
 
 
 def _check_schedules(schedules):
+    """The schedules with every rate a plain Python float (numpy and 0-d rates are accepted; the
+    rates are saved to JSON with the run)."""
     if not isinstance(schedules, dict) or not schedules:
         _validate.fail("schedules", "a non-empty dict name -> {matrix: rate}", schedules)
     for name, per_matrix in schedules.items():
         if not isinstance(per_matrix, dict) or set(per_matrix) != set(PARAM_NAMES):
             _validate.fail(f"schedules[{name!r}]",
                            f"a rate for each of {PARAM_NAMES} (e.g. train.rates(0.01, train.em_like(10)))", per_matrix)
-        for matrix, rate in per_matrix.items():
-            # plain Python numbers only (not _validate.real): the rates are saved to JSON with the run
-            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (np.isfinite(rate) and rate >= 0):
-                _validate.fail(f"schedules[{name!r}][{matrix!r}]", "a finite rate >= 0", rate)
+    return {name: {matrix: _validate.real(f"schedules[{name!r}][{matrix!r}]", rate, 0) for matrix, rate in per.items()}
+            for name, per in schedules.items()}
 
 
 def _check_seeds(seeds):
+    """A tuple of one or more distinct seeds (plain ints)."""
     if isinstance(seeds, (str, dict)) or not hasattr(seeds, "__iter__"):
         _validate.fail("seeds", "a tuple of distinct ints", seeds)
-    seeds = tuple(seeds)
+    seeds = tuple(_validate.seed(f"seeds[{i}]", s) for i, s in enumerate(seeds))
     if not seeds or len(set(seeds)) != len(seeds):
         _validate.fail("seeds", "one or more distinct ints", seeds)
     return seeds
+
+
+def _check_run(run):
+    if not isinstance(run, ScheduleRun):
+        _validate.fail("run", "an experiments.ScheduleRun (what run_schedules returns)", type(run).__name__,
+                       described=True)
+    return run
 
 
 def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, device=None,
@@ -222,7 +234,7 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
     seed on that many fresh sequences, one per step in turn, instead of the paper's one sequence
     (``training_sequences``); ``init_std`` is the initial weights' standard deviation.
     """
-    _check_schedules(schedules)
+    schedules = _check_schedules(schedules)
     seeds = _check_seeds(seeds)
     init_std = _validate.positive("init_std", init_std)
     chain = StickyMarkovChain() if chain is None else _check_chain(chain)
@@ -349,6 +361,8 @@ def em_vs_sgd(seeds=_PAPER.seeds, steps=_PAPER.steps, T=_PAPER.T, lr=_PAPER.lr, 
     progress, checkpoint_path, checkpoint_every).
     """
     value_ratio = _validate.positive("value_ratio", value_ratio)
+    if extra_schedules is not None and not isinstance(extra_schedules, dict):
+        _validate.fail("extra_schedules", "None or a dict name -> {matrix: rate}", extra_schedules)
     schedules = {"sgd": rates(_validate.positive("lr", lr)), "em": rates(lr, em_like(value_ratio))}
     for name, extra in (extra_schedules or {}).items():
         if name in schedules:
@@ -379,8 +393,9 @@ def value_pca(trajectories, n_components=2):
     distance travelled in the full value space}, "displacement" {name: mean distance from the first
     to the last snapshot} and "straightness" {name: displacement / path_length, 1 for a straight run}.
     """
-    if not trajectories:
-        _validate.fail("trajectories", "{name: (snapshots, n_symbols, d_v) array}", "nothing", described=True)
+    if not isinstance(trajectories, dict) or not trajectories:
+        _validate.fail("trajectories", "a non-empty dict {name: (snapshots, n_symbols, d_v) array}",
+                       f"{type(trajectories).__name__} {_validate.describe(trajectories)}", described=True)
     arrays = {name: np.asarray(t, dtype=float) for name, t in trajectories.items()}
     for name, t in arrays.items():
         if t.ndim != 3 or t.shape[0] < 2:
@@ -510,7 +525,7 @@ def snapshot_attribution(run, name, x, y):
     seed) bought by each group between consecutive snapshots: -grad_g L(midpoint) . (W_g' - W_g).
     The gradient at the midpoint of each interval makes the account exact to second order, so the
     groups add up to the realised decrease when the snapshots are close (``first_order``)."""
-    K = len(run.snapshot_steps)
+    K = len(_check_run(run).snapshot_steps)
     out = {g: np.zeros((len(run.seeds), K - 1)) for g in GROUPS}
     for k in range(K - 1):
         before, after = run.snapshot_params(name, k), run.snapshot_params(name, k + 1)
@@ -530,7 +545,7 @@ def measure_frame_precision(run, name):
     """The raw measurements behind ``FramePrecision``, as plain arrays (what a record keeps):
     rates at the snapshots, how far each pathway moved, the loss the shares are taken of, and the
     first-order decrease each group bought (not yet divided by the realised decrease)."""
-    if name not in run.schedules:
+    if name not in _check_run(run).schedules:
         _validate.fail("name", f"one of {list(run.schedules)}", name)
     x, y = run.probe_data()
     snaps = run.snapshots[name]
@@ -606,6 +621,26 @@ class LongRunConfig:
     pool: int = 64
     init_std: float = INIT_STD
     record_every: int = 25
+
+    def __post_init__(self):
+        """Every field checked once, where it is set (a LongRunConfig is frozen), and stored as plain
+        Python values: ``asdict`` of it is saved as JSON with the record."""
+        v = _validate
+        if not isinstance(self.name, str) or not self.name:
+            v.fail("name", "a non-empty str (the record's file name)", self.name)
+        if isinstance(self.schedules, (str, dict)) or not hasattr(self.schedules, "__iter__") or not self.schedules:
+            v.fail("schedules", "a non-empty tuple of (name, base rate, W_V factor)", self.schedules)
+        for i, sched in enumerate(self.schedules):
+            if not isinstance(sched, (tuple, list)) or len(sched) != 3 or not isinstance(sched[0], str):
+                v.fail(f"schedules[{i}]", "a tuple (name, base rate, W_V factor)", sched)
+        checked = {"schedules": tuple((n, v.real(f"schedules[{i}] rate", lr, 0), v.positive(f"schedules[{i}] factor", f))
+                                      for i, (n, lr, f) in enumerate(self.schedules)),
+                   "seeds": _check_seeds(self.seeds), "steps": v.integer("steps", self.steps, 1),
+                   "T": v.integer("T", self.T, 2), "pool": v.integer("pool", self.pool, 0, POOL_STRIDE - 1),
+                   "init_std": v.positive("init_std", self.init_std),
+                   "record_every": v.integer("record_every", self.record_every, 1)}
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
     @classmethod
     def paper(cls):
@@ -706,6 +741,8 @@ def _run_config(run):
 def save_schedule_run(run, path):
     """Save what ``ScheduleRun``'s speed-ups, tables and held-out scores need (the curves, final and
     Bayes metrics, final weights), not the snapshots, as one compressed numpy file."""
+    _check_run(run)
+    path = _validate.writable_path("path", path)
     arrays = {f"bayes/{k}": np.asarray(v) for k, v in run.bayes.items()}
     for i, name in enumerate(run.schedules):
         for metric in ("loss", "entropy", "accuracy"):
@@ -730,6 +767,8 @@ def saved_run_config(path):
 
 def load_schedule_run(path):
     """A ``ScheduleRun`` as ``save_schedule_run`` wrote it (on the default chain; no snapshots)."""
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
+        _validate.fail("path", "a file that save_schedule_run wrote", path)
     with np.load(path, allow_pickle=False) as f:
         meta, a = json.loads(str(f["meta"])), {k: f[k] for k in f.files}
     chain = StickyMarkovChain()
@@ -783,7 +822,7 @@ def within(steps, excess, tolerance):
     steps = np.asarray(steps)
     if steps.ndim != 1 or len(steps) != excess.shape[-1]:
         _validate.fail("steps", f"{excess.shape[-1]} steps (one per column of excess)", steps)
-    tolerance = _validate.real("tolerance", tolerance)
+    tolerance = _validate.real("tolerance", tolerance)  # may be < 0: excess is signed (below the target)
     out = np.full(len(excess), np.nan)
     for i, e in enumerate(excess):
         above = np.nonzero(~(e <= tolerance))[0]
@@ -822,6 +861,7 @@ def convergence(record, name, plateau=PLATEAU):
     schedules = record["schedules"]
     if name not in schedules:
         _validate.fail("name", f"one of {list(schedules)}", name)
+    plateau = _validate.real("plateau", plateau, 0)  # a distance from the lowest value
     m, every = schedules[name], record["config"]["record_every"]
     steps = np.asarray(m["loss_steps"])
     held, bayes = np.asarray(m["held_out"], float), np.asarray(m["bayes_held_out"], float)

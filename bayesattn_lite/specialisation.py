@@ -86,6 +86,28 @@ class Config:
     log_every: int = 10
     frozen: tuple = ()
 
+    def __post_init__(self):
+        """Every field checked once, where it is set (a Config is frozen): a bad size or rate is named
+        here, not later under the name of the inner function it reaches. Stored as plain Python values."""
+        v = _validate
+        if isinstance(self.frozen, str) or not isinstance(self.frozen, (tuple, list)):
+            v.fail("frozen", f"a tuple of distinct names among {list(PARAM_NAMES)}", self.frozen)
+        if any(n not in PARAM_NAMES for n in self.frozen) or len(set(self.frozen)) != len(self.frozen):
+            v.fail("frozen", f"distinct names among {list(PARAM_NAMES)}", self.frozen)
+        n_sources = v.integer("n_sources", self.n_sources, 2)
+        checked = {"n_sources": n_sources, "d_x": v.integer("d_x", self.d_x, n_sources + 1),
+                   "seq_len": v.integer("seq_len", self.seq_len, 1),
+                   "signal_prob": v.real("signal_prob", self.signal_prob, 0.0, 1.0, low_open=True),
+                   "separation": v.positive("separation", self.separation), "noise": v.positive("noise", self.noise),
+                   "task_seed": v.seed("task_seed", self.task_seed), "d_k": v.integer("d_k", self.d_k, 1),
+                   "d_v": v.integer("d_v", self.d_v, 1), "init_std": v.positive("init_std", self.init_std),
+                   "n_train": v.integer("n_train", self.n_train, 1), "n_probe": v.integer("n_probe", self.n_probe, 1),
+                   "steps": v.integer("steps", self.steps, 1), "lr": v.positive("lr", self.lr),
+                   "value_ratio": v.positive("value_ratio", self.value_ratio),
+                   "log_every": v.integer("log_every", self.log_every, 1), "frozen": tuple(self.frozen)}
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
     @classmethod
     def paper(cls, **changes):
         """The full-size run of chapters 4 and 5: the defaults. The paper fixes no sizes or rates for
@@ -102,36 +124,60 @@ class Config:
         return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
 
 
+def _check_cfg(cfg):
+    if not isinstance(cfg, Config):
+        _validate.fail("cfg", "a specialisation.Config (Config.paper(), Config.small(...))", type(cfg).__name__,
+                       described=True)
+    return cfg
+
+
+def _check_run(run_, what="run_"):
+    if not isinstance(run_, Run):
+        _validate.fail(what, "a specialisation.Run (what run or run_seeds returns)", type(run_).__name__, described=True)
+    return run_
+
+
+def _check_runs(runs):
+    """A non-empty list (or tuple) of Runs, as a list."""
+    if not isinstance(runs, (list, tuple)):
+        _validate.fail("runs", "a list of specialisation.Run (what run_seeds returns)", type(runs).__name__,
+                       described=True)
+    if not runs:
+        _validate.fail("runs", "at least one Run", "none", described=True)
+    return [_check_run(r, f"runs[{i}]") for i, r in enumerate(runs)]
+
+
 def make_task(cfg):
+    _check_cfg(cfg)
     return tasks.sources_task(cfg.n_sources, cfg.d_x, cfg.seq_len, cfg.signal_prob, cfg.noise,
                          cfg.separation, cfg.task_seed)
 
 
 def make_data(cfg, seed):
     """(task, train, probe): the task is the same for every seed; the samples and the head are not."""
+    seed = _validate.seed("seed", seed)
     task = make_task(cfg)
     return task, task.sample(cfg.n_train, seed=10_000 + seed), task.sample(cfg.n_probe, seed=20_000 + seed)
 
 
 def make_model(cfg, seed):
+    _check_cfg(cfg)
     return AttentionHead(cfg.d_x, cfg.d_k, cfg.d_v, cfg.n_sources, std=cfg.init_std, seed=seed)
 
 
 def lr_multipliers(cfg):
     """The run's schedule: plain gradient descent (None), or EM-like with ``cfg.value_ratio``, with a
     factor 0 for every matrix in ``cfg.frozen``."""
-    frozen = tuple(cfg.frozen)
-    unknown = [n for n in frozen if n not in PARAM_NAMES]
-    if unknown or len(set(frozen)) != len(frozen):
-        _validate.fail("cfg.frozen", f"distinct names among {list(PARAM_NAMES)}", cfg.frozen)
+    _check_cfg(cfg)  # its fields were checked when it was made
     factors = {} if cfg.value_ratio == 1 else em_like(cfg.value_ratio)
-    factors.update(dict.fromkeys(frozen, 0.0))
+    factors.update(dict.fromkeys(cfg.frozen, 0.0))
     return factors or None
 
 
 def recipe(cfg, steps=None):
     """How ``cfg``'s head trains: plain SGD at ``cfg.lr`` with ``lr_multipliers(cfg)``, for
     ``steps`` (default ``cfg.steps``). A factor 0 leaves a frozen matrix exactly where it is."""
+    _check_cfg(cfg)
     return Recipe(cfg.steps if steps is None else steps, lr=cfg.lr, lr_multipliers=lr_multipliers(cfg))
 
 
@@ -257,6 +303,11 @@ def run(cfg=Config(), seed=0, loop_every=0, loop_until=300, progress=False, devi
 
     ``device`` defaults to the CPU: at these sizes (a few thousand positions, an 8-wide head) a GPU
     only adds overhead; "cuda" (or None: the GPU when there is one) runs everything there."""
+    _check_cfg(cfg)
+    if cfg.steps % cfg.log_every:
+        _validate.fail("cfg.steps", f"a multiple of cfg.log_every={cfg.log_every}", cfg.steps)
+    seed = _validate.seed("seed", seed)
+    loop_every, loop_until = _validate.integer("loop_every", loop_every, 0), _validate.integer("loop_until", loop_until, 0)
     with _one_thread():
         return _run(cfg, seed, loop_every, loop_until, progress, pick_device(device))
 
@@ -267,11 +318,6 @@ def _on(device, data):
 
 
 def _run(cfg, seed, loop_every, loop_until, progress, device):
-    if not isinstance(cfg, Config):
-        _validate.fail("cfg", "a specialisation.Config", type(cfg).__name__, described=True)
-    log_every = _validate.integer("cfg.log_every", cfg.log_every, 1)
-    if _validate.integer("cfg.steps", cfg.steps, 1) % log_every:
-        _validate.fail("cfg.steps", f"a multiple of cfg.log_every={log_every}", cfg.steps)
     task, cpu_train, cpu_probe = make_data(cfg, seed)
     train_data, probe = _on(device, cpu_train), _on(device, cpu_probe)
     model = make_model(cfg, seed).to(device)
@@ -332,7 +378,12 @@ def run_seeds(cfg=Config(), seeds=(0, 1, 2, 3, 4), workers=None, **kwargs):
     """``run`` for each seed, in the order of ``seeds``. On the CPU the seeds train in ``workers``
     processes at once (default: one per CPU core, at most one per seed); each run is seeded on its
     own and uses one thread, so the results are those of one run after the other."""
-    seeds = list(seeds)
+    _check_cfg(cfg)
+    if isinstance(seeds, (str, bytes, dict)) or not hasattr(seeds, "__iter__"):
+        _validate.fail("seeds", "a non-empty list of ints", seeds)
+    seeds = [_validate.seed(f"seeds[{i}]", s) for i, s in enumerate(seeds)]
+    if not seeds:
+        _validate.fail("seeds", "at least one seed", "none", described=True)
     on_cpu = pick_device(kwargs.get("device", "cpu")).type == "cpu"
     if workers is None:
         workers = min(len(seeds), os.cpu_count() or 1) if on_cpu else 1
@@ -373,10 +424,8 @@ def continue_training(runs, steps, workers=None):
     Full-batch gradient descent at constant rates keeps no optimizer state, so this is the end of the
     longer run, ``run(replace(cfg, steps=cfg.steps + steps))``, at a fraction of the cost (no probe
     measurements on the way). Workers as in ``run_seeds``."""
-    runs = list(runs)
+    runs = _check_runs(runs)
     steps = _validate.integer("steps", steps, 1)
-    if not runs:
-        _validate.fail("runs", "at least one Run", "none", described=True)
     jobs = [(r.cfg, r.seed, {n: p.detach().cpu().clone() for n, p in r.model.state_dict().items()}) for r in runs]
     if workers is None:
         workers = min(len(jobs), os.cpu_count() or 1)
@@ -414,8 +463,7 @@ def _close_pools():
 
 def curves(runs, key):
     """(steps, values): values is (n_runs, n_logged) for one metric of several runs."""
-    if not runs:
-        _validate.fail("runs", "at least one Run", "none", described=True)
+    runs = _check_runs(runs)
     steps = runs[0].history.steps
     return steps, np.stack([r.history[key] for r in runs])
 
@@ -423,7 +471,7 @@ def curves(runs, key):
 def reference_entropies(run_):
     """Mean attention entropy (nats) of uniform causal attention, and of ideal routing (uniform over
     the visible signal positions, or over all visible ones where none is a signal yet), on the probe."""
-    _, _, sp = run_.probe
+    _, _, sp = _check_run(run_).probe
     T = sp.shape[1]
     visible = attention.causal_mask(T).expand(sp.shape[0], T, T)
     uniform = visible.double() / visible.sum(-1, keepdim=True)
@@ -522,7 +570,7 @@ def manifold(run_, model=None):
     """The value cloud of the probe sequences: PCA (top K-1 components), the single-observation
     posterior entropy of every position, and their link (Spearman of the distance from the cloud's
     centre in the PC plane with that entropy). ``model`` defaults to the trained head."""
-    model = model or run_.model
+    model = model or _check_run(run_).model
     xp = run_.probe[0]
     v = model.internals(xp)["v"].reshape(-1, run_.cfg.d_v)
     k = run_.task.n_sources - 1
@@ -560,7 +608,7 @@ def timescales(run_, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics.
                             steps from t_frame on} (first order, ``normalisation_check``); None where
                             the frame has not settled. ``loss_after_10`` etc. at the second fraction.
     """
-    h, steps = run_.history, run_.history.steps
+    h, steps = _check_run(run_).history, run_.history.steps
     last = int(steps[-1])
     frame = diagnostics.settle(steps[1:], run_.frame_rate, fractions, window)
     values = diagnostics.settle(steps[1:], run_.precision_rate, fractions, window)
@@ -597,7 +645,7 @@ def normalisation_check(run_, early=100):
     routing_early, values_early, readout_early  the same over the first ``early`` steps only
     first_order             the sum of the three shares (near 1 when the first-order account holds)
     """
-    steps, loss = run_.history.steps, run_.history["loss"]
+    steps, loss = _check_run(run_).history.steps, run_.history["loss"]
     out = {"peak_value_final": int(steps[1:][np.argmax(run_.precision_rate)])}
     drop = loss[0] - loss[-1]
     for group, bought in run_.bought.items():
@@ -637,7 +685,7 @@ def content_gap(run_, steps=None, iters=100):
     share           gap / remaining: how much of what is still to come a full M-step would buy at
                     once (nan where nothing remains)
     """
-    steps = sorted(run_.snapshots) if steps is None else [int(t) for t in steps]
+    steps = sorted(_check_run(run_).snapshots) if steps is None else [int(t) for t in steps]
     missing = [t for t in steps if t not in run_.snapshots]
     if missing:
         _validate.fail("steps", f"snapshot steps of the run (multiples of log_every up to {run_.cfg.steps})",
@@ -677,7 +725,7 @@ def routing_gap(run_, steps, iters=20, n_seqs=None):
     limits it to the first training sequences (the content gap on the same ones is returned too,
     so both are compared on one set). Returns arrays: steps, loss, routing_best, routing_gap,
     content_gap."""
-    x, y, _ = run_.train
+    x, y, _ = _check_run(run_).train
     if n_seqs is not None:
         x, y = x[:n_seqs], y[:n_seqs]
     out = {k: [] for k in ("steps", "loss", "routing_best", "routing_gap", "content_gap")}
@@ -725,6 +773,7 @@ def compare_with_gmm(run_, n_iter=100, restarts=5, confident=0.9):
     """
     from . import em
 
+    _check_run(run_)
     with _one_thread():
         task, K = run_.task, run_.task.n_sources
         x_train = run_.train[0].reshape(-1, task.d_x).double()
@@ -761,6 +810,7 @@ def parameter_snapshots(cfg, seed, at):
     hence the same weights) and keep a copy of its parameters at every step in ``at``: the state
     *before* that step's update, ``cfg.steps`` for the final state. Trains only as far as needed.
     Returns {step: {name: tensor}}."""
+    _check_cfg(cfg)
     at = sorted(set(int(s) for s in at))
     if not at or at[0] < 0 or at[-1] > cfg.steps:
         _validate.fail("at", f"steps in [0, cfg.steps={cfg.steps}]", f"{at[:3]}...{at[-3:]}", described=True)
@@ -794,6 +844,9 @@ def score_step(x, y, p0, p1, lr):
     kernel_error     |realised - first order| / |realised| (small: first order describes the step)
     decrease         -(dL/ds) . (first-order Delta s) / lr = grad_s L . K grad_s L, >= 0 (K is PSD)
     """
+    lr = _validate.positive("lr", lr)  # the rate of the step p0 -> p1 (a training rate: > 0)
+    for name in PARAM_NAMES:  # p1 is p0 after one step: the same matrices, of the same shapes
+        _validate.shape(f"p1[{name!r}]", p1[name], p0[name].shape, f"the shape of p0[{name!r}]")
     g = attention.gradients(x, y, p0)
     def scores(W_Q, W_K):  # unmasked: only the movable pairs are read, and -inf - -inf would be nan
         return attention.scores(x @ W_Q.T, x @ W_K.T, causal=False)
@@ -814,6 +867,7 @@ def kernel_offdiagonal(x, params, n_seqs=16):
     visible pairs (i >= 1) of each of the first ``n_seqs`` sequences of x, one number per sequence.
     K[i'j', ij] = [(x_i.x_i')(k_j.k_j') + (x_j.x_j')(q_i.q_i')]/d_k (``attention.score_kernel``);
     its diagonal is the part of a pair's step that comes from the pair's own gradient."""
+    n_seqs = _validate.integer("n_seqs", n_seqs, 1)
     fw = attention.forward(x[:n_seqs], params)
     pairs = attention.movable_pairs(x.shape[-2])
     shares = []
@@ -829,6 +883,7 @@ def score_kernel_record(cfg, seed, every=10, until=300, kernel_at=(0, 100, 300),
     0, every, ... < until, and ``kernel_offdiagonal`` (mean over ``n_seqs`` sequences) at the steps
     ``kernel_at``. Returns {"step": ..., each key of score_step: (n,) arrays, "offdiag": {step: share},
     "snapshots": {step: params} for the steps in ``keep`` (from the same training run)}."""
+    _check_cfg(cfg)
     loop = list(range(0, min(until, cfg.steps), every))
     snaps = parameter_snapshots(cfg, seed, set(loop) | {t + 1 for t in loop} | set(kernel_at) | set(keep))
     _, (x, y, _), _ = make_data(cfg, seed)
@@ -874,6 +929,10 @@ def oracle_heads(cfg, seed, temperatures=(0.25, 0.5, 1.0, 2.0)):
 
     Returns {name: {"kl": bits, "kl_by_position": (T,) bits, "temperature": c or None}}.
     """
+    if isinstance(temperatures, (str, bytes)) or not hasattr(temperatures, "__iter__"):
+        _validate.fail("temperatures", "a non-empty list of positive numbers", temperatures)
+    temperatures = ([_validate.positive(f"temperatures[{i}]", c) for i, c in enumerate(temperatures)]
+                    or _validate.fail("temperatures", "at least one temperature", "none", described=True))
     task, (x, y, sig), (xp, yp, sp_) = make_data(cfg, seed)
     T = cfg.seq_len
     causal = attention.causal_mask(T)

@@ -272,3 +272,30 @@ def test_within_is_the_first_step_from_which_a_curve_stays_below():
     steps = np.array([0, 10, 20, 30])
     np.testing.assert_array_equal(experiments.within(steps, [[0.5, 0.01, 0.03, 0.01], [0.5, 0.4, 0.3, 0.2]], 0.02),
                                   [30, np.nan])
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: experiments.run_schedules({"sgd": rates(0.01)}, seeds=(-1,), **SMALL), r"seeds\[0\]"),
+    (lambda: experiments.em_vs_sgd(seeds=(0,), extra_schedules="x", **SMALL), "extra_schedules"),
+    (lambda: experiments.first_step_at_or_below("curve", np.ones(2), 0.5), "curve"),
+    (lambda: experiments.value_pca("traj"), "trajectories"),
+    (lambda: experiments.load_schedule_run("/nonexistent/run.npz"), "path"),
+    (lambda: experiments.save_schedule_run("run", "/tmp/unused.npz"), "run"),
+    (lambda: experiments.convergence(experiments.load_long_run(), "sgd", plateau=-1), "plateau"),
+    (lambda: experiments.LongRunConfig.small(steps=-5), "steps"),
+    (lambda: experiments.LongRunConfig.small(seeds=(1, 1)), "seeds"),
+    (lambda: experiments.LongRunConfig.small(schedules=(("sgd", -0.01, 1.0),)), "schedules"),
+    (lambda: experiments.LongRunConfig.small(pool=-1), "pool"),
+    (lambda: experiments.LongRunConfig.small(record_every=0), "record_every"),
+])
+def test_bad_inputs_are_named(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+def test_numpy_rates_are_accepted_and_saved_as_plain_floats(tmp_path):
+    run = experiments.run_schedules({"a": {n: np.float32(0.01) for n in PARAM_NAMES}}, seeds=(0,), steps=1, T=3,
+                                    progress=False)
+    assert all(type(r) is float for r in run.schedules["a"].values())
+    experiments.save_schedule_run(run, tmp_path / "a.npz")  # the rates go to JSON
+    assert all(isinstance(c, experiments.LongRunConfig) for c in experiments.LONG_RUNS)

@@ -319,3 +319,47 @@ def test_config_small_and_paper():
     small = sp.Config.small(lr=0.1)
     assert (small.n_train, small.n_probe, small.steps, small.lr) == (256, 128, 400, 0.1)
     assert small.n_train < sp.Config.paper().n_train and small.describe().startswith("n_sources=3")
+
+
+# every bad input is named where it is given, before any training starts
+_P = {n: torch.zeros(s) for n, s in (("W_Q", (2, 3)), ("W_K", (2, 3)), ("W_V", (2, 3)), ("W_O", (2, 2)))}
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: sp.Config(steps=-1), "steps"),
+    (lambda: sp.Config(lr=0), "lr"),
+    (lambda: sp.Config.small(d_v="8"), "d_v"),
+    (lambda: sp.Config(n_train=0), "n_train"),
+    (lambda: sp.Config(init_std=-0.1), "init_std"),
+    (lambda: sp.Config(value_ratio=0), "value_ratio"),
+    (lambda: sp.Config(signal_prob=2.0), "signal_prob"),
+    (lambda: sp.Config(log_every=0), "log_every"),
+    (lambda: sp.Config(frozen="W_V"), "frozen"),
+    (lambda: sp.Config(frozen=("W_Z",)), "frozen"),
+    (lambda: sp.run(TINY, seed="0"), "seed"),
+    (lambda: sp.run(TINY, loop_every=-1), "loop_every"),
+    (lambda: sp.run(TINY, loop_every=1, loop_until=-5), "loop_until"),
+    (lambda: sp.run_seeds(TINY, seeds=[], workers=1), "seeds"),
+    (lambda: sp.run_seeds(TINY, seeds="01", workers=1), "seeds"),
+    (lambda: sp.run_seeds(TINY, seeds=(0, -1), workers=1), r"seeds\[1\]"),
+    (lambda: sp.make_task("cfg"), "cfg"),
+    (lambda: sp.make_data(TINY, seed=-1), "seed"),
+    (lambda: sp.lr_multipliers("cfg"), "cfg"),
+    (lambda: sp.curves("runs", "loss"), "runs"),
+    (lambda: sp.timescales("run"), "run_"),
+    (lambda: sp.score_step(torch.randn(4, 3), torch.zeros(4, dtype=torch.long), _P,
+                           {**_P, "W_Q": torch.zeros(2, 5)}, lr=0.1), "W_Q"),
+    (lambda: sp.score_step(torch.randn(4, 3), torch.zeros(4, dtype=torch.long), _P, _P, lr=-0.1), "lr"),
+    (lambda: sp.kernel_offdiagonal(torch.randn(2, 4, 3), _P, n_seqs=0), "n_seqs"),
+    (lambda: sp.oracle_heads(TINY, 0, temperatures=(-1.0,)), "temperatures"),
+    (lambda: sp.oracle_heads(TINY, 0, temperatures=()), "temperatures"),
+])
+def test_bad_inputs_are_named(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+def test_configs_keep_plain_values_and_accept_numpy_scalars():
+    cfg = sp.Config.small(steps=np.int64(20), lr=np.float32(0.5), frozen=["W_V"])
+    assert type(cfg.steps) is int and type(cfg.lr) is float and cfg.frozen == ("W_V",)
+    assert replace(sp.Config.paper(), value_ratio=0.1, init_std=0.03, steps=300, frozen=("W_Q", "W_K"))
