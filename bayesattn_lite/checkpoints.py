@@ -7,6 +7,7 @@ recipe), so a file from another loop, another model or another recipe is refused
 that names the file, what was expected and what the file holds, instead of resuming silently.
 """
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -30,13 +31,45 @@ def fingerprint(*parts):
         if isinstance(part, torch.Tensor):
             h.update(part.detach().to("cpu").contiguous().numpy().tobytes())
         else:
-            h.update(json.dumps(part, sort_keys=True, default=str).encode())
+            h.update(json.dumps(part, sort_keys=True, default=_as_text).encode())
     return h.hexdigest()[:16]
+
+
+def _as_text(value):
+    """What json cannot write, as text; an object whose text is only its memory address would give
+    equal runs different fingerprints, so it is refused."""
+    if type(value).__repr__ is object.__repr__ and type(value).__str__ is object.__str__:
+        _validate.fail("parts", "tensors and JSON-able values (numbers, strings, lists, dicts)", value)
+    return str(value)
+
+
+_LEAVES = (bool, int, float, complex, str, bytes, bytearray, type(None), torch.device)
+_CONTAINERS = (dict, collections.OrderedDict, list, tuple, set, torch.Size)
+
+
+def _unreadable(state, where="state"):
+    """The first place in ``state`` that ``load`` (torch.load with weights_only) cannot read back, or None."""
+    kind = type(state)
+    if kind in (dict, collections.OrderedDict):
+        children = [(k, where) for k in state] + [(v, f"{where}[{k!r}]") for k, v in state.items()]
+    elif kind in _CONTAINERS:
+        children = [(v, f"{where}[{i}]") for i, v in enumerate(state)]
+    elif isinstance(state, (torch.Tensor, torch.dtype)) or kind in _LEAVES:
+        return None
+    else:
+        return f"a {kind.__name__} at {where}"
+    return next((found for child, at in children if (found := _unreadable(child, at))), None)
 
 
 def save(path, state):
     """Write to a temp file beside ``path``, then rename: a crash mid-save keeps the old checkpoint."""
     path = _validate.writable_path("path", path)
+    if not os.path.basename(path):
+        _validate.fail("path", "a file path with a file name", path)
+    problem = _unreadable(state) if isinstance(state, dict) else f"a {type(state).__name__}"
+    if problem:
+        _validate.fail("state", "a dict of tensors, numbers, strings, lists and dicts (what load reads back)",
+                       problem, described=True)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".pt")
@@ -53,6 +86,8 @@ def load(path, kind, device="cpu", required=()):
     """The checkpoint at ``path`` if it is a readable checkpoint of ``kind`` holding ``required``
     keys; otherwise CheckpointMismatch saying why and what to do."""
     advice = "delete it, choose another checkpoint_path, or pass resume=False"
+    if device is not None:
+        device = _validate.device("device", device)
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message

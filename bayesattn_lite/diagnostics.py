@@ -91,7 +91,7 @@ def entropy(probs, dim=-1, bits=False):
 
     Computed in float64; NaN or inf probabilities are an error, not a NaN result."""
     probs = _validate.tensor("probs", _tensor("probs", probs), floating=True).double()
-    dim = _dim(dim, probs)
+    dim, bits = _dim(dim, probs), _validate.boolean("bits", bits)
     _check_distributions("probs", probs, dim)
     h = -torch.xlogy(probs, probs).sum(dim)
     return h / LOG2 if bits else h
@@ -101,13 +101,17 @@ def kl_divergence(p, log_q, dim=-1, bits=False):
     """KL(p || q) = sum_k p_k (log p_k - log q_k) along ``dim``, from probabilities ``p`` and
     log-probabilities ``log_q`` (e.g. a model's log_softmax), in nats, or bits if ``bits``."""
     p = _validate.tensor("p", _tensor("p", p), floating=True).double()
-    dim = _dim(dim, p)
+    dim, bits = _dim(dim, p), _validate.boolean("bits", bits)
     _check_distributions("p", p, dim)
     log_q = _tensor("log_q", log_q).double()
     if log_q.shape != p.shape:
         _validate.fail("log_q", f"the shape of p {tuple(p.shape)}", log_q)
     if torch.isnan(log_q).any():
         _validate.fail("log_q", "log-probabilities without NaN", log_q)
+    q_sums = log_q.exp().sum(dim)  # where p is a distribution, q must be one too (up to float32 rounding)
+    if (((q_sums - 1).abs() > 1e-3) & (p.sum(dim) != 0)).any():
+        _validate.fail("log_q", f"log-probabilities along dim {dim} (exp(log_q) summing to 1, e.g. a log_softmax)",
+                       f"exp(log_q) summing to {q_sums.min().item():.4g} to {q_sums.max().item():.4g}", described=True)
     kl = (torch.xlogy(p, p) - torch.where(p > 0, p * log_q, torch.zeros_like(p))).sum(dim)
     return kl / LOG2 if bits else kl
 
@@ -130,6 +134,8 @@ def _key_weights(alpha, key_mask):
     """key_mask (..., T) over keys, as (..., 1, T) in alpha's dtype, after checking its shape."""
     key_mask = _tensor("key_mask", key_mask)
     _validate.shape("key_mask", key_mask, alpha.shape[:-2] + alpha.shape[-1:], "one flag per key, shape")
+    if not ((key_mask == 0) | (key_mask == 1)).all():  # a set of keys, not weights: 0.5 is no flag
+        _validate.fail("key_mask", "flags (bool, or 0 and 1) marking a set of keys", key_mask)
     return key_mask[..., None, :].to(alpha.dtype)
 
 
@@ -157,7 +163,7 @@ def advantage_flow(alpha, advantage, key_mask):
     keys of all signal positions share W_K, so they gain or lose attention together.
     """
     alpha = _check_alpha(alpha)
-    advantage = _tensor("advantage", advantage, 2)
+    advantage = _validate.tensor("advantage", _tensor("advantage", advantage, 2))
     _validate.shape("advantage", advantage, alpha.shape, "the shape of alpha")
     return (alpha * advantage * _key_weights(alpha, key_mask)).sum(-1)
 
@@ -171,9 +177,9 @@ def predicted_attention_change(alpha, advantage, eta=1.0):
     prediction survives that.
     """
     alpha = _check_alpha(alpha)
-    advantage = _tensor("advantage", advantage, 2)
+    advantage = _validate.tensor("advantage", _tensor("advantage", advantage, 2))
     _validate.shape("advantage", advantage, alpha.shape, "the shape of alpha")
-    eta = _validate.real("eta", eta)
+    eta = _validate.positive("eta", eta)  # a step size: a negative one would be a step of gradient ascent
     ds = eta * alpha * advantage
     return alpha * (ds - (alpha * ds).sum(-1, keepdim=True))
 
@@ -219,7 +225,8 @@ def value_pull(alpha, u):
 def movement_toward(delta_v, u):
     """How far each value moved against each query's error signal: delta_v_j . (-u_i / |u_i|),
     shape (..., T_i, T_j). The paper's value law says it grows with the responsibility alpha_ij."""
-    delta_v, u = _tensor("delta_v", delta_v, 2), _tensor("u", u, 2)
+    delta_v = _validate.tensor("delta_v", _tensor("delta_v", delta_v, 2))
+    u = _validate.tensor("u", _tensor("u", u, 2))
     if delta_v.shape[:-2] != u.shape[:-2] or delta_v.shape[-1] != u.shape[-1]:
         _validate.fail("delta_v, u", "(..., T, d) with the same batch shape and d",
                        f"{tuple(delta_v.shape)} and {tuple(u.shape)}", described=True)
@@ -261,6 +268,8 @@ def frame_change(before, after):
     unlike a relative norm of alpha (which small, nearly uniform maps inflate)."""
     before, after = _tensor("before", before), _tensor("after", after)
     _validate.same_shape("before, after", before, after)
+    for name, maps in (("before", before), ("after", after)):  # rows of attention: distributions over keys
+        _check_distributions(name, _validate.tensor(name, maps).double(), -1)
     return 0.5 * (after.double() - before.double()).abs().sum(-1).mean().item()
 
 
@@ -334,11 +343,20 @@ def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW):
     return out
 
 
+def _settled_at(name, result, fraction, keys=()):
+    """``result["settled"][fraction]`` of a ``settle`` result holding ``keys``, after checking that it is one."""
+    if not isinstance(result, dict) or not isinstance(result.get("settled"), dict) or not set(keys) <= result.keys():
+        _validate.fail(name, f"a result of diagnostics.settle (a dict with {['settled', *keys]})", result)
+    if fraction not in result["settled"]:
+        _validate.fail("fraction", f"one of the fractions {name} was computed for, {list(result['settled'])}", fraction)
+    return result["settled"][fraction]
+
+
 def settle_order(frame, values, fraction=SETTLE_FRACTIONS[0]):
     """Which pathway settled first, in words, from two ``settle`` results at ``fraction``:
     "frame first", "values first", "together", or what did not settle (by the run's last step,
     named when the result carries it, as ``settle``'s do)."""
-    tf, tv = frame["settled"][fraction], values["settled"][fraction]
+    tf, tv = _settled_at("frame", frame, fraction), _settled_at("values", values, fraction)
     by = f" by step {frame['last_step']}" if "last_step" in frame else ""
     if tf is None and tv is None:
         return f"neither settled{by}"
@@ -352,7 +370,7 @@ def settle_order(frame, values, fraction=SETTLE_FRACTIONS[0]):
 def settle_text(result, fraction=SETTLE_FRACTIONS[0]):
     """One line for a ``settle`` result: "settles at step 640 (20% of its peak at 120)" or
     "not settled by step 1000 (at 43% of its peak at 900)"."""
-    step = result["settled"][fraction]
+    step = _settled_at("result", result, fraction, ("peak_step", "last_step", "last_ratio"))
     if step is None:
         return (f"not settled by step {result['last_step']} (at {result['last_ratio']:.0%} of its peak "
                 f"at {result['peak_step']})")
@@ -538,6 +556,8 @@ def group_means(vectors, labels):
     if vectors.dim() != 2 or labels.shape != vectors.shape[:1]:
         _validate.fail("vectors, labels", "(n, d) and (n,)", f"{tuple(vectors.shape)} and {tuple(labels.shape)}",
                        described=True)
+    if labels.is_floating_point() or labels.is_complex():  # 0.1 + 0.2 and 0.3 would be two groups
+        _validate.fail("labels.dtype", "an integer dtype (token ids or class indices)", labels.dtype)
     present, inverse = torch.unique(labels, return_inverse=True)
     sums = torch.zeros(len(present), vectors.shape[1], dtype=torch.float64).index_add_(0, inverse, vectors.double())
     counts = torch.bincount(inverse, minlength=len(present)).double()
@@ -602,8 +622,8 @@ def value_manifold(points, entropy):
     Returns a dict: pc1_share (share of the variance on the first principal component), spearman
     (rank correlation of the PC1 coordinate with the entropy, sign fixed to be >= 0 by orienting PC1)
     and pc1 (n,) the oriented coordinates. Paper I's check: PC1 > 80% and a strong correlation."""
-    points = _tensor("points", points, 2)
-    entropy = _tensor("entropy", entropy)
+    points = _validate.tensor("points", _tensor("points", points, 2))
+    entropy = _validate.tensor("entropy", _tensor("entropy", entropy))
     _validate.shape("entropy", entropy, points.shape[:1], "one value per point, shape")
     result = pca(points, n_components=1)
     pc1 = result["projected"][:, 0]
@@ -628,6 +648,23 @@ def _residual_stream(model, tokens):
     return kept[0]
 
 
+def _check_token_groups(token_groups, tokens):
+    """{name: token ids}, each group with at least two of the tokens in the batch (a cosine needs a pair)."""
+    if token_groups is None:
+        return
+    if not hasattr(token_groups, "items"):
+        _validate.fail("token_groups", "a dict {name: token ids}", token_groups)
+    present = set(torch.unique(tokens).tolist())
+    for name, ids in token_groups.items():
+        try:
+            found = present & {_validate.integer(f"token_groups[{name!r}]", i) for i in ids}
+        except TypeError:
+            _validate.fail(f"token_groups[{name!r}]", "a list of token ids", ids)
+        if len(found) < 2:
+            _validate.fail(f"token_groups[{name!r}]", "at least two token ids that occur in the batch",
+                           f"{ids!r}, of which {sorted(found)} occur", described=True)
+
+
 def bayesian_geometry(model, batch, token_groups=None):
     """Paper I's three signatures of a transformer on a wind-tunnel batch (``wind_tunnels.WindTunnelBatch``),
     read through the probe points of its attention layers (``models.run_with_probes``):
@@ -649,6 +686,7 @@ def bayesian_geometry(model, batch, token_groups=None):
       ("pc1_share_residual", "spearman_residual")
     """
     _check_batch(batch)
+    _check_token_groups(token_groups, batch.tokens)
     records = models.run_with_probes(model, batch.tokens, ("probe_k", "probe_alpha", "probe_g"))
     k = records[0]["k"]
     B, H, T, d = k.shape

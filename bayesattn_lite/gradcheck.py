@@ -48,10 +48,22 @@ def finite_difference(f, tensor, index, eps=1e-6):
                        f"{index!r} ({exc})", described=True)
     bumped = tensor.detach().clone()
     bumped[index] += eps
-    up = float(f(bumped))
+    up = _number(f, bumped)
     bumped[index] -= 2 * eps
-    down = float(f(bumped))
+    down = _number(f, bumped)
     return (up - down) / (2 * eps)
+
+
+def _number(f, tensor):
+    """f(tensor) as a float; a string or a tensor of several entries is not the scalar a derivative needs."""
+    out = f(tensor)
+    try:
+        if isinstance(out, (str, bytes)):
+            raise TypeError
+        return float(out)
+    except (TypeError, ValueError, RuntimeError):
+        _validate.fail("f", "a function f(tensor) -> a number", f"one returning {_validate.describe(out)}",
+                       described=True)
 
 
 def relative_error(a, b):

@@ -51,3 +51,28 @@ def test_interrupt_saves_and_reraises(tmp_path, capsys):
         with checkpoints.saved_on_interrupt(tmp_path / "run.pt", lambda: saved.append(7), lambda: 7):
             raise KeyboardInterrupt
     assert saved == [7] and "saved step 7" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda tmp: checkpoints.save("", {"a": 1}), "path"),
+    (lambda tmp: checkpoints.save(tmp / "s.pt", {"f": lambda: 1}), "state"),
+    (lambda tmp: checkpoints.save(tmp / "s.pt", [1, 2]), "state"),
+    (lambda tmp: checkpoints.load(tmp / "ok.pt", "train.train", device="tpu"), "device"),
+    (lambda tmp: checkpoints.fingerprint(object()), "parts"),
+])
+def test_bad_inputs_name_the_argument(tmp_path, call, name):
+    checkpoints.save(tmp_path / "ok.pt", {"kind": "train.train"})
+    with pytest.raises(ValueError, match=rf"{name}.*expected"):
+        call(tmp_path)
+    assert not list(tmp_path.glob(".tmp-*"))  # refused before any file was written
+
+
+def test_states_of_the_training_loops_are_accepted(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(1, 2)).sum().backward()
+    opt.step()
+    state = {"kind": "train.train", "model": model.state_dict(), "optimizer": opt.state_dict(),
+             "rng": train._rng_state(), "shape": torch.Size([2]), "dtype": torch.float64, "none": None}
+    checkpoints.save(tmp_path / "c.pt", state)
+    assert checkpoints.load(tmp_path / "c.pt", "train.train", device=torch.device("cpu"))["shape"] == (2,)

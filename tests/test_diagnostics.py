@@ -251,3 +251,45 @@ def test_mean_sd_is_the_sample_sd_over_seeds():
     for bad in ([], [1.0, float("nan")], ["a"]):
         with pytest.raises(ValueError, match="values"):
             diagnostics.mean_sd(bad)
+
+
+_ALPHA = torch.softmax(torch.randn(4, 4, generator=torch.Generator().manual_seed(0)), -1)
+_RATES = diagnostics.settle(np.arange(10), np.linspace(1, 0, 10))
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: diagnostics.entropy(torch.tensor([0.5, 0.5]), bits="yes"), "bits"),
+    (lambda: diagnostics.kl_divergence(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 2.0])), "log_q"),
+    (lambda: diagnostics.kl_divergence(torch.tensor([0.5, 0.5]), torch.log(torch.tensor([0.5, 0.5])), bits=1), "bits"),
+    (lambda: diagnostics.attention_mass(_ALPHA, torch.tensor([1.0, 0.0, 1.0, 0.5])), "key_mask"),
+    (lambda: diagnostics.advantage_flow(_ALPHA, torch.full((4, 4), math.nan), torch.ones(4, dtype=torch.bool)),
+     "advantage"),
+    (lambda: diagnostics.predicted_attention_change(_ALPHA, torch.randn(4, 4), eta=-1), "eta"),
+    (lambda: diagnostics.predicted_attention_change(_ALPHA, torch.full((4, 4), math.inf)), "advantage"),
+    (lambda: diagnostics.movement_toward(torch.randn(4, 2), torch.full((4, 2), math.nan)), "u"),
+    (lambda: diagnostics.movement_toward(torch.full((4, 2), math.nan), torch.randn(4, 2)), "delta_v"),
+    (lambda: diagnostics.frame_change(_ALPHA, torch.rand(4, 4) + 1), "after"),
+    (lambda: diagnostics.frame_change(torch.full((4, 4), math.nan), _ALPHA), "before"),
+    (lambda: diagnostics.settle_order(_RATES, _RATES, fraction=0.33), "fraction"),
+    (lambda: diagnostics.settle_order("frame", _RATES), "frame"),
+    (lambda: diagnostics.settle_order(_RATES, {"settled": [0.2]}), "values"),
+    (lambda: diagnostics.settle_text("result"), "result"),
+    (lambda: diagnostics.group_means(torch.randn(4, 3), torch.tensor([0.0, 1.0, 0.0, 1.0])), "labels"),
+    (lambda: diagnostics.value_manifold(torch.randn(5, 3), torch.full((5,), math.nan)), "entropy"),
+    (lambda: diagnostics.value_manifold(torch.full((5, 3), math.nan), torch.randn(5)), "points"),
+])
+def test_bad_inputs_name_the_argument(call, name):
+    with pytest.raises(ValueError, match=rf"{name}.*expected"):
+        call()
+
+
+def test_valid_edge_inputs_are_accepted():
+    assert diagnostics.attention_mass(_ALPHA, torch.tensor([1.0, 0.0, 1.0, 0.0])).shape == (4,)  # 0/1 floats
+    q = torch.softmax(torch.randn(3, 5), -1)  # float32: normalised only up to rounding
+    assert diagnostics.kl_divergence(q, torch.log(q)).abs().max() < 1e-6
+    p = torch.zeros(2, 3)  # an all-zero row of p: no distribution there, so log_q is not checked
+    assert diagnostics.kl_divergence(p, torch.zeros(2, 3)).abs().max() == 0
+    assert diagnostics.frame_change(_ALPHA, _ALPHA) == 0.0
+    assert diagnostics.settle_text(_RATES).startswith(("settles", "not settled"))
+    assert diagnostics.settle_order({"settled": {0.2: 100}}, {"settled": {0.2: None}}) == "frame first (values not settled)"
+    assert math.isnan(diagnostics.pearson([1, 1, 1], [1, 2, 3]))  # documented: nan for a constant sample

@@ -302,3 +302,20 @@ def test_positive_mass_counts_only_queries_with_an_error_signal():
     scored = (u_norm > 0) & ((rec["alpha"] > 0).sum(-1) >= 2)
     assert rec["positive_mass"] == pytest.approx(positive[scored].mean().item(), abs=1e-12)
     assert rec["positive_mass"] > positive[(rec["alpha"] > 0).sum(-1) >= 2].mean().item()
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: monitor.summarise(torch.rand(1, 1, 4, 4) + 1, torch.randn(1, 1, 4, 2), torch.randn(1, 1, 4, 2)), "alpha"),
+    (lambda: monitor.summarise(-torch.softmax(torch.randn(1, 1, 4, 3), -1), torch.randn(1, 1, 4, 2),
+                               torch.randn(1, 1, 3, 2)), "alpha"),
+])
+def test_summarise_refuses_maps_that_are_not_attention(call, name):
+    with pytest.raises(ValueError, match=rf"{name}.*expected"):
+        call()
+
+
+def test_summarise_accepts_float32_rows_and_queries_without_keys():
+    alpha = torch.softmax(torch.randn(1, 2, 4, 3), -1)  # T != S, float32 rounding
+    alpha[0, 0, 0] = 0.0  # a query that sees no key
+    b, _, stats = monitor.summarise(alpha, torch.randn(1, 2, 4, 5), torch.randn(1, 2, 3, 5))
+    assert b.shape == (1, 2, 4, 3) and math.isfinite(stats["entropy"])
