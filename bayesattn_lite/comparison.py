@@ -34,12 +34,30 @@ CURVE_SEED = 54321  # the held-out sequences of the learning curves (not the one
 
 def run_name(arch, task_name, seed):
     """The name of a run's files, ``<arch>-<task>-seed<seed>`` (checkpoints, shipped weights, records)."""
+    seed = _validate.seed("seed", seed)
     return f"{arch}-{task_name}-seed{seed}"
+
+
+def _model(what, model):
+    """A model to train or score: a torch.nn.Module (what ``models.build`` returns)."""
+    if not isinstance(model, torch.nn.Module):
+        _validate.fail(what, "a torch.nn.Module (e.g. models.build(...))", type(model).__name__, described=True)
+    return model
+
+
+def _horizons(what, horizons):
+    """Test horizons: a list or tuple of ``sample`` keyword dicts, e.g. [{"K": 30}]."""
+    if not isinstance(horizons, (list, tuple)) or not all(isinstance(h, dict) for h in horizons):
+        _validate.fail(what, 'a list of horizon dicts, e.g. [{"K": 30}]', horizons)
+    return horizons
 
 
 def task_loss(model, batch):
     """Cross-entropy of the model's logits against the batch's targets on the scored positions
     (targets are samples of the hidden answer, so its minimiser is the exact posterior)."""
+    _model("model", model)
+    if not isinstance(batch, wind_tunnels.WindTunnelBatch):
+        _validate.fail("batch", "a WindTunnelBatch (task.sample(...))", type(batch).__name__, described=True)
     logits = model(batch.tokens)
     return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=wind_tunnels.IGNORE_INDEX)
 
@@ -96,6 +114,7 @@ def evaluate(model, task, n_seqs=256, seed=EVAL_SEED, **horizon):
     the exact posterior: the best any model can do) and "per_position_error_bits" and
     "per_position_kl_bits", (T,) arrays.
     """
+    _model("model", model)
     task = wind_tunnels.as_wind_tunnel(task)
     n_seqs = _validate.integer("n_seqs", n_seqs, 1)
     device = next(model.parameters()).device
@@ -119,12 +138,15 @@ def evaluate(model, task, n_seqs=256, seed=EVAL_SEED, **horizon):
 
 def horizon_label(horizon):
     """The label of a test horizon in rows and records: "trained" for {}, "K=30" for {"K": 30}."""
+    if not isinstance(horizon, dict):
+        _validate.fail("horizon", 'a dict of sample keywords, e.g. {"K": 30} ({} for the trained one)', horizon)
     return ", ".join(f"{k}={v}" for k, v in sorted(horizon.items())) or "trained"
 
 
 def score(model, task, horizons=(), n_seqs=256, seed=EVAL_SEED):
     """``evaluate`` at the trained horizon and at each of ``horizons`` (e.g. [{"K": 30}]), without the
     per-position arrays: {"trained": metrics, "K=30": metrics, ...}."""
+    _horizons("horizons", horizons)
     out = {}
     for horizon in [{}] + list(horizons):
         metrics = evaluate(model, task, n_seqs=n_seqs, seed=seed, **horizon)
@@ -162,7 +184,9 @@ def model_sizes_for(arch, task, size="small", horizons=None, overrides=None):
     longest sequence it will be evaluated on, at ``horizons`` (default: the task's
     ``test_horizons()``), unless max_len is overridden."""
     task = wind_tunnels.as_wind_tunnel(task, size)
-    horizons = task.test_horizons() if horizons is None else horizons
+    horizons = task.test_horizons() if horizons is None else _horizons("horizons", horizons)
+    if overrides is not None and not isinstance(overrides, dict):
+        _validate.fail("overrides", "a dict of size overrides, e.g. {'d_model': 64}, or None", overrides)
     overrides = dict(overrides or {})
     sizes = models.sizes(arch, size, **overrides)
     if "max_len" in sizes and "max_len" not in overrides:
@@ -191,6 +215,8 @@ def compare(archs, task_names, seeds, steps, size="small", lr=3e-3, batch_size=3
     for what, names in (("archs", archs), ("task_names", task_names)):
         if isinstance(names, str) or not isinstance(names, (list, tuple)) or not names:
             _validate.fail(what, "a non-empty list of names (e.g. ['lstm'], not 'lstm')", names)
+    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__len__") or len(seeds) == 0:
+        _validate.fail("seeds", "a non-empty list of seeds (e.g. [0, 1, 2])", seeds)
     for arch in archs:
         if arch not in models.ARCHITECTURES:
             _validate.fail("archs", f"names from {models.ARCHITECTURES}", arch)
@@ -242,6 +268,8 @@ def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon"))
         _validate.fail("rows", "a non-empty list of rows from compare", rows)
     if metric not in rows[0]:
         _validate.fail("metric", f"one of {sorted(k for k, v in rows[0].items() if isinstance(v, float))}", metric)
+    if isinstance(by, str) or not all(k in rows[0] for k in by):
+        _validate.fail("by", f"a tuple of fields of the rows, from {sorted(rows[0])}", by)
     groups = {}
     for row in rows:
         groups.setdefault(tuple(row[k] for k in by), []).append(row[metric])
@@ -257,6 +285,7 @@ def format_table(rows, metric="entropy_error_bits", horizon="trained", digits=3)
     """A text table, architectures down, tasks across, 'mean ± std' of ``metric`` over seeds."""
     if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) and "horizon" in r for r in rows):
         _validate.fail("rows", "a list of rows from compare (dicts with 'arch', 'task', 'horizon')", rows)
+    digits = _validate.integer("digits", digits, 0)
     stats = summarise([r for r in rows if r["horizon"] == horizon], metric)
     archs = list(dict.fromkeys(k[0] for k in stats))
     names = list(dict.fromkeys(k[1] for k in stats))

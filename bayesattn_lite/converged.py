@@ -104,8 +104,31 @@ VARIANTS = {
 }
 
 
+SIZES = ("small", "paper")
+
+
+def _settings(size="small", variant=None, directory=None, existing=False):
+    """Check ``size`` ("small" or "paper"), ``variant`` (None or a name in ``VARIANTS``) and, with
+    ``existing``, that ``directory`` (None: the shipped runs) is a folder there is to read from."""
+    _validate.choice("size", size, SIZES)
+    if variant is not None:
+        _variant(variant)
+    if existing and directory is not None and not (isinstance(directory, (str, Path)) and Path(directory).is_dir()):
+        _validate.fail("directory", "an existing folder of runs (or None: the shipped ones)", directory)
+
+
+def _run_key(arch, task_name, seed=0, size="small", variant=None, directory=None, existing=False):
+    """Check what names a run before any file is looked up (a typo such as arch="gpt" gets a clear
+    error, not "file missing, train it with --archs gpt"); returns the seed as an int."""
+    _validate.choice("arch", arch, models.ARCHITECTURES)
+    _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
+    _settings(size, variant, directory, existing)
+    return _validate.seed("seed", seed, wind_tunnels.MAX_SEED)
+
+
 def variant_seeds(variant_name, arch):
     """The seeds a variant trains ``arch`` on."""
+    _validate.choice("arch", arch, models.ARCHITECTURES)
     seeds = _variant(variant_name).seeds
     return seeds[arch] if isinstance(seeds, dict) else seeds
 
@@ -119,6 +142,8 @@ def _variant(name):
 
 def variant_task(task_name, variant_name=None, size="small"):
     """The wind tunnel of a run: ``task_name`` at ``size``, with the variant's task overrides."""
+    _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
+    _settings(size, variant_name)
     task = wind_tunnels.as_wind_tunnel(task_name, size)
     overrides = _variant(variant_name).task if variant_name else {}
     if not overrides:
@@ -129,6 +154,7 @@ def variant_task(task_name, variant_name=None, size="small"):
 
 def folder(size="small", directory=None, variant_name=None):
     """Where the shipped runs of ``size`` (and ``variant_name``) live, unless ``directory`` says otherwise."""
+    _settings(size, variant_name)
     if directory:
         return Path(directory)
     return PRETRAINED_DIR / size / "variants" / variant_name if variant_name else PRETRAINED_DIR / size
@@ -136,6 +162,8 @@ def folder(size="small", directory=None, variant_name=None):
 
 def variant_steps(task_name, variant_name=None, size="small"):
     """The steps of a converged run: the wind tunnel's ``converged_steps``, or what the variant says."""
+    _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
+    _settings(size, variant_name)
     base = wind_tunnels.WIND_TUNNELS[task_name].converged_steps[size]
     if not variant_name:
         return base
@@ -145,6 +173,7 @@ def variant_steps(task_name, variant_name=None, size="small"):
 
 def variant_recipe(variant_name=None, size="small"):
     """``RECIPE`` at ``size`` (the paper's rate there), with the variant's overrides."""
+    _settings(size, variant_name)
     recipe = dict(RECIPE, lr=PAPER_LR if size == "paper" else RECIPE["lr"])
     return {**recipe, **(_variant(variant_name).recipe if variant_name else {})}
 
@@ -171,8 +200,7 @@ def train_converged(arch, task_name, seed, size="small", steps=None, device=None
     ``variant`` names an entry of ``VARIANTS`` (a ladder rung or training variant): its sizes,
     task, recipe and steps replace the base run's.
     """
-    if arch not in models.ARCHITECTURES:
-        _validate.fail("arch", f"one of {models.ARCHITECTURES}", arch)
+    _run_key(arch, task_name, seed, size, variant)
     variant_name = variant
     task = variant_task(task_name, variant_name, size)
     steps = variant_steps(task.name, variant_name, size) if steps is None else steps
@@ -210,9 +238,14 @@ def save_pretrained(model, record, directory=None):
     """Write ``<arch>-<task>-seed<seed>.pt`` (the weights, on the CPU) and ``.json`` (the record)
     into ``directory`` (default ``PRETRAINED_DIR / size``, or its ``variants/<name>`` for a
     variant's run); returns the two paths."""
-    directory = folder(record["size"], directory, record.get("variant"))
-    directory.mkdir(parents=True, exist_ok=True)
-    stem = directory / run_name(record["arch"], record["task"], record["seed"])
+    if not isinstance(model, torch.nn.Module):
+        _validate.fail("model", "a torch.nn.Module (the model train_converged returned)", type(model).__name__,
+                       described=True)
+    if not isinstance(record, dict) or not {"arch", "task", "seed", "size"} <= set(record):
+        _validate.fail("record", "the record train_converged returned (a dict with arch, task, seed, size)", record)
+    stem = folder(record["size"], directory, record.get("variant")) / run_name(record["arch"], record["task"],
+                                                                                 record["seed"])
+    _validate.writable_path("directory", stem.with_suffix(".json"))
     weights, meta = stem.with_suffix(".pt"), stem.with_suffix(".json")
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, weights)
     meta.write_text(json.dumps(record, indent=1) + "\n")
@@ -221,14 +254,14 @@ def save_pretrained(model, record, directory=None):
 
 def train_command(arch, task_name, seed, variant_name=None, size="small"):
     """The command that trains (arch, task, seed[, variant]) into the package: what an error names."""
+    seed = _run_key(arch, task_name, seed, size, variant_name)
     extra = f" --variants {variant_name}" if variant_name else ""
     return f"python {TRAIN_SCRIPT} --size {size} --archs {arch} --tasks {task_name} --seeds {seed}{extra}"
 
 
 def load_record(arch, task_name, seed, variant=None, size="small", directory=None):
     """The JSON record that ``train_converged`` wrote for (arch, task, seed[, variant]), as a dict."""
-    if variant is not None:
-        _variant(variant)
+    seed = _run_key(arch, task_name, seed, size, variant, directory, existing=True)
     path = folder(size, directory, variant) / (run_name(arch, task_name, seed) + ".json")
     if not path.exists():
         raise FileNotFoundError(
@@ -242,6 +275,7 @@ def load_record(arch, task_name, seed, variant=None, size="small", directory=Non
 def pretrained_variants(size="small", directory=None):
     """What ships for the variants: {variant name: [(arch, task, seed, has_weights), ...]}, in the
     order of ``VARIANTS`` (a variant with nothing shipped is left out)."""
+    _settings(size, None, directory, existing=True)
     root = Path(directory) if directory else PRETRAINED_DIR / size / "variants"
     out = {}
     for name in VARIANTS:
@@ -256,6 +290,7 @@ def pretrained_variants(size="small", directory=None):
 
 def training_summary(size="small", directory=None):
     """What ``scripts/train_wind_tunnels.py`` wrote about its last run: runs, workers, total_seconds."""
+    _settings(size, None, directory, existing=True)
     path = folder(size, directory) / "summary.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python {TRAIN_SCRIPT} --size {size}`")
@@ -267,6 +302,7 @@ def load_pretrained(arch, task_name, seed, variant=None, size="small", directory
     eval mode; ``variant`` names a ladder rung or training variant (``VARIANTS``, e.g. "d48").
     A clear error naming the script when its files are missing (the largest rungs ship their
     records only: ``pretrained_variants`` says which have weights)."""
+    seed = _run_key(arch, task_name, seed, size, variant, directory, existing=True)
     record = load_record(arch, task_name, seed, variant, size, directory)
     task = variant_task(task_name, variant, size)
     model = models.build(arch, task.vocab_size, task.n_classes, **record["model_sizes"])
@@ -299,6 +335,14 @@ def verdict(kl_per_seed, baseline_kl):
 
 def baseline_kl(task, batch):
     """KL (bits) to the posterior of the task's baseline without the primitive, on ``batch``."""
+    if not isinstance(task, wind_tunnels._WindTunnel):
+        _validate.fail("task", "a wind tunnel (e.g. wind_tunnels.wind_tunnel('hmm'))", type(task).__name__, described=True)
+    if not isinstance(batch, wind_tunnels.WindTunnelBatch):
+        _validate.fail("batch", "a WindTunnelBatch (task.sample(...))", type(batch).__name__, described=True)
+    if (batch.posterior.shape[-1] != task.n_classes or int(batch.tokens.max()) >= task.vocab_size
+            or batch.tokens.shape[-1] <= getattr(task, "prefix_len", 0)):
+        _validate.fail("batch", f"a batch of this task, {task!r}.sample(...)", f"a batch of {batch.posterior.shape[-1]} "
+                       f"classes and tokens of shape {tuple(batch.tokens.shape)}", described=True)
     log_p = torch.log(task.baseline_posterior(batch).double().clamp_min(1e-300))
     # kl_bits takes logits; log-probabilities are logits too (log_softmax leaves them unchanged)
     return diagnostics.kl_bits(log_p, batch).item()
@@ -318,6 +362,8 @@ def measure_run(model, task, n_seqs=N_EVAL_PRETRAINED, seed=EVAL_SEED):
     per token group, as is and centred) with "d_head", the attention entropy per layer and the
     first principal component's share (and Spearman with the posterior entropy) of the last layer's
     head outputs, of each head and of the residual stream (``diagnostics.bayesian_geometry``)."""
+    if not isinstance(model, torch.nn.Module):
+        _validate.fail("model", "a torch.nn.Module (e.g. from load_pretrained)", type(model).__name__, described=True)
     task = wind_tunnels.as_wind_tunnel(task)
     device = next(model.parameters()).device
     batch = task.sample(_validate.integer("n_seqs", n_seqs, 1), seed=seed).to(device)
@@ -336,6 +382,7 @@ def measure_run(model, task, n_seqs=N_EVAL_PRETRAINED, seed=EVAL_SEED):
 
 def has_weights(arch, task_name, seed, variant=None, size="small", directory=None):
     """Whether the weights of a run ship (the largest rungs ship their records only)."""
+    seed = _run_key(arch, task_name, seed, size, variant)
     return (folder(size, directory, variant) / (run_name(arch, task_name, seed) + ".pt")).exists()
 
 
@@ -343,6 +390,7 @@ def ladder_row(arch, task_name, seed, variant=None, size="small", directory=None
     """One run of the ladder as a flat dict: arch, task, seed, variant, n_params, steps, minutes,
     the record's final metrics and ``measure_run``'s, recomputed from the weights where they ship
     ("source": "weights") and read from the record otherwise ("source": "record")."""
+    seed = _run_key(arch, task_name, seed, size, variant, directory, existing=True)
     record = load_record(arch, task_name, seed, variant, size, directory)
     if has_weights(arch, task_name, seed, variant, size, directory):
         model = load_pretrained(arch, task_name, seed, variant, size, directory)
@@ -361,6 +409,12 @@ def ladder_rows(arch, tasks=tuple(wind_tunnels.WIND_TUNNELS), variants=(None,), 
     """``ladder_row`` for every shipped run of ``arch`` on ``tasks`` at each of ``variants`` (None:
     the base runs, seeds 0-2), in that order. A variant that does not cover a task is left out; a
     run it covers whose record is missing raises (``load_record``'s error names the command)."""
+    _validate.choice("arch", arch, models.ARCHITECTURES)
+    _settings(size)
+    if isinstance(tasks, str) or not all(isinstance(t, str) and t in wind_tunnels.WIND_TUNNELS for t in tasks):
+        _validate.fail("tasks", f"a tuple of names from {sorted(wind_tunnels.WIND_TUNNELS)}", tasks)
+    if isinstance(variants, str) or not all(v is None or (isinstance(v, str) and v in VARIANTS) for v in variants):
+        _validate.fail("variants", f"a tuple of None (the base runs) and names from {sorted(VARIANTS)}", variants)
     rows = []
     for name in variants:
         for task_name in tasks:
@@ -390,8 +444,7 @@ def cost_estimate(arch, task_name, size="paper", seeds=1, variant=None):
     tokens (steps x batch x sequence length), tflop (6 x parameters x tokens / 1e12) and
     gpu_hours for ``seeds`` runs, from ASSUMED_GPU_FLOPS and the architecture's step floor
     (an estimate, not a measurement)."""
-    if arch not in models.ARCHITECTURES:
-        _validate.fail("arch", f"one of {models.ARCHITECTURES}", arch)
+    _run_key(arch, task_name, size=size, variant=variant)
     seeds = _validate.integer("seeds", seeds, 1)
     task = variant_task(task_name, variant, size)
     sizes = _run_sizes(arch, task, size, variant)

@@ -63,6 +63,20 @@ SCRIPT = "scripts/wind_tunnel_dynamics.py"
 DIGITS = 6              # significant digits kept in the records
 
 
+def _run_key(task_name, seed):
+    """Check what names a run (``task_name`` in ``TASKS``, ``seed`` an int in [0, 2**16)) before any
+    file is looked up or any training starts; returns the seed as an int."""
+    _validate.choice("task_name", task_name, TASKS)
+    return _validate.seed("seed", seed, 2**16)
+
+
+def _check_record(record, keys):
+    """A record of ``run`` (a dict): at least ``keys``, the ones the caller reads."""
+    if not isinstance(record, dict) or not set(keys) <= set(record):
+        _validate.fail("record", f"a record of dynamics.run or load_record (a dict with {', '.join(keys)})", record)
+    return record
+
+
 class _Stop(Exception):
     """Raised from inside the training loop to end a run early (``run(stop=...)``)."""
 
@@ -72,6 +86,9 @@ def parameter_groups(model):
     of layer l's ``qkv`` projection, weight and bias), "layer l values" (its value rows), and "rest"
     (every other parameter: embeddings, LayerNorms, MLPs, the out-projections ``proj``, the readout).
     Every scalar of the model is in exactly one group."""
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "attention_layers"):
+        _validate.fail("model", "a transformer (models.build('transformer', ...): a model with attention_layers())",
+                       type(model).__name__, described=True)
     layers = model.attention_layers()
     groups = {}
     claimed = {}
@@ -125,9 +142,7 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
     snapshot - at the last) and "final" (``comparison.evaluate`` at the end, to compare with the
     shipped model's record).
     """
-    if task_name not in TASKS:
-        _validate.fail("task_name", f"one of {TASKS}", task_name)
-    seed = _validate.seed("seed", seed, 2**16)
+    seed = _run_key(task_name, seed)
     task = wind_tunnels.wind_tunnel(task_name, "small")
     steps = task.converged_steps["small"]
     if stop is not None:
@@ -243,20 +258,24 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
 
 def record_path(task_name, seed, directory=None):
     """Where the record of (task, seed) lives: ``DYNAMICS_DIR`` unless ``directory`` says otherwise."""
+    seed = _run_key(task_name, seed)
     return (DYNAMICS_DIR if directory is None else Path(directory)) / f"{ARCH}-{task_name}-seed{seed}.json"
 
 
 def save_record(record, directory=None):
     """Write ``record`` as ``transformer-<task>-seed<seed>.json`` into ``directory`` (default
     ``DYNAMICS_DIR``); returns the path."""
-    path = record_path(record["task"], record["seed"], directory)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    record = _check_record(record, ("task", "seed"))
+    path = Path(_validate.writable_path("directory", record_path(record["task"], record["seed"], directory)))
     path.write_text(json.dumps(record, separators=(",", ":")) + "\n")
     return path
 
 
 def load_record(task_name, seed, directory=None):
     """The shipped record of (task, seed), as a dict; a clear error naming the script when missing."""
+    seed = _run_key(task_name, seed)
+    if directory is not None and not (isinstance(directory, (str, Path)) and Path(directory).is_dir()):
+        _validate.fail("directory", "an existing folder of records (or None: the shipped ones)", directory)
     path = record_path(task_name, seed, directory)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python {SCRIPT} --tasks {task_name} --seeds {seed}` "
@@ -276,6 +295,7 @@ def summarise(record, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics
     peak, or None), t_frame and t_values (the settle steps at the first fraction), the share of the
     probe loss decrease after t_frame, the first-order decrease after t_frame by group (its share
     of their sum) and the KL at t_frame and at the end. A list, one dict per layer."""
+    _check_record(record, ("steps", "loss", "kl_bits", "attribution", "layers"))
     steps = np.asarray(record["steps"])
     rate_steps = steps[1:]
     loss = np.asarray(record["loss"], dtype=float)
@@ -305,4 +325,9 @@ def summarise(record, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics
 
 def order(frame, values, fraction):
     """"frame first", "values first", "together", or what cannot be said: ``diagnostics.settle_order``."""
+    for what, result in (("frame", frame), ("values", values)):
+        if not isinstance(result, dict) or not isinstance(result.get("settled"), dict):
+            _validate.fail(what, "a result of diagnostics.settle (a dict with 'settled')", result)
+        if fraction not in result["settled"]:
+            _validate.fail("fraction", f"one of the fractions {what} was settled at, {list(result['settled'])}", fraction)
     return diagnostics.settle_order(frame, values, fraction)

@@ -148,6 +148,20 @@ def test_summarise_and_format_table():
     (lambda: compare(["lstm"], ["hmm"], [0], 1, workers=0), "workers"),
     (lambda: summarise([]), "rows"),
     (lambda: summarise([{"arch": "lstm", "kl_bits": 1.0}], "loss"), "metric"),
+    (lambda: summarise([{"arch": "lstm", "kl_bits": 1.0}], "kl_bits", by=("nope",)), "by"),
+    (lambda: format_table([{"arch": "a", "task": "t", "horizon": "trained", "entropy_error_bits": 1.0}], digits=-1),
+     "digits"),
+    (lambda: evaluate("model", "bijection", n_seqs=2), "model"),
+    (lambda: comparison.task_loss(models.build("lstm", 16, 8, d_model=4), "batch"), "batch"),
+    (lambda: comparison.task_loss("model", wind_tunnels.wind_tunnel("bijection").sample(2, seed=0)), "model"),
+    (lambda: comparison.score(models.build("lstm", 16, 8, d_model=4), "bijection", horizons="L=2", n_seqs=2),
+     "horizons"),
+    (lambda: comparison.model_sizes_for("transformer", "hmm", overrides="d_model=4"), "overrides"),
+    (lambda: comparison.model_sizes_for("transformer", "hmm", horizons={"K": 30}), "horizons"),
+    (lambda: compare(["lstm"], ["hmm"], [], 1), "seeds"),
+    (lambda: compare(["lstm"], ["hmm"], 0, 1), "seeds"),
+    (lambda: comparison.horizon_label("K=3"), "horizon"),
+    (lambda: comparison.run_name("lstm", "hmm", -1), "seed"),
 ])
 def test_bad_inputs_raise(call, match):
     with pytest.raises(ValueError, match=match):

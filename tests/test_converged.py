@@ -110,6 +110,7 @@ def test_a_variant_trains_saves_into_its_folder_and_reloads(tmp_path):
     weights, meta = converged.save_pretrained(model, record, tmp_path)
     again = converged.load_pretrained("transformer", "hmm", 0, variant="stream", directory=tmp_path)
     assert_same_weights(model, again)
+    (tmp_path / "none").mkdir()
     with pytest.raises(FileNotFoundError, match="--variants d48"):
         converged.load_pretrained("transformer", "hmm", 0, variant="d48", directory=tmp_path / "none")
 
@@ -189,3 +190,50 @@ def test_folder_and_has_weights():
     assert converged.folder() == converged.PRETRAINED_DIR / "small"
     assert converged.folder("small", None, "d48") == converged.PRETRAINED_DIR / "small" / "variants" / "d48"
     assert converged.has_weights("transformer", "hmm", 0) and not converged.has_weights("transformer", "hmm", 0, "d96")
+
+
+_TASK = wind_tunnels.BijectionTask(V=3, L=2)
+_MODEL = models.build("lstm", _TASK.vocab_size, _TASK.n_classes, d_model=4)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: converged.load_pretrained("gpt", "bijection", 0), "arch"),          # before the file lookup
+    (lambda: converged.load_pretrained(None, "bijection", 0), "arch"),
+    (lambda: converged.load_pretrained("lstm", "sorting", 0), "task_name"),
+    (lambda: converged.load_pretrained("lstm", "bijection", -1), "seed"),
+    (lambda: converged.load_pretrained("lstm", "bijection", "0"), "seed"),
+    (lambda: converged.load_pretrained("lstm", "bijection", 0, size="huge"), "size"),
+    (lambda: converged.load_pretrained("lstm", "bijection", 0, directory="/nonexistent"), "directory"),
+    (lambda: converged.load_record("lstm", "nope", 0), "task_name"),
+    (lambda: converged.ladder_row("gpt", "bijection", 0), "arch"),
+    (lambda: converged.ladder_rows("gpt"), "arch"),
+    (lambda: converged.ladder_rows("lstm", tasks=("nope",)), "tasks"),
+    (lambda: converged.ladder_rows("lstm", variants=("nope",)), "variants"),
+    (lambda: converged.has_weights("lstm", "bijection", 0, size="tiny"), "size"),
+    (lambda: converged.train_command("gpt", "hmm", 0), "arch"),
+    (lambda: converged.training_summary(size="tiny"), "size"),
+    (lambda: converged.pretrained_variants(directory="/nonexistent"), "directory"),
+    (lambda: converged.folder(size="tiny"), "size"),
+    (lambda: converged.variant_steps("nope"), "task_name"),
+    (lambda: converged.variant_steps("hmm", size="tiny"), "size"),
+    (lambda: converged.variant_recipe(size="tiny"), "size"),
+    (lambda: converged.variant_seeds("d48", "gpt"), "arch"),
+    (lambda: converged.cost_estimate("transformer", "nope"), "task_name"),
+    (lambda: converged.train_converged("transformer", "nope", 0, steps=1, progress=False), "task_name"),
+    (lambda: converged.save_pretrained("m", {}), "model"),
+    (lambda: converged.save_pretrained(_MODEL, {"arch": "lstm"}), "record"),
+    (lambda: converged.save_pretrained(_MODEL, {"arch": "lstm", "task": "bijection", "seed": 0, "size": "small"},
+                                       directory="/proc/x"), "directory"),
+    (lambda: converged.baseline_kl(_TASK, "batch"), "batch"),
+    (lambda: converged.baseline_kl("bijection", _TASK.sample(2, seed=0)), "task"),
+    (lambda: converged.baseline_kl(wind_tunnels.HMMTask(), _TASK.sample(2, seed=0)), "batch"),  # another task's
+    (lambda: converged.measure_run("m", _TASK, n_seqs=2), "model"),
+])
+def test_bad_inputs_get_clear_errors(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+def test_a_valid_run_without_files_keeps_the_training_command(tmp_path):
+    with pytest.raises(FileNotFoundError, match="--seeds 99"):
+        converged.load_pretrained("lstm", "bijection", 99)

@@ -129,3 +129,24 @@ def test_the_script_writes_records_and_skips_them_next_time(tmp_path, monkeypatc
     assert json.loads((tmp_path / "summary.json").read_text())["runs"] == 1
     assert script.main(args) == []
     assert "up to date, skipped: transformer-bijection-seed0.json" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: dynamics.load_record("nope", 0), "task_name"),               # before the file lookup
+    (lambda: dynamics.load_record("bijection", -1), "seed"),
+    (lambda: dynamics.load_record("bijection", 0, directory="/nonexistent"), "directory"),
+    (lambda: dynamics.record_path("nope", 0), "task_name"),
+    (lambda: dynamics.record_path("bijection", "a"), "seed"),
+    (lambda: dynamics.save_record("record"), "record"),
+    (lambda: dynamics.save_record({"task": "bijection", "seed": 0}, directory="/proc/x"), "directory"),
+    (lambda: dynamics.summarise("record"), "record"),
+    (lambda: dynamics.summarise({}), "record"),
+    (lambda: dynamics.parameter_groups(models.build("lstm", 16, 8, d_model=4)), "model"),
+    (lambda: dynamics.parameter_groups("model"), "model"),
+    (lambda: dynamics.order("a", "b", 0.2), "frame"),
+    (lambda: dynamics.order({"settled": {0.2: 1}}, None, 0.2), "values"),
+    (lambda: dynamics.order({"settled": {0.2: 1}}, {"settled": {0.2: 1}}, 0.3), "fraction"),
+])
+def test_bad_inputs_get_clear_errors(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
