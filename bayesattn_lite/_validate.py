@@ -213,6 +213,18 @@ def matrix(what, value, min_rows=1):
     return value
 
 
+def distributions(what, probs, dim=-1, sum_tol=1e-3, entry_tol=1e-6, expected=None):
+    """Probabilities along ``dim``: entries in [0, 1] (up to ``entry_tol``) that sum to 1 (up to
+    ``sum_tol``), or all-zero rows, which stand for positions without a distribution (a wind tunnel's
+    unscored ones, a query that sees no key). ``expected`` words the message for the caller."""
+    sums = probs.sum(dim)
+    if probs.numel() and ((probs < 0).any() or (probs > 1 + entry_tol).any()
+                          or (((sums - 1).abs() > sum_tol) & (sums != 0)).any()):
+        fail(what, expected or f"probability distributions along dim {dim} (entries in [0, 1] summing to 1)",
+             f"sums from {sums.min().item():.4g} to {sums.max().item():.4g}", described=True)
+    return probs
+
+
 def writable_path(what, path):
     """A file path that can be written: a str or os.PathLike, not a directory, in a folder that
     exists or can be made and that this process may write to. Checked before any work starts."""

@@ -71,16 +71,6 @@ LOG2 = math.log(2.0)
 # ----------------------------------------------------------------------------- information
 # The one entropy and the one KL divergence of the package: every other measure calls these.
 
-def _check_distributions(name, probs, dim):
-    """Probabilities: entries in [0, 1] that sum to 1 along ``dim`` (float32 rounding allowed), or
-    all-zero rows, which stand for positions without a distribution (a wind tunnel's unscored ones)."""
-    sums = probs.sum(dim)
-    if probs.numel() and ((probs < 0).any() or (probs > 1 + 1e-6).any()
-                          or (((sums - 1).abs() > 1e-3) & (sums != 0)).any()):
-        _validate.fail(name, f"probability distributions along dim {dim} (entries in [0, 1] summing to 1)",
-                       f"sums from {sums.min().item():.4g} to {sums.max().item():.4g}", described=True)
-
-
 def _dim(dim, t):
     """An axis of ``t``: an int in [-t.dim(), t.dim() - 1]."""
     return _validate.integer("dim", dim, -max(t.dim(), 1), max(t.dim(), 1) - 1)
@@ -92,7 +82,7 @@ def entropy(probs, dim=-1, bits=False):
     Computed in float64; NaN or inf probabilities are an error, not a NaN result."""
     probs = _validate.tensor("probs", _tensor("probs", probs), floating=True).double()
     dim, bits = _dim(dim, probs), _validate.boolean("bits", bits)
-    _check_distributions("probs", probs, dim)
+    _validate.distributions("probs", probs, dim)
     h = -torch.xlogy(probs, probs).sum(dim)
     return h / LOG2 if bits else h
 
@@ -102,7 +92,7 @@ def kl_divergence(p, log_q, dim=-1, bits=False):
     log-probabilities ``log_q`` (e.g. a model's log_softmax), in nats, or bits if ``bits``."""
     p = _validate.tensor("p", _tensor("p", p), floating=True).double()
     dim, bits = _dim(dim, p), _validate.boolean("bits", bits)
-    _check_distributions("p", p, dim)
+    _validate.distributions("p", p, dim)
     log_q = _tensor("log_q", log_q).double()
     if log_q.shape != p.shape:
         _validate.fail("log_q", f"the shape of p {tuple(p.shape)}", log_q)
@@ -269,7 +259,7 @@ def frame_change(before, after):
     before, after = _tensor("before", before), _tensor("after", after)
     _validate.same_shape("before, after", before, after)
     for name, maps in (("before", before), ("after", after)):  # rows of attention: distributions over keys
-        _check_distributions(name, _validate.tensor(name, maps).double(), -1)
+        _validate.distributions(name, _validate.tensor(name, maps).double(), -1)
     return 0.5 * (after.double() - before.double()).abs().sum(-1).mean().item()
 
 

@@ -143,16 +143,6 @@ def _heads(t, H):
 
 # ----------------------------------------------------------------------------- summaries
 
-def _check_rows(alpha):
-    """Attention rows: weights in [0, 1] summing to 1 (up to the dtype's rounding), or all zero (a query
-    that sees no key)."""
-    sums = alpha.double().sum(-1)
-    tol = max(1e-4, 10 * torch.finfo(alpha.dtype).eps)
-    if alpha.numel() and ((alpha < 0).any() or (alpha > 1 + tol).any() or (((sums - 1).abs() > tol) & (sums != 0)).any()):
-        _validate.fail("alpha", "attention weights in [0, 1] whose rows sum to 1 (a softmax over keys)",
-                       f"row sums from {sums.min().item():.4g} to {sums.max().item():.4g}", described=True)
-
-
 def summarise(alpha, u, v):
     """The record of one layer: b, the advantage and the scalar summaries (module docstring).
 
@@ -166,7 +156,10 @@ def summarise(alpha, u, v):
     if v.shape[:2] + v.shape[2:3] != alpha.shape[:2] + alpha.shape[3:] or v.shape[3] != u.shape[3]:
         _validate.fail("v", f"shape (B, H, S, d) = {tuple(alpha.shape[:2] + alpha.shape[3:]) + (u.shape[3],)} "
                        "(the keys of alpha, the d of u)", v)
-    _check_rows(alpha)
+    # attention rows, or all-zero rows (a query that sees no key), up to the dtype's rounding
+    tol = max(1e-4, 10 * torch.finfo(alpha.dtype).eps)
+    _validate.distributions("alpha", alpha.double(), -1, sum_tol=tol, entry_tol=tol,
+                            expected="attention weights in [0, 1] whose rows sum to 1 (a softmax over keys)")
     b = u @ v.transpose(-1, -2)
     _, advantage = attention.score_gradient(alpha, b)
     advantage = advantage.masked_fill(alpha == 0, 0.0)

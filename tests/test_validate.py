@@ -388,3 +388,13 @@ def test_checkpoint_errors_name_the_file_and_both_fingerprints(tmp_path):
     path = _train_checkpoint(tmp_path)
     with pytest.raises(checkpoints.CheckpointMismatch, match=r"run\.pt: expected a checkpoint of this run \(fingerprint \w{16}\), but it was written by another run \(its fingerprint \w{16}\)"):
         train.train(_head(), _loss, train.Recipe(4, lr=0.05), checkpoint_path=path, progress=False)
+
+
+def test_distributions_accepts_rows_that_sum_to_1_or_0_and_names_the_rest():
+    ok = torch.tensor([[0.25, 0.75], [0.0, 0.0]])
+    assert _validate.distributions("p", ok) is ok
+    for bad in (torch.tensor([[0.5, 0.6]]), torch.tensor([[-0.1, 1.1]])):
+        with pytest.raises(ValueError, match="^p: expected probability distributions along dim -1"):
+            _validate.distributions("p", bad)
+    with pytest.raises(ValueError, match="^alpha: expected rows"):  # the caller's tolerance and words
+        _validate.distributions("alpha", torch.tensor([[0.5, 0.5005]]), sum_tol=1e-4, expected="rows")
