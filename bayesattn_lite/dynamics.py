@@ -324,10 +324,6 @@ def summarise(record, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics
 
 
 def order(frame, values, fraction):
-    """"frame first", "values first", "together", or what cannot be said: ``diagnostics.settle_order``."""
-    for what, result in (("frame", frame), ("values", values)):
-        if not isinstance(result, dict) or not isinstance(result.get("settled"), dict):
-            _validate.fail(what, "a result of diagnostics.settle (a dict with 'settled')", result)
-        if fraction not in result["settled"]:
-            _validate.fail("fraction", f"one of the fractions {what} was settled at, {list(result['settled'])}", fraction)
+    """"frame first", "values first", "together", or what cannot be said: ``diagnostics.settle_order``
+    (which checks that both are settle results holding ``fraction``)."""
     return diagnostics.settle_order(frame, values, fraction)
