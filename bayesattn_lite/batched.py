@@ -338,7 +338,7 @@ def _resume(path, fingerprint, steps, device, dtype):
 
 def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None, device=None,
           dtype=torch.float32, progress=True, desc="training", checkpoint_path=None,
-          checkpoint_every=100, resume=True):
+          checkpoint_every=100, resume=True, sampler=None):
     """Plain full-batch gradient descent on M models at once, each with its own learning rates.
 
     ``x`` (M, N, d_x), ``y`` (M, N), ``params`` stacked (M, out, in); ``lrs`` maps each matrix
@@ -349,6 +349,9 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     sequence per step, in turn (step t uses sequence t mod P): stochastic gradient descent over
     sequences, so that a model cannot memorise one sequence. The recorded loss is then the loss on
     that step's sequence, and ``final`` the mean over the pool.
+    A ``sampler`` (a callable: step -> (x, y) shaped like ``x`` (M, N, d_x) and ``y``) draws *fresh*
+    data instead, a new sequence per model at every step, so that no sequence is seen twice; ``x``,
+    ``y`` are then its first batch, and ``final`` is measured on ``sampler(steps)``, which no step saw.
     A nan/inf loss raises ``TrainingDiverged`` naming the models and their rates. With
     ``checkpoint_path``, the run saves every ``checkpoint_every`` steps and on Ctrl-C, and (if
     ``resume``) continues from a checkpoint of the same inputs.
@@ -359,6 +362,16 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     device = pick_device(device)
     x, y, params, pool = _inputs(x, y, params, device, dtype)
     M, dtype = x.shape[0], x.dtype
+    if sampler is not None and (not callable(sampler) or len(pool) > 1):
+        _validate.fail("sampler", "None, or a callable step -> (x, y) when x is one batch (M, N, d_x), not a pool",
+                       sampler)
+
+    def batch_at(step):
+        if sampler is None:
+            return pool[step % len(pool)]
+        xs, ys = sampler(step)
+        return xs.to(device, dtype), ys.to(device)
+
     steps = _validate.integer("steps", steps, 1)
     record_every = _validate.integer("record_every", record_every, 1)
     names = list(names) if names is not None else [f"model {m}" for m in range(M)]
@@ -390,7 +403,7 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
         for step in bar:
             if step in snapshot_set:
                 snapshots[step] = _snapshot(params)
-            metrics, grads = forward_backward(*pool[step % len(pool)], params, block_size, check=False)
+            metrics, grads = forward_backward(*batch_at(step), params, block_size, check=False)
             # one small tensor, one device sync: the metrics and each matrix's |grad|^2, which is
             # nan/inf when any gradient entry is, so the check comes before the update
             grad_sq = [grads[name].pow(2).sum((1, 2)) for name in PARAM_NAMES]
@@ -410,7 +423,7 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     snapshots[steps] = _snapshot(params)
     if checkpoint_path and done > start:
         save_now()
-    per_sequence = [evaluate(xp, yp, params, block_size) for xp, yp in pool]
+    per_sequence = [evaluate(xp, yp, params, block_size) for xp, yp in ([batch_at(steps)] if sampler else pool)]
     final = {key: np.mean([m[key] for m in per_sequence], axis=0) for key in per_sequence[0]}
     if not np.isfinite(final["loss"]).all():
         raise _diverged(steps, np.isfinite(final["loss"]), names, lrs)

@@ -288,6 +288,7 @@ def settling_step(steps, rates, threshold):
 
 SETTLE_FRACTIONS = (0.2, 0.1)  # a pathway has settled once its rate stays below this share of its own peak
 SETTLE_WINDOW = 5              # rates are smoothed over this many intervals first (a centred running mean)
+SETTLE_MIN_SPAN = 0.2          # ... and stays there for at least this share of the run: an end-of-run dip is no evidence
 
 
 def _smooth(rates, window):
@@ -298,7 +299,7 @@ def _smooth(rates, window):
     return np.convolve(padded, kernel, mode="valid")
 
 
-def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW):
+def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW, min_span=SETTLE_MIN_SPAN):
     """The course's one settle measure: a change rate against its own peak.
 
     ``rates[t]`` is how fast a pathway moved in the interval ending at ``steps[t]`` (a frame rate,
@@ -306,31 +307,62 @@ def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW):
     then compared with their own peak, which makes the measure scale-free (a TV distance and a
     relative norm compare fairly) and not bound by the run's length: a pathway whose rate is still
     rising, or has not fallen far from its peak, is reported as not settled, not as settling at the
-    end of the run. Returns a dict:
+    end of the run. A settled state must also *last*: a step later than the last ``min_span`` of the
+    run (from steps[0] to the last step) counts as not settled, so that a dip in the last few
+    snapshots, where the smoothing pads the edge, decides nothing. Returns a dict:
 
     ``peak_step``, ``peak_rate``   where the smoothed rate peaks, and its value
     ``settled``  {fraction: the first step after the peak from which the smoothed rate stays below
                  fraction x peak to the end of the run, or None: "not settled by step ``last_step``"}
     ``last_step``, ``last_ratio``  the run's last step and its smoothed rate there / peak
+    ``latest``   the latest step that counts as settled (``last_step`` minus ``min_span`` of the run)
+
+    Under constant-rate SGD a rate does not fall to zero: it falls to the noise floor of the
+    gradient, and where that floor sits against the peak depends on how often the run was
+    photographed (``drift_ratio`` measures it). A settle step is then a property of the snapshot
+    interval as much as of the run: report it at two intervals, or not at all.
     """
     steps, rates = _check_curve(steps, rates, "rates")
     _sample("rates", rates)
     if (rates < 0).any():
         _validate.fail("rates", "change rates >= 0", f"a minimum of {rates.min():g}", described=True)
     window = _validate.integer("window", window, 1)
+    min_span = _validate.real("min_span", min_span, 0, 1, high_open=True)
     if isinstance(fractions, str) or not hasattr(fractions, "__iter__"):
         _validate.fail("fractions", "a tuple of fractions in (0, 1), e.g. (0.2, 0.1)", fractions)
     fractions = tuple(_validate.real("fractions", f, 0, 1, low_open=True, high_open=True) for f in fractions)
     smooth = _smooth(rates, window)
     k = int(np.argmax(smooth))
     peak = float(smooth[k])
+    latest = float(steps[-1] - min_span * (steps[-1] - steps[0]))
     out = {"peak_step": int(steps[k]), "peak_rate": peak, "last_step": int(steps[-1]),
-           "last_ratio": float(smooth[-1] / peak) if peak > 0 else math.nan, "settled": {}}
+           "last_ratio": float(smooth[-1] / peak) if peak > 0 else math.nan, "latest": latest, "settled": {}}
     for f in fractions:
-        out["settled"][f] = None if peak == 0 else settling_step(steps[k:], smooth[k:], f * peak)
-        if out["settled"][f] == int(steps[k]):  # below f x peak already at the peak: cannot happen for f < 1
-            out["settled"][f] = None
+        at = None if peak == 0 else settling_step(steps[k:], smooth[k:], f * peak)
+        # below f x peak already at the peak cannot happen for f < 1; too late to have lasted is no evidence
+        out["settled"][f] = None if at is None or at == int(steps[k]) or at > latest else at
     return out
+
+
+def drift_ratio(short, long, k):
+    """How much of a change rate is drift, from one run measured at two snapshot intervals, n and k x n.
+
+    ``short`` (..., k x m) holds the rates between snapshots n updates apart and ``long`` (..., m)
+    those between snapshots k x n apart, over the same updates (a distance: a TV distance, a norm).
+    Returns (..., m) long / (sum of the k short rates it spans), in [0, 1] by the triangle
+    inequality: 1 for a steady drift (k short moves add up), about 1/sqrt(k) for a random walk,
+    and about 1/k for noise around a fixed point (past its correlation time the long move is no
+    longer than one short one). A rate with a ratio near 1/k is noise, not learning."""
+    short, long = np.asarray(short, dtype=float), np.asarray(long, dtype=float)
+    k = _validate.integer("k", k, 2)
+    if short.ndim < 1 or short.shape[:-1] != long.shape[:-1] or short.shape[-1] != k * long.shape[-1]:
+        _validate.fail("short, long", f"rates of shapes (..., {k} x m) and (..., m)",
+                       f"{short.shape} and {long.shape}", described=True)
+    _sample("short", short)
+    _sample("long", long)
+    spanned = short.reshape(*long.shape, k).sum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(spanned > 0, long / spanned, np.nan)
 
 
 def _settled_at(name, result, fraction, keys=()):
@@ -621,6 +653,34 @@ def value_manifold(points, entropy):
     if rho < 0:  # a principal axis has no sign: orient it so that it grows with the entropy
         pc1, rho = -pc1, -rho
     return {"pc1_share": float(result["explained"][0]), "spearman": rho, "pc1": pc1}
+
+
+def within_position_spearman(points, entropy, positions):
+    """The ordering by entropy *within* a position: the mean over positions of |Spearman(PC1, entropy)|
+    among the points of that position (a partial correlation that holds the position fixed).
+
+    ``points`` (n, d) vectors, whose first principal component is taken over all n points as in
+    ``value_manifold``, or (n,) coordinates already projected (e.g. its "pc1"); ``entropy`` (n,) the
+    posterior entropy and ``positions`` (n,) the position of each point. Where the entropy depends on
+    the position, ``value_manifold``'s Spearman can be position alone; this cannot. A position whose
+    entropy or PC1 is constant (to 1e-6, relative), or that has fewer than 3 points, has no ordering
+    to measure and is left out; nan when none is left (the bijection, whose entropy is a function of
+    the position)."""
+    points = _validate.tensor("points", _tensor("points", points), dims=(1, 2))
+    n = points.shape[0]
+    entropy = _validate.shape("entropy", _validate.tensor("entropy", _tensor("entropy", entropy), dims=1), (n,),
+                              "one value per point, shape")
+    positions = _validate.shape("positions", _validate.tensor("positions", _tensor("positions", positions), dims=1),
+                                (n,), "one position per point, shape")
+    pc1 = pca(points, n_components=1)["projected"][:, 0] if points.dim() == 2 else _sample("points", points)
+    h, where = _sample("entropy", entropy), _sample("positions", positions)
+
+    def varies(a):
+        return np.ptp(a) > 1e-6 * max(1.0, float(np.abs(a).max()))
+
+    rhos = [abs(spearman(pc1[where == p], h[where == p])) for p in np.unique(where)
+            if (where == p).sum() >= 3 and varies(h[where == p]) and varies(pc1[where == p])]
+    return float(np.mean(rhos)) if rhos else math.nan
 
 
 def _residual_stream(model, tokens):

@@ -34,6 +34,8 @@ HELD_OUT_OFFSET = 1_000_000        # the held-out sequence of seed s is chain.sa
 
 POOL_OFFSET = 2_000_000          # sequence k of seed s's training pool is chain.sample(T, this + POOL_STRIDE * s + k)
 POOL_STRIDE = 10_000
+FRESH_OFFSET = 3_000_000         # the sequence of seed s at step t of a fresh-data run is chain.sample(T, this + FRESH_STRIDE * s + t)
+FRESH_STRIDE = 100_000
 
 
 def _check_chain(chain):
@@ -57,6 +59,14 @@ def training_sequences(chain, T, seed, pool=0):
     if pool == 0:
         return chain.sample(T, seed, dtype=torch.float64)
     data = [chain.sample(T, POOL_OFFSET + POOL_STRIDE * seed + k, dtype=torch.float64) for k in range(pool)]
+    return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
+
+
+def fresh_sequences(chain, T, seeds, step):
+    """(x, y) of a fresh-data run at ``step``: a new sequence per seed, seen at this step only
+    ((S, T-1, d_x), (S, T-1)), none of them a pool's, the paper's or a held-out sequence."""
+    step = _validate.integer("step", step, 0, FRESH_STRIDE - 1)
+    data = [_check_chain(chain).sample(T, FRESH_OFFSET + FRESH_STRIDE * s + step, dtype=torch.float64) for s in seeds]
     return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
 
 
@@ -123,6 +133,7 @@ class ScheduleRun:
     extra: dict = field(default_factory=dict)
     pool: int = 0              # 0: the paper's one training sequence per seed; else that many, one per step
     init_std: float = INIT_STD
+    fresh: bool = False        # True: a new sequence per seed at every step (``fresh_sequences``)
 
     def training_data(self):
         """(x, y) of every seed's training data, stacked: (S, T-1, d_x), (S, T-1) for the paper's
@@ -138,7 +149,7 @@ class ScheduleRun:
     def probe_data(self):
         """Where frame and precision are measured: the training sequence of the paper's design,
         the held-out sequence of a pool run (it has no one training sequence)."""
-        return self.held_out_data() if self.pool else self.training_data()
+        return self.held_out_data() if self.pool or self.fresh else self.training_data()
 
     def snapshot_params(self, name, k):
         """Schedule ``name``'s weights (stacked over seeds, float64) at snapshot ``k``."""
@@ -225,31 +236,48 @@ def _check_run(run):
 
 def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, device=None,
                   dtype=torch.float32, record_every=10, block_size=None, progress=True,
-                  checkpoint_path=None, checkpoint_every=100, desc="sticky Markov", pool=0, init_std=INIT_STD):
+                  checkpoint_path=None, checkpoint_every=100, desc="sticky Markov", pool=0, init_std=INIT_STD,
+                  fresh=False):
     """Train every schedule on every seed (all in one batched run) and measure them.
 
     ``schedules`` maps a name to per-matrix rates (``train.rates``). Models are laid out
     schedule-major: model m is schedule m // S on seed m % S. ``checkpoint_path`` saves the run
     every ``checkpoint_every`` steps and resumes it after an interruption. ``pool`` > 0 trains each
     seed on that many fresh sequences, one per step in turn, instead of the paper's one sequence
-    (``training_sequences``); ``init_std`` is the initial weights' standard deviation.
+    (``training_sequences``); ``fresh`` trains on a new sequence per seed at every step
+    (``fresh_sequences``), so no sequence is seen twice; ``init_std`` is the initial weights'
+    standard deviation.
     """
     schedules = _check_schedules(schedules)
     seeds = _check_seeds(seeds)
     init_std = _validate.positive("init_std", init_std)
+    if _validate.boolean("fresh", fresh) and pool:
+        _validate.fail("pool", "0 when fresh=True (fresh data has no pool)", pool)
     chain = StickyMarkovChain() if chain is None else _check_chain(chain)
     names = list(schedules)
     S = len(seeds)
-    data = [training_sequences(chain, T, seed, pool) for seed in seeds]   # checks T >= 2
+    models = [m % S for m in range(len(names) * S)]   # model m trains seed m % S
+
+    def sampler(step):   # fresh data: the seeds' sequences of this step, one per model
+        xs, ys = fresh_sequences(chain, T, seeds, step)
+        return xs[models], ys[models]
+
+    if fresh:
+        _validate.integer("steps", steps, 1, FRESH_STRIDE - 1)
+        data = [(xs, ys) for xs, ys in zip(*fresh_sequences(chain, T, seeds, steps))]  # final: a sequence no step saw
+        x, y = sampler(0)
+    else:
+        data = [training_sequences(chain, T, seed, pool) for seed in seeds]   # checks T >= 2
+        x = torch.stack([data[s][0] for s in models])
+        y = torch.stack([data[s][1] for s in models])
     inits = [init_model(seed, chain, torch.float64, init_std) for seed in seeds]
-    x = torch.stack([data[m % S][0] for m in range(len(names) * S)])
-    y = torch.stack([data[m % S][1] for m in range(len(names) * S)])
     params = batched.stack([inits[m % S] for m in range(len(names) * S)])
     lrs = {matrix: [schedules[names[m // S]][matrix] for m in range(len(names) * S)] for matrix in PARAM_NAMES}
     run = batched.train(
         x, y, params, lrs, steps, names=[f"{names[m // S]}, seed {seeds[m % S]}" for m in range(len(names) * S)],
         record_every=record_every, block_size=block_size, device=device, dtype=dtype, progress=progress,
-        desc=desc, checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every)
+        desc=desc, checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+        sampler=sampler if fresh else None)
 
     def per_schedule(array, i):  # model axis -> this schedule's seeds, first axis
         return array[..., i * S:(i + 1) * S]
@@ -259,7 +287,7 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
     for i, name in enumerate(names):
         W_V = run.W_V[:, i * S:(i + 1) * S]                               # (snapshots, S, d_v, d_x)
         values[name] = np.einsum("tsvd,dn->stnv", W_V, means)
-    per_seed_bayes = [chain.bayes_metrics(*d) for d in data]   # a pool: the mean over its sequences
+    per_seed_bayes = [chain.bayes_metrics(*d) for d in data]   # a pool: the mean over its sequences; fresh: the final one
     return ScheduleRun(
         schedules={n: dict(r) for n, r in schedules.items()}, seeds=seeds, steps=steps, T=T, chain=chain,
         loss={n: per_schedule(run.loss, i).T.copy() for i, n in enumerate(names)},
@@ -273,7 +301,7 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
         snapshots={n: {p: run.snapshots[p][:, i * S:(i + 1) * S].swapaxes(0, 1) for p in PARAM_NAMES}
                    for i, n in enumerate(names)},
         grad_sq={n: {p: per_schedule(run.grad_sq[p], i).T.copy() for p in PARAM_NAMES} for i, n in enumerate(names)},
-        pool=pool, init_std=init_std,
+        pool=pool, init_std=init_std, fresh=fresh,
     )
 
 
@@ -536,6 +564,22 @@ def snapshot_attribution(run, name, x, y):
     return out
 
 
+def rates_at_intervals(run, name, every):
+    """{"frame_rate_<n>", "precision_rate_<n>", "rate_steps_<n>": ...} the rates of schedule ``name``
+    measured between snapshots ``k`` apart for each ``k`` in ``every`` (n = k x record_every updates):
+    the same run photographed less often. Drift over n updates grows like n, noise more slowly, so
+    a rate that is mostly noise falls, relative to its peak, as the interval grows."""
+    x, y = run.probe_data()
+    snaps, steps, out = run.snapshots[name], np.asarray(run.snapshot_steps), {}
+    for k in every:
+        n = int(steps[k] - steps[0])
+        out[f"rate_steps_{n}"] = steps[k::k]
+        out[f"frame_rate_{n}"] = np.stack([frame_rate(x[i], snaps["W_Q"][i][::k], snaps["W_K"][i][::k])
+                                           for i in range(len(run.seeds))])
+        out[f"precision_rate_{n}"] = np.stack([precision_rate(x[i], snaps["W_V"][i][::k]) for i in range(len(run.seeds))])
+    return out
+
+
 def frame_precision(run, name):
     """``FramePrecision`` of schedule ``name`` of a ``ScheduleRun`` (every seed)."""
     return frame_precision_of(measure_frame_precision(run, name))
@@ -556,7 +600,7 @@ def measure_frame_precision(run, name):
            "frame_moved": np.array([frame_rate(x[i], snaps["W_Q"][i][[0, -1]], snaps["W_K"][i][[0, -1]])[0]
                                     for i in range(S)]),
            "values_moved": np.array([precision_rate(x[i], snaps["W_V"][i][[0, -1]])[0] for i in range(S)])}
-    if run.pool:   # no one training sequence: the held-out loss at the snapshots, midpoint attribution
+    if run.pool or run.fresh:   # no one training sequence: the held-out loss at the snapshots, midpoint attribution
         out["loss_steps"] = np.asarray(run.snapshot_steps)
         out["loss"] = run.held_out_curve(name)[0]
         out["bought"] = snapshot_attribution(run, name, x, y)
@@ -597,6 +641,30 @@ def frame_precision_of(m):
         attribution=attribution, attribution_after_frame=late, first_order=sum(attribution.values()), bought=bought)
 
 
+WINDOWS = (1000, 2000, 4000)   # fixed starts of the late windows the attribution is summed over
+
+
+def bought_after(fp, after):
+    """Who bought the loss decrease after update ``after``, without any settle step: {group: (S,)}
+    the loss (nats) each group bought from the first snapshot at or after ``after`` to the end,
+    "values + readout" beside them (the W_V / W_O split depends on a rescaling, W_V -> c W_V,
+    W_O -> W_O / c, that leaves the model unchanged), and "realised": (S,) the loss's actual
+    decrease over the same window. A window that starts after the run ended is refused."""
+    if not isinstance(fp, FramePrecision):
+        _validate.fail("fp", "an experiments.FramePrecision (frame_precision, frame_precision_of_record)",
+                       type(fp).__name__, described=True)
+    after = _validate.integer("after", after, 0)
+    steps = np.asarray(fp.loss_steps)
+    if after >= steps[-1]:
+        _validate.fail("after", f"a step before the run's last, {int(steps[-1])}", after)
+    k = int(np.searchsorted(steps, after))
+    drop = fp.loss[:, 0] - fp.loss[:, -1]                      # fp.bought is a share of this
+    out = {g: (b[:, k:] * drop[:, None]).sum(1) for g, b in fp.bought.items()}
+    out["values + readout"] = out["values"] + out["readout"]
+    out["realised"] = fp.loss[:, k] - fp.loss[:, -1]
+    return out
+
+
 # ----------------------------------------------------------------------------- to convergence
 # The paper's design trains each seed on one sequence of 2000 symbols for 1000 steps: too short for
 # any pathway to settle, and long runs memorise the sequence (its training loss falls below the
@@ -621,6 +689,8 @@ class LongRunConfig:
     pool: int = 64
     init_std: float = INIT_STD
     record_every: int = 25
+    fresh: bool = False        # True: a new sequence per seed at every step (``pool`` must be 0)
+    intervals: tuple = ()      # extra snapshot intervals (multiples of record_every) the rates are also measured at
 
     def __post_init__(self):
         """Every field checked once, where it is set (a LongRunConfig is frozen), and stored as plain
@@ -638,7 +708,13 @@ class LongRunConfig:
                    "seeds": _check_seeds(self.seeds), "steps": v.integer("steps", self.steps, 1),
                    "T": v.integer("T", self.T, 2), "pool": v.integer("pool", self.pool, 0, POOL_STRIDE - 1),
                    "init_std": v.positive("init_std", self.init_std),
-                   "record_every": v.integer("record_every", self.record_every, 1)}
+                   "record_every": v.integer("record_every", self.record_every, 1),
+                   "fresh": v.boolean("fresh", self.fresh),
+                   "intervals": tuple(v.integer(f"intervals[{i}]", n, 1) for i, n in enumerate(self.intervals))}
+        if checked["fresh"] and checked["pool"]:
+            v.fail("pool", "0 when fresh=True (fresh data has no pool)", self.pool)
+        if any(n % checked["record_every"] for n in checked["intervals"]):
+            v.fail("intervals", f"multiples of record_every={checked['record_every']}", self.intervals)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -665,7 +741,12 @@ LONG_RUNS = (
     *(LongRunConfig(name=f"pool64-std{std:g}" + ("-short" if std == INIT_STD else ""), schedules=LONG_SCHEDULES[1:],
                     steps=3000, T=1000, init_std=std, record_every=50)
       for std in (0.03, INIT_STD, round(1 / math.sqrt(20), 4), 0.3)),
+    # fresh data (a new sequence at every update, none seen twice), photographed every 10 updates,
+    # with the rates also at 40 and 100: where constant-rate SGD's noise floor shows. T = 1000 and
+    # 3000 updates, as the init sweep's pool run at the paper's scale, so the two compare directly
+    LongRunConfig(name="fresh-std0.1", steps=3000, T=1000, pool=0, fresh=True, record_every=10, intervals=(40, 100)),
 )
+FRESH_RUN = "fresh-std0.1"
 INIT_SWEEP = ("pool64-std0.03", "pool64-std0.1-short", "pool64-std0.2236", "pool64-std0.3")
 
 
@@ -683,19 +764,20 @@ def long_run(cfg, device=None, progress=True, checkpoint_path=None):
         _validate.fail("cfg", "an experiments.LongRunConfig", type(cfg).__name__, described=True)
     run = run_schedules(cfg.rates(), seeds=cfg.seeds, steps=cfg.steps, T=cfg.T, device=device,
                         record_every=cfg.record_every, progress=progress, pool=cfg.pool, init_std=cfg.init_std,
-                        checkpoint_path=checkpoint_path, checkpoint_every=500, desc=cfg.name)
+                        fresh=cfg.fresh, checkpoint_path=checkpoint_path, checkpoint_every=500, desc=cfg.name)
     record = {"config": asdict(cfg), "seconds": round(run.seconds, 1), "device": run.device, "schedules": {}}
     snaps = np.asarray(run.snapshot_steps)
     for name in run.schedules:
         m = measure_frame_precision(run, name)
-        if not cfg.pool:  # per-step curves -> the snapshot grid, so the record stays small
+        m.update(rates_at_intervals(run, name, [n // cfg.record_every for n in cfg.intervals]))
+        if not (cfg.pool or cfg.fresh):  # per-step curves -> the snapshot grid, so the record stays small
             m["loss"] = m["loss"][:, snaps]
             m["bought"] = {g: np.add.reduceat(b, snaps[:-1], axis=1) for g, b in m["bought"].items()}
             m["loss_steps"] = snaps
         held_out, bayes = run.held_out_curve(name)
         interval = run.loss[name][:, : cfg.steps // cfg.record_every * cfg.record_every]
         record["schedules"][name] = {   # a pool run's "loss" is its held-out curve: kept once, as "held_out"
-            **{k: _rounded(v) for k, v in m.items() if k != "bought" and not (cfg.pool and k == "loss")},
+            **{k: _rounded(v) for k, v in m.items() if k != "bought" and not ((cfg.pool or cfg.fresh) and k == "loss")},
             "bought": {g: _rounded(b) for g, b in m["bought"].items()},
             "held_out": _rounded(held_out), "bayes_held_out": _rounded(bayes),
             "train_loss": _rounded(interval.reshape(len(cfg.seeds), -1, cfg.record_every).mean(-1)),

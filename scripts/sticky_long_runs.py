@@ -35,7 +35,8 @@ from bayesattn_lite import experiments  # noqa: E402
 def _up_to_date(path, cfg):
     if not path.exists():
         return False
-    return json.loads(path.read_text())["config"] == json.loads(json.dumps(asdict(cfg)))
+    saved = {"fresh": False, "intervals": [], **json.loads(path.read_text())["config"]}  # fields added later: defaults
+    return saved == json.loads(json.dumps(asdict(cfg)))
 
 
 def controls(args, overrides):

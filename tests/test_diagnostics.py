@@ -189,6 +189,37 @@ def test_a_rising_or_flat_rate_is_not_settled_whatever_the_run_length():
         assert diagnostics.settle_text(out).startswith("not settled by step 1000")
 
 
+def test_a_dip_at_the_end_of_the_run_is_not_settling():
+    steps = np.arange(10, 1010, 10)
+    rates = np.exp(-(((steps - 200) / 150.0) ** 2)) + 0.3      # falls to a floor at 30% of its peak
+    rates[-8:] = 0.01                                          # and dips in the last 8% of the run
+    assert diagnostics.settle(steps, rates, min_span=0.0)["settled"][0.2] > 900    # the old rule: "settled"
+    out = diagnostics.settle(steps, rates)                     # a settled state must last 20% of the run
+    assert out["settled"][0.2] is None and out["latest"] == pytest.approx(802.0)
+    rates[-30:] = 0.01                                         # a fall that lasts the last 30% counts
+    assert 680 <= diagnostics.settle(steps, rates)["settled"][0.2] <= 720
+
+
+def test_drift_ratio_tells_drift_from_noise():
+    rng = np.random.default_rng(0)
+    path = np.cumsum(np.ones(400))                             # a steady drift: 1 per update
+    walk = np.cumsum(rng.standard_normal(400))                 # a random walk
+    floor = rng.standard_normal(400)                           # noise around a fixed point
+
+    def ratios(x, n=10, k=4):
+        short = np.abs(np.diff(x[::n]))
+        long = np.abs(np.diff(x[:: n * k]))
+        return diagnostics.drift_ratio(short[: k * len(long)], long, k)
+
+    assert ratios(path) == pytest.approx(1.0)
+    assert 0.3 < np.mean(ratios(walk)) < 0.8                   # about 1/sqrt(4) = 0.5 (in 1-D, |.| is rough)
+    assert np.mean(ratios(floor)) < 0.35                       # about 1/4
+    with pytest.raises(ValueError, match="short, long"):
+        diagnostics.drift_ratio(np.ones(7), np.ones(2), 4)
+    with pytest.raises(ValueError, match="k"):
+        diagnostics.drift_ratio(np.ones(4), np.ones(4), 1)
+
+
 def test_settle_refuses_bad_rates():
     steps = np.arange(3)
     with pytest.raises(ValueError, match="rates"):
@@ -197,6 +228,8 @@ def test_settle_refuses_bad_rates():
         diagnostics.settle(steps, [1.0, -1.0, 0.5])
     with pytest.raises(ValueError, match="fractions"):
         diagnostics.settle(steps, [1.0, 0.5, 0.1], fractions=(1.5,))
+    with pytest.raises(ValueError, match="min_span"):
+        diagnostics.settle(steps, [1.0, 0.5, 0.1], min_span=1.0)
 
 
 def test_frame_change_is_the_mean_total_variation_between_rows():
@@ -251,6 +284,26 @@ def test_mean_sd_is_the_sample_sd_over_seeds():
     for bad in ([], [1.0, float("nan")], ["a"]):
         with pytest.raises(ValueError, match="values"):
             diagnostics.mean_sd(bad)
+
+
+def test_within_position_spearman_holds_the_position_fixed():
+    rng = np.random.default_rng(0)
+    positions = np.repeat(np.arange(5), 40).astype(float)
+    # entropy a function of the position (the bijection): PC1 = position gives rho(PC1, H) = 1 ...
+    h_by_position = np.log2(6 - positions)
+    assert diagnostics.spearman(-positions, h_by_position) == pytest.approx(1.0)
+    # ... and nothing within a position: every position is left out, so nan
+    assert math.isnan(diagnostics.within_position_spearman(-positions, h_by_position, positions))
+    # entropy varying within each position, tracked by PC1 in one position order, against it in another
+    h = rng.random(200) + positions
+    pc1 = np.where(positions % 2 == 0, h, -h) + 1e-3 * rng.standard_normal(200)
+    assert diagnostics.within_position_spearman(pc1, h, positions) == pytest.approx(1.0, abs=1e-3)
+    assert diagnostics.within_position_spearman(rng.standard_normal(200), h, positions) < 0.2  # no ordering
+    # (n, d) points: their PC1 is taken over all the points, as value_manifold does
+    points = np.stack([pc1 * 10, rng.standard_normal(200)], 1)
+    assert diagnostics.within_position_spearman(points, h, positions) == pytest.approx(1.0, abs=1e-3)
+    with pytest.raises(ValueError, match="positions.*expected"):
+        diagnostics.within_position_spearman(pc1, h, positions[:-1])
 
 
 _ALPHA = torch.softmax(torch.randn(4, 4, generator=torch.Generator().manual_seed(0)), -1)

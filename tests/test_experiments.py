@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from bayesattn_lite import attention, experiments
+from bayesattn_lite import attention, batched, experiments
 from bayesattn_lite.attention import PARAM_NAMES, AttentionHead
 from bayesattn_lite.tasks import StickyMarkovChain
 from bayesattn_lite.train import Recipe, em_like, rates, train
@@ -205,6 +205,21 @@ def test_frame_precision_per_step_shares_add_up_to_the_attribution(frame_run):
         np.testing.assert_allclose(shares.sum(1), fp.attribution[group])
 
 
+def test_bought_after_sums_each_groups_share_over_a_fixed_late_window(frame_run):
+    fp = experiments.frame_precision(frame_run, "em")
+    late = experiments.bought_after(fp, 20)
+    drop = fp.loss[:, 0] - fp.loss[:, -1]
+    np.testing.assert_allclose(late["routing"], fp.bought["routing"][:, 20:].sum(1) * drop)
+    np.testing.assert_allclose(late["values + readout"], late["values"] + late["readout"])
+    np.testing.assert_allclose(late["realised"], fp.loss[:, 20] - fp.loss[:, -1])
+    whole = experiments.bought_after(fp, 0)
+    np.testing.assert_allclose(sum(whole[g] for g in ("routing", "values", "readout")) / drop, fp.first_order)
+    with pytest.raises(ValueError, match="after"):
+        experiments.bought_after(fp, 40)
+    with pytest.raises(ValueError, match="fp"):
+        experiments.bought_after({"loss": 1}, 10)
+
+
 def test_settle_order_says_not_settled_for_a_rate_still_rising(frame_run):
     fp = experiments.frame_precision(frame_run, "sgd")
     rising = experiments.frame_precision_of({
@@ -231,6 +246,26 @@ def test_a_pool_run_trains_on_fresh_sequences_and_scores_held_out():
     np.testing.assert_allclose(fp.loss, curve)
     # the midpoint attribution adds up to the realised decrease of the held-out loss
     np.testing.assert_allclose(fp.first_order, 1.0, atol=0.02)
+
+
+def test_a_fresh_run_sees_each_sequence_once_and_is_scored_on_unseen_ones():
+    run = experiments.run_schedules({"sgd": rates(0.05), "em": rates(0.05, em_like(10))}, seeds=(3, 4), steps=8,
+                                    T=30, fresh=True, record_every=2, progress=False, dtype=torch.float64)
+    x0, _ = experiments.fresh_sequences(run.chain, 30, (3, 4), 0)
+    x1, _ = experiments.fresh_sequences(run.chain, 30, (3, 4), 1)
+    assert not torch.equal(x0[0], x1[0]) and not torch.equal(x0[0], x0[1])   # new per step, per seed
+    # step 0 trained on step 0's sequences: the recorded loss is theirs
+    first = batched.evaluate(x0, experiments.fresh_sequences(run.chain, 30, (3, 4), 0)[1],
+                             run.snapshot_params("sgd", 0))["loss"]
+    np.testing.assert_allclose(run.loss["sgd"][:, 0], first, rtol=1e-6)
+    xs, ys = experiments.fresh_sequences(run.chain, 30, (3, 4), 8)             # the final score: unseen
+    np.testing.assert_allclose(run.bayes["loss"], [run.chain.bayes_metrics(xs[i], ys[i])["loss"] for i in range(2)])
+    fp = experiments.frame_precision(run, "em")                               # on the held-out sequence
+    np.testing.assert_allclose(fp.loss, run.held_out_curve("em")[0])
+    extra = experiments.rates_at_intervals(run, "em", [2])
+    assert extra["frame_rate_4"].shape == (2, 2) and list(extra["rate_steps_4"]) == [4, 8]
+    with pytest.raises(ValueError, match="pool"):
+        experiments.run_schedules({"sgd": rates(0.05)}, seeds=(3,), steps=2, T=10, fresh=True, pool=2, progress=False)
 
 
 def test_the_shipped_long_run_reproduces_from_a_short_rerun():
@@ -287,6 +322,8 @@ def test_within_is_the_first_step_from_which_a_curve_stays_below():
     (lambda: experiments.LongRunConfig.small(schedules=(("sgd", -0.01, 1.0),)), "schedules"),
     (lambda: experiments.LongRunConfig.small(pool=-1), "pool"),
     (lambda: experiments.LongRunConfig.small(record_every=0), "record_every"),
+    (lambda: experiments.LongRunConfig.small(fresh=True), "pool"),
+    (lambda: experiments.LongRunConfig.small(pool=0, fresh=True, intervals=(30,)), "intervals"),
 ])
 def test_bad_inputs_are_named(call, name):
     with pytest.raises(ValueError, match=name):
