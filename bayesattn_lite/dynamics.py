@@ -8,6 +8,14 @@ in the 2-layer Transformer that ``converged.train_converged`` trains: the same m
 seed and recipe (AdamW, warm-up + cosine, clipping, the wind tunnel's ``converged_steps``), so that
 the run *is* the shipped model's run, observed.
 
+That recipe is not the paper's optimiser. Adam divides each parameter's step by its own gradient
+scale, which removes the asymmetry between small and large factors that the SGD argument of chapter 5
+rests on, and a cosine decay to zero anneals the batch noise away, which alone lowers the late KL.
+``run(optimizer=...)`` therefore also trains two controls (``OPTIMIZERS``) with the same model,
+task, seed, data stream, step count and snapshot grid: AdamW at a constant rate (the decay removed,
+nothing else changed) and plain SGD at a constant rate (no momentum, warm-up, clipping or weight
+decay: the paper's optimiser, at the rate ``SGD_LR`` this model needs to learn in the same steps).
+
 - ``run``            one (task, seed): every ``SNAPSHOT_EVERY`` steps, on a fixed probe batch, the
                      attention maps and value vectors of every layer, the probe loss and the KL to the
                      exact posterior; between two snapshots, the attribution of the probe loss's
@@ -18,7 +26,8 @@ the run *is* the shipped model's run, observed.
 - ``summarise``      the course's one settle measure (``diagnostics.settle``) of each layer's frame
                      and precision rates, the share of the loss decrease after the frame settled and
                      who bought it, the KL there and at the end
-- ``load_record``    a shipped record (``DYNAMICS_DIR``)
+- ``bought_after``   who bought the decrease after a fixed step (no settle step: for rates that never settle)
+- ``load_record``    a shipped record (``DYNAMICS_DIR``), per (task, seed, optimizer)
 
 The measures, with the names of the course:
 
@@ -61,13 +70,35 @@ PROBE_SEED = comparison.CURVE_SEED  # held-out sequences (the learning curves' s
 DYNAMICS_DIR = converged.PRETRAINED_DIR / "dynamics"
 SCRIPT = "scripts/wind_tunnel_dynamics.py"
 DIGITS = 6              # significant digits kept in the records
+# Plain SGD's constant rate, chosen by a short measurement on seed 0 (no snapshots; the probe batch's
+# KL in bits, against AdamW + cosine's at the same step): the grid's rate that learns both tasks
+# fastest without diverging. Bijection after 500 steps: lr 0.1 -> 0.74, 0.3 -> 0.26, 1 -> 0.11,
+# 3 -> 0.21 (AdamW 0.044). Recall after 1000 steps: 0.3 -> 0.79 (still on the plateau of the
+# uniform answer), 1 -> 0.070 (AdamW 0.049), 3 diverges at the first steps.
+SGD_LR = 1.0
+# The optimisers ``run`` can train with, as changes to ``converged.RECIPE`` (the shipped models' recipe).
+OPTIMIZERS = {
+    "adamw-cosine": {},                                 # the shipped recipe: AdamW, 5% warm-up, cosine decay to 0
+    "adamw-constant": {"schedule": "constant"},         # the same without the decay: batch noise is not annealed
+    "sgd-constant": {"optimizer": "sgd", "lr": SGD_LR, "schedule": "constant",  # the paper's optimiser
+                     "warmup_fraction": 0.0, "clip_grad_norm": None, "weight_decay": 0.0},
+}
+SHIPPED = "adamw-cosine"
 
 
-def _run_key(task_name, seed):
-    """Check what names a run (``task_name`` in ``TASKS``, ``seed`` an int in [0, 2**16)) before any
-    file is looked up or any training starts; returns the seed as an int."""
+def _run_key(task_name, seed, optimizer=SHIPPED):
+    """Check what names a run (``task_name`` in ``TASKS``, ``seed`` an int in [0, 2**16),
+    ``optimizer`` in ``OPTIMIZERS``) before any file is looked up or any training starts; returns
+    the seed as an int."""
     _validate.choice("task_name", task_name, TASKS)
+    _validate.choice("optimizer", optimizer, OPTIMIZERS)
     return _validate.seed("seed", seed, 2**16)
+
+
+def recipe(optimizer=SHIPPED):
+    """The recipe (a dict like ``converged.RECIPE``) that ``optimizer``, a key of ``OPTIMIZERS``, names."""
+    _validate.choice("optimizer", optimizer, OPTIMIZERS)
+    return {**converged.RECIPE, **OPTIMIZERS[optimizer]}
 
 
 def _check_record(record, keys):
@@ -125,24 +156,40 @@ def _rounded(values):
     return [_round(float(v)) for v in values]
 
 
-def run(task_name, seed, stop=None, progress=False, threads=1):
+def _recipe_object(how, steps):
+    """The ``train.Recipe`` of a recipe dict (``recipe(...)``) for a run of ``steps`` steps."""
+    return Recipe(steps, optimizer=how["optimizer"], lr=how["lr"], schedule=how["schedule"],
+                  warmup=int(how["warmup_fraction"] * steps), clip_grad_norm=how["clip_grad_norm"],
+                  weight_decay=how["weight_decay"])
+
+
+def rate_factor(record, step):
+    """The factor on the base learning rate at ``step`` of the run ``record`` describes (its schedule
+    and warm-up): 1 throughout a constant-rate run after its warm-up, toward 0 under the cosine."""
+    record = _check_record(record, ("recipe", "steps_total"))
+    return _recipe_object(record["recipe"], record["steps_total"]).rate_factor(
+        _validate.integer("step", step, 0, record["steps_total"]))
+
+
+def run(task_name, seed, stop=None, progress=False, threads=1, optimizer=SHIPPED):
     """Train the wind-tunnel Transformer on ``task_name`` ("bijection", "recall") for ``seed`` with the
-    shipped recipe and measure its dynamics; returns the record (a plain dict for JSON).
+    recipe ``optimizer`` names (a key of ``OPTIMIZERS``; default the shipped one) and measure its
+    dynamics; returns the record (a plain dict for JSON).
 
     ``stop``: end after that many steps (a multiple of ``SNAPSHOT_EVERY``) with the schedule of the
     full run, for tests: the curves are then a prefix of the full run's (the precision rate aside,
     which is relative to the last snapshot's size; ``value_norm`` gives it back in absolute terms).
     ``threads``: torch's CPU threads during the run (1: the shipped runs' setting; restored after).
 
-    The record: configuration (task, seed, steps, recipe, sizes, n_params, probe), "seconds",
-    "steps" (the snapshot steps), per layer "frame_rate" and "precision_rate" (one per interval
-    between snapshots, ending at steps[1:]) and "value_norm" (||v|| at each snapshot), "loss" (the
-    probe batch's cross-entropy, nats) and "kl_bits" (to the exact posterior) at each snapshot,
-    "attribution" {group: the decrease it bought per interval}, "realised_decrease" (loss at the first
+    The record: configuration (task, seed, steps, "optimizer" (the key of ``OPTIMIZERS``), recipe,
+    sizes, n_params, probe), "seconds", "steps" (the snapshot steps), per layer "frame_rate" and
+    "precision_rate" (one per interval between snapshots, ending at steps[1:]) and "value_norm"
+    (||v|| at each snapshot), "loss" (the probe batch's cross-entropy, nats) and "kl_bits" (to the
+    exact posterior) at each snapshot, "attribution" {group: the decrease it bought per interval}, "realised_decrease" (loss at the first
     snapshot - at the last) and "final" (``comparison.evaluate`` at the end, to compare with the
     shipped model's record).
     """
-    seed = _run_key(task_name, seed)
+    seed = _run_key(task_name, seed, optimizer)
     task = wind_tunnels.wind_tunnel(task_name, "small")
     steps = task.converged_steps["small"]
     if stop is not None:
@@ -150,7 +197,7 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
         if stop % SNAPSHOT_EVERY:
             _validate.fail("stop", f"a multiple of SNAPSHOT_EVERY={SNAPSHOT_EVERY}", stop)
     end = steps if stop is None else stop
-    recipe = dict(converged.RECIPE)
+    how = recipe(optimizer)
     sizes = comparison.model_sizes_for(ARCH, task)
     old_threads = torch.get_num_threads()
     torch.set_num_threads(_validate.integer("threads", threads, 1))
@@ -169,7 +216,7 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
         attribution = {g: [] for g in groups}
 
         def loss_fn(m, step):
-            batch = task.sample(recipe["batch_size"], seed=wind_tunnels.data_seed(seed, step))
+            batch = task.sample(how["batch_size"], seed=wind_tunnels.data_seed(seed, step))
             return comparison.task_loss(m, batch)
 
         def probe_loss(m):
@@ -222,11 +269,8 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
 
         start = time.perf_counter()
         try:
-            how = Recipe(steps, optimizer=recipe["optimizer"], lr=recipe["lr"], schedule=recipe["schedule"],
-                         warmup=int(recipe["warmup_fraction"] * steps), clip_grad_norm=recipe["clip_grad_norm"],
-                         weight_decay=recipe["weight_decay"])
-            train(model, loss_fn, how, log_every=steps, on_step=measure, progress=progress,
-                  desc=f"{ARCH} on {task.name}, seed {seed}", device="cpu")
+            train(model, loss_fn, _recipe_object(how, steps), log_every=steps, on_step=measure, progress=progress,
+                  desc=f"{ARCH} on {task.name}, seed {seed}, {optimizer}", device="cpu")
             measure(model, steps)  # the model after the last update
         except _Stop:
             pass
@@ -242,7 +286,7 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
                        "value_norm": _rounded(v.flatten(1).double().norm(dim=1))})
     return {
         "arch": ARCH, "task": task.name, "seed": int(seed), "steps_total": int(steps), "stopped_at": int(end),
-        "recipe": recipe, "model_sizes": sizes, "n_params": models.count_parameters(model),
+        "optimizer": optimizer, "recipe": how, "model_sizes": sizes, "n_params": models.count_parameters(model),
         "task_settings": repr(task), "probe": {"n": N_PROBE, "seed": PROBE_SEED},
         "snapshot_every": SNAPSHOT_EVERY, "attribution_nodes": ATTRIBUTION_NODES,
         "seconds": round(seconds, 1), "threads": int(threads), "torch": torch.__version__,
@@ -256,31 +300,38 @@ def run(task_name, seed, stop=None, progress=False, threads=1):
 
 # ----------------------------------------------------------------------------- records
 
-def record_path(task_name, seed, directory=None):
-    """Where the record of (task, seed) lives: ``DYNAMICS_DIR`` unless ``directory`` says otherwise."""
-    seed = _run_key(task_name, seed)
-    return (DYNAMICS_DIR if directory is None else Path(directory)) / f"{ARCH}-{task_name}-seed{seed}.json"
+def record_path(task_name, seed, directory=None, optimizer=SHIPPED):
+    """Where the record of (task, seed, optimizer) lives: ``DYNAMICS_DIR`` unless ``directory`` says
+    otherwise. The shipped recipe's records keep their first name, ``transformer-<task>-seed<seed>.json``;
+    the controls add the optimizer, ``transformer-<task>-seed<seed>-sgd-constant.json``."""
+    seed = _run_key(task_name, seed, optimizer)
+    suffix = "" if optimizer == SHIPPED else f"-{optimizer}"
+    return (DYNAMICS_DIR if directory is None else Path(directory)) / f"{ARCH}-{task_name}-seed{seed}{suffix}.json"
 
 
 def save_record(record, directory=None):
-    """Write ``record`` as ``transformer-<task>-seed<seed>.json`` into ``directory`` (default
-    ``DYNAMICS_DIR``); returns the path."""
+    """Write ``record`` into ``directory`` (default ``DYNAMICS_DIR``) under ``record_path``'s name;
+    returns the path."""
     record = _check_record(record, ("task", "seed"))
-    path = Path(_validate.writable_path("directory", record_path(record["task"], record["seed"], directory)))
+    path = record_path(record["task"], record["seed"], directory, record.get("optimizer", SHIPPED))
+    path = Path(_validate.writable_path("directory", path))
     path.write_text(json.dumps(record, separators=(",", ":")) + "\n")
     return path
 
 
-def load_record(task_name, seed, directory=None):
-    """The shipped record of (task, seed), as a dict; a clear error naming the script when missing."""
-    seed = _run_key(task_name, seed)
+def load_record(task_name, seed, directory=None, optimizer=SHIPPED):
+    """The shipped record of (task, seed, optimizer), as a dict; a clear error naming the script when
+    missing."""
+    seed = _run_key(task_name, seed, optimizer)
     if directory is not None and not (isinstance(directory, (str, Path)) and Path(directory).is_dir()):
         _validate.fail("directory", "an existing folder of records (or None: the shipped ones)", directory)
-    path = record_path(task_name, seed, directory)
+    path = record_path(task_name, seed, directory, optimizer)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run `python {SCRIPT} --tasks {task_name} --seeds {seed}` "
-                                "from the repository root, or set RETRAIN = True in chapter 9")
-    return json.loads(path.read_text())
+        raise FileNotFoundError(f"{path} is missing: run `python {SCRIPT} --tasks {task_name} --seeds {seed} "
+                                f"--optimizer {optimizer}` from the repository root, or set RETRAIN = True in chapter 9")
+    record = json.loads(path.read_text())
+    record.setdefault("optimizer", SHIPPED)  # records written before run() took an optimizer are the shipped recipe's
+    return record
 
 
 # ----------------------------------------------------------------------------- the summary
@@ -320,6 +371,25 @@ def summarise(record, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics
             row["attribution_after_t_frame"] = {g: x / total for g, x in after.items()} if total else None
             row["kl_bits_at_t_frame"] = float(kl[k])
         out.append(row)
+    return out
+
+
+def bought_after(record, step):
+    """Who bought the probe loss's decrease from snapshot ``step`` to the end, without any settle step
+    (a fixed window, the same for every optimiser): {group: its share of the attributed decrease},
+    "values" (both layers' value rows together) and "routing" beside the groups, and "realised"
+    (the loss at ``step`` minus the loss at the end, nats). For runs whose rates never settle."""
+    _check_record(record, ("steps", "loss", "attribution"))
+    steps = list(record["steps"])
+    if step not in steps[:-1]:
+        _validate.fail("step", f"a snapshot step before the last ({steps[0]}, {steps[1]}, ... {steps[-2]})", step)
+    k = steps.index(step)
+    after = {g: float(np.sum(a[k:])) for g, a in record["attribution"].items()}  # intervals ending after step
+    total = sum(after.values())
+    out = {g: x / total for g, x in after.items()}
+    for kind in ("values", "routing"):
+        out[kind] = sum(x for g, x in out.items() if g.endswith(f" {kind}"))
+    out["realised"] = float(record["loss"][k] - record["loss"][-1])
     return out
 
 
