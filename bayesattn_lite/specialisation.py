@@ -66,7 +66,9 @@ PARAM_NAMES = attention.PARAM_NAMES
 class Config:
     """Sizes and rates of the experiment. ``value_ratio`` multiplies the learning rate of W_V
     (1: plain gradient descent; 10: the paper's EM-like schedule). ``frozen`` names matrices that
-    train at rate 0 (a learning-rate multiplier of 0: the ablations of chapter 4's loop)."""
+    train at rate 0 (a learning-rate multiplier of 0: the ablations of chapter 4's loop). ``cued``
+    swaps the toy for ``tasks.cued_sources_task`` (two sources per sequence and a cue: the values
+    need routing), with the same sizes; its last two input coordinates are the stream tag and the cue."""
 
     n_sources: int = 3
     d_x: int = 12
@@ -85,6 +87,7 @@ class Config:
     value_ratio: float = 1.0
     log_every: int = 10
     frozen: tuple = ()
+    cued: bool = False
 
     def __post_init__(self):
         """Every field checked once, where it is set (a Config is frozen): a bad size or rate is named
@@ -94,8 +97,8 @@ class Config:
             v.fail("frozen", f"a tuple of distinct names among {list(PARAM_NAMES)}", self.frozen)
         if any(n not in PARAM_NAMES for n in self.frozen) or len(set(self.frozen)) != len(self.frozen):
             v.fail("frozen", f"distinct names among {list(PARAM_NAMES)}", self.frozen)
-        n_sources = v.integer("n_sources", self.n_sources, 2)
-        checked = {"n_sources": n_sources, "d_x": v.integer("d_x", self.d_x, n_sources + 1),
+        n_sources, cued = v.integer("n_sources", self.n_sources, 2), v.boolean("cued", self.cued)
+        checked = {"n_sources": n_sources, "d_x": v.integer("d_x", self.d_x, n_sources + 1 + cued), "cued": cued,
                    "seq_len": v.integer("seq_len", self.seq_len, 1),
                    "signal_prob": v.real("signal_prob", self.signal_prob, 0.0, 1.0, low_open=True),
                    "separation": v.positive("separation", self.separation), "noise": v.positive("noise", self.noise),
@@ -149,8 +152,8 @@ def _check_runs(runs):
 
 def make_task(cfg):
     _check_cfg(cfg)
-    return tasks.sources_task(cfg.n_sources, cfg.d_x, cfg.seq_len, cfg.signal_prob, cfg.noise,
-                         cfg.separation, cfg.task_seed)
+    make = tasks.cued_sources_task if cfg.cued else tasks.sources_task
+    return make(cfg.n_sources, cfg.d_x, cfg.seq_len, cfg.signal_prob, cfg.noise, cfg.separation, cfg.task_seed)
 
 
 def make_data(cfg, seed):
@@ -212,6 +215,21 @@ def _params(model):
     return {name: p.detach().clone() for name, p in model.params().items()}
 
 
+def content_margin(params, means):
+    """How well the content map M = W_O W_V tells the sources apart on its own, with no routing:
+    the logit of source z's own class for the input mu_z, minus the mean of the other classes' logits,
+    averaged over z (0 at init scale, larger as content is learned). It reads the product, so it
+    counts what W_O learns when W_V is frozen (what |W_V mu_z| misses)."""
+    if not hasattr(params, "keys") or not {"W_V", "W_O"} <= set(params.keys()):
+        _validate.fail("params", "a mapping with the head's matrices W_V and W_O", params)
+    means = _validate.tensor("means", means, 2, floating=True)
+    M = _content_product(params).to(means.device)
+    _validate.shape("means", means, M.shape, "(n_classes, d_x) of W_O W_V, the")
+    logits = means.double() @ M.T                          # (K, K): row z, the logits for input mu_z
+    K = logits.shape[0]
+    return float((logits.diagonal() - (logits.sum(1) - logits.diagonal()) / (K - 1)).mean())
+
+
 def probe_metrics(model, task, probe):
     """The chapter's measurements of a head on the probe sequences, plus the snapshot (alpha, v)
     that the change rates compare."""
@@ -231,6 +249,7 @@ def probe_metrics(model, task, probe):
         "value_pc_share": float(diagnostics.pca(v.reshape(-1, v.shape[-1]), 1)["explained"][:task.n_sources - 1].sum()),
         # the size of the content pathway (|W_V mu_z|, mean over sources) and of the routing one
         "proto_norm": (params["W_V"].double() @ task.means.to(params["W_V"].device).T).norm(dim=0).mean().item(),
+        "content_margin": content_margin(params, task.means),
         "routing_norm": (params["W_Q"].T @ params["W_K"]).norm().item(),
     }
     return metrics, (alpha, v)

@@ -351,3 +351,69 @@ def sources_task(n_sources=3, d_x=12, seq_len=16, signal_prob=0.4, noise=1.0, se
     directions = separation * directions / directions.norm(dim=1, keepdim=True)
     return SourcesTask(means=directions[:n_sources], distractor=directions[n_sources],
                        signal_prob=signal_prob, noise=noise, seq_len=seq_len)
+
+
+@dataclass(frozen=True)
+class CuedSourcesTask:
+    """Chapter 4's toy with its distractor replaced by a second source, and a cue: a task in which
+    the values need routing. Each sequence has two hidden sources (z_A, z_B, independent, uniform
+    over the K ``means``) and a cue c (A or B, at every position) that says which one is the
+    target. A position comes from the cued source with probability ``signal_prob``, else from the
+    other. The content coordinates (all but the last two) are mu_z + noise; the last two are exact:
+    +-``tag`` for the stream (A or B) and +-``tag`` for the cue. Averaging over all positions mixes
+    the two sources, and a linear readout cannot undo the mix (it would have to multiply the cue by
+    the stream tags), so the head must route: attend where stream == cue, which the query can see.
+
+    The cued positions are known from x (stream tag times cue > 0), so the exact posterior is chapter
+    4's with the uncued positions left out. Make one with ``cued_sources_task``."""
+
+    means: torch.Tensor   # (K, d_x), zero in the last two (tag) coordinates
+    signal_prob: float
+    noise: float
+    seq_len: int
+    tag: float
+
+    n_sources, d_x = SourcesTask.n_sources, SourcesTask.d_x
+    posterior, observation_posterior = SourcesTask.posterior, SourcesTask.observation_posterior
+    bayes_loss, kl_bits_by_position, kl_bits = SourcesTask.bayes_loss, SourcesTask.kl_bits_by_position, SourcesTask.kl_bits
+
+    def sample(self, n_seqs, seed=0, dtype=torch.float32):
+        """``n_seqs`` sequences, a ``Sample``: x (B, T, d_x), y (B, T) (the cued source), is_signal
+        (B, T) (True where x_t came from the cued source) and the exact ``posterior`` (B, T, K)."""
+        B, T = _validate.integer("n_seqs", n_seqs, 1), self.seq_len
+        dtype = _validate.float_dtype("dtype", dtype)
+        gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
+        z = torch.randint(0, self.n_sources, (B, 2), generator=gen)           # sources of streams A, B
+        cue = torch.randint(0, 2, (B,), generator=gen)                        # 0: A is asked for, 1: B
+        is_signal = torch.rand(B, T, generator=gen, dtype=torch.float64) < self.signal_prob
+        stream = torch.where(is_signal, cue[:, None], 1 - cue[:, None])       # (B, T): 0 = A, 1 = B
+        x = self.means[z.gather(1, stream)] + self.noise * torch.randn(B, T, self.d_x, generator=gen, dtype=torch.float64)
+        x[..., -2] = self.tag * (1 - 2 * stream)
+        x[..., -1] = self.tag * (1 - 2 * cue)[:, None]
+        y = z.gather(1, cue[:, None]).expand(B, T).clone()
+        return Sample(x.to(dtype), y, self, is_signal)
+
+    def log_likelihoods(self, x):
+        """log p(x_t | z) for every position and source, (B, T, K), float64 (constants dropped): 0 at
+        the positions of the other stream, which say nothing about the cued source."""
+        x = _validate.tensor("x", x, 3, floating=True)
+        if x.shape[-1] != self.d_x:
+            _validate.fail("x", f"shape (B, T, d_x={self.d_x})", x)
+        x = x.to(torch.float64)
+        content = -((x[..., None, :-2] - self.means[:, :-2].to(x.device)) ** 2).sum(-1) / (2 * self.noise ** 2)
+        return content * (x[..., -2:-1] * x[..., -1:] > 0)
+
+
+def cued_sources_task(n_sources=3, d_x=12, seq_len=16, signal_prob=0.25, noise=1.0, separation=2.0, seed=0):
+    """K source means at distance ``separation`` from the origin in the first d_x - 2 coordinates
+    (the last two carry the stream tag and the cue, of size ``separation``). See ``CuedSourcesTask``."""
+    n_sources = _validate.integer("n_sources", n_sources, 2)
+    d_x = _validate.integer("d_x", d_x, n_sources + 2)
+    seq_len = _validate.integer("seq_len", seq_len, 1)
+    signal_prob = _validate.real("signal_prob", signal_prob, 0.0, 1.0, low_open=True)
+    noise, separation = _validate.positive("noise", noise), _validate.positive("separation", separation)
+    gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
+    directions = torch.randn(n_sources, d_x - 2, generator=gen, dtype=torch.float64)
+    means = torch.zeros(n_sources, d_x, dtype=torch.float64)
+    means[:, :-2] = separation * directions / directions.norm(dim=1, keepdim=True)
+    return CuedSourcesTask(means=means, signal_prob=signal_prob, noise=noise, seq_len=seq_len, tag=separation)

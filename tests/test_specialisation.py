@@ -115,13 +115,16 @@ def test_timescales_use_the_settle_measure_of_the_frame_and_precision_rates():
 def test_frozen_matrices_stay_where_they_started():
     import torch
     init = sp._params(sp.make_model(TINY, 0))
-    for frozen in (("W_V",), ("W_Q", "W_K")):
+    for frozen in (("W_V", "W_O"), ("W_V",), ("W_Q", "W_K")):
         r = sp.run(replace(TINY, frozen=frozen), 0, loop_every=5, loop_until=20)
         final = sp._params(r.model)
         for name in init:
             assert torch.equal(final[name], init[name]) == (name in frozen), (frozen, name)
-        group = "values" if frozen == ("W_V",) else "routing"
-        assert (r.bought[group] == 0).all() and (r.bought["readout"] > 0).all()
+        for group, names in sp.GROUPS.items():  # a group buys nothing exactly when all its matrices are frozen
+            assert bool((r.bought[group] == 0).all()) == (set(names) <= set(frozen)), (frozen, group)
+        # the content map W_O W_V stays put only when both of its matrices are frozen
+        margin = r.history["content_margin"]
+        assert (np.ptp(margin) == 0) == (frozen == ("W_V", "W_O")), frozen
     # frozen routing: the attention maps cannot move, so the frame rate is exactly zero
     assert (r.frame_rate == 0).all() and np.ptp(r.history["signal_mass"]) == 0
     # the snapshots are the weights run trained, frozen or not
@@ -363,3 +366,43 @@ def test_configs_keep_plain_values_and_accept_numpy_scalars():
     cfg = sp.Config.small(steps=np.int64(20), lr=np.float32(0.5), frozen=["W_V"])
     assert type(cfg.steps) is int and type(cfg.lr) is float and cfg.frozen == ("W_V",)
     assert replace(sp.Config.paper(), value_ratio=0.1, init_std=0.03, steps=300, frozen=("W_Q", "W_K"))
+
+
+def test_cued_task_needs_routing_and_its_posterior_reads_only_the_cued_stream():
+    from bayesattn_lite import tasks
+    task = sp.make_task(sp.Config(cued=True))
+    assert isinstance(task, tasks.CuedSourcesTask) and task.d_x == 12 and (task.means[:, -2:] == 0).all()
+    x, y, cued = sample = task.sample(64, seed=1)
+    tag, cue = x[..., -2], x[..., -1]
+    assert set(tag.unique().tolist()) == set(cue.unique().tolist()) == {-2.0, 2.0}
+    assert ((tag == cue) == cued).all() and (cue == cue[:, :1]).all()      # the cue is the same everywhere
+    assert (y == y[:, :1]).all() and 0.1 < cued.double().mean() < 0.4      # one target per sequence, rho = 0.25
+    # the posterior from the cued positions alone, written out: each sequence's source is the target
+    log_p = -((x[..., None, :-2].double() - task.means[:, :-2]) ** 2).sum(-1) / 2 * cued[..., None]
+    torch.testing.assert_close(sample.posterior, torch.softmax(log_p.cumsum(1), -1))
+    first = cued.double().argmax(1)  # before the first cued position nothing is known: uniform
+    assert all(torch.allclose(sample.posterior[b, :first[b]], torch.full((3,), 1 / 3, dtype=torch.float64))
+               for b in range(64) if cued[b].any())
+    assert (sample.posterior[:, -1].argmax(-1) == y[:, -1]).double().mean() > 0.9
+    with pytest.raises(ValueError, match="d_x"):
+        sp.Config(cued=True, n_sources=3, d_x=4)
+    with pytest.raises(ValueError, match="cued"):
+        sp.Config(cued="yes")
+
+
+def test_content_margin_reads_the_content_map_W_O_W_V():
+    means = torch.eye(3, 5, dtype=torch.float64)
+    params = {"W_V": torch.eye(4, 5, dtype=torch.float64), "W_O": 2 * torch.eye(3, 4, dtype=torch.float64)}
+    assert sp.content_margin(params, means) == pytest.approx(2.0)          # logit 2 for its own class, 0 for others
+    assert sp.content_margin({**params, "W_O": torch.zeros(3, 4)}, means) == 0
+    with pytest.raises(ValueError, match="means"):
+        sp.content_margin(params, torch.eye(3, 4))
+    with pytest.raises(ValueError, match="params"):
+        sp.content_margin({"W_V": params["W_V"]}, means)
+
+
+def test_cued_runs_learn_to_route_and_frozen_routing_leaves_the_mix():
+    cfg = sp.Config(cued=True, n_train=64, n_probe=32, steps=60, log_every=20, lr=0.5)
+    live, frozen = sp.run(cfg, 0), sp.run(replace(cfg, frozen=("W_Q", "W_K")), 0)
+    assert live.history["loss"][-1] < live.history["loss"][0]
+    assert np.ptp(frozen.history["signal_mass"]) == 0 and live.history["content_margin"][-1] > 0
