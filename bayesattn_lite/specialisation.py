@@ -11,7 +11,10 @@ task (``toy``), with everything the chapters measure recorded along the way.
                     snapshot; optionally the one-step "loop" measurements
 - ``run_seeds``     the same for several seeds
 - ``curves``        one metric of several runs as a (seeds, steps) array
-- ``Config.frozen`` the loop's ablations: matrices trained at rate 0 (W_V, or W_Q and W_K)
+- ``Config.frozen`` the loop's ablations: matrices trained at rate 0 (any subset: W_Q and W_K cut
+                    routing; W_V and W_O together cut content, W_V alone does not)
+- ``Config.cued``   the same head on ``tasks.cued_sources_task``, two sources and a cue: the values need routing
+- ``content_margin`` how well the content map W_O W_V alone tells the sources apart (a probe metric)
 - ``timescales``    the course's settle measure (``diagnostics.settle``) of the frame and precision
                     rates: t_frame, t_values, and what the loss does after t_frame
 - ``continue_training``  more steps of the same schedule from a run's final weights (the end of

@@ -16,6 +16,7 @@ published numbers were drawn.)::
     p = chain.sample(T=2000, seed=42).posterior  # (1999, 8): exact p(y_t | x_0..x_t), forward filter
 
     task = sources_task()                    # hidden sources among distractors (chapters 4, 5, 9)
+    cued = cued_sources_task()               # two sources and a cue naming the target (chapter 4b)
     x, y, is_signal = task.sample(256, seed=0)
     p = task.posterior(x)                    # (256, 16, 3): exact p(z | x_0..x_t), as .posterior gives
 
