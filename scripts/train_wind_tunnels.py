@@ -85,7 +85,7 @@ def _runs(args):
     runs = []
     for name in args.variants:
         v = converged.VARIANTS[name]
-        runs += [(a, t, s, name) for a, t in v.runs for s in converged.variant_seeds(name, a)
+        runs += [(a, t, s, name) for a, t in v.runs for s in converged.variant_seeds(name, a, t)
                  if (not args.archs or a in args.archs) and t in args.tasks
                  and (not args.seeds or s in args.seeds)]
     return runs
