@@ -29,10 +29,12 @@ DYNAMICS = ("two timescales", "dissociation")
 
 
 def table():
-    """Every row of the verdict table as a list of its cells (header and rule skipped)."""
+    """Every row of the verdict table (the page's first table) as a list of its cells (header and rule skipped)."""
     out = []
     for line in PAGE.read_text().splitlines():
         if not line.startswith("|"):
+            if out:
+                break   # the verdict table has ended; the thresholds' table below is not a verdict
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if tuple(cells) == COLUMNS or set(cells[0]) <= {"-", ":"}:
