@@ -376,17 +376,16 @@ def summarise(record, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics
 
 def bought_after(record, step):
     """Who bought the probe loss's decrease from snapshot ``step`` to the end, without any settle step
-    (a fixed window, the same for every optimiser): {group: its share of the attributed decrease},
-    "values" (both layers' value rows together) and "routing" beside the groups, and "realised"
-    (the loss at ``step`` minus the loss at the end, nats). For runs whose rates never settle."""
+    (a fixed window, the same for every optimiser): {group: the decrease it bought, nats}, "values"
+    (both layers' value rows) and "routing" (both layers' query and key rows) beside the groups, and
+    "realised" (the loss at ``step`` minus the loss at the end). In nats, not as shares: late in a
+    constant-rate run the realised decrease is near zero, and shares of it would be noise."""
     _check_record(record, ("steps", "loss", "attribution"))
     steps = list(record["steps"])
     if step not in steps[:-1]:
         _validate.fail("step", f"a snapshot step before the last ({steps[0]}, {steps[1]}, ... {steps[-2]})", step)
     k = steps.index(step)
-    after = {g: float(np.sum(a[k:])) for g, a in record["attribution"].items()}  # intervals ending after step
-    total = sum(after.values())
-    out = {g: x / total for g, x in after.items()}
+    out = {g: float(np.sum(a[k:])) for g, a in record["attribution"].items()}  # intervals ending after step
     for kind in ("values", "routing"):
         out[kind] = sum(x for g, x in out.items() if g.endswith(f" {kind}"))
     out["realised"] = float(record["loss"][k] - record["loss"][-1])

@@ -49,7 +49,47 @@ def test_the_shipped_runs_are_the_shipped_models_runs():
 
 def test_the_records_are_small():
     sizes = [p.stat().st_size for p in dynamics.DYNAMICS_DIR.glob("*.json")]
-    assert len(sizes) >= len(dynamics.TASKS) * len(dynamics.SEEDS) and sum(sizes) < 200_000
+    assert len(sizes) >= len(dynamics.TASKS) * (len(dynamics.SEEDS) + len(dynamics.OPTIMIZERS) - 1) and sum(sizes) < 300_000
+
+
+def test_the_controls_change_only_what_they_name():
+    shipped = dynamics.recipe()
+    assert shipped == converged.RECIPE and dynamics.SHIPPED == "adamw-cosine"
+    assert {k for k in shipped if dynamics.recipe("adamw-constant")[k] != shipped[k]} == {"schedule"}
+    sgd = dynamics.recipe("sgd-constant")
+    assert (sgd["optimizer"], sgd["lr"], sgd["schedule"]) == ("sgd", dynamics.SGD_LR, "constant")
+    assert (sgd["warmup_fraction"], sgd["clip_grad_norm"], sgd["weight_decay"]) == (0.0, None, 0.0)
+    assert sgd["batch_size"] == shipped["batch_size"]
+    record = dynamics.load_record("recall", 0)
+    assert dynamics.rate_factor(record, record["steps_total"]) == pytest.approx(0.0, abs=1e-12)
+    assert dynamics.rate_factor(dynamics.load_record("recall", 0, optimizer="adamw-constant"), 4000) == 1.0
+
+
+@pytest.mark.parametrize("optimizer", ["adamw-constant", "sgd-constant"])
+def test_the_controls_records_are_comparable_with_the_shipped_runs(optimizer):
+    """Same model, task, seed, probe batch, step count and snapshot grid: the first snapshot (the
+    initial model on the probe batch) is the same in all three; only the training differs. Every task
+    ships seed 0 at least."""
+    shipped_seeds = {task: [s for s in dynamics.SEEDS if dynamics.record_path(task, s, optimizer=optimizer).exists()]
+                     for task in dynamics.TASKS}
+    assert all(0 in seeds for seeds in shipped_seeds.values()), shipped_seeds
+    for task, seeds in shipped_seeds.items():
+        for seed in seeds:
+            shipped = dynamics.load_record(task, seed)
+            control = dynamics.load_record(task, seed, optimizer=optimizer)
+            assert control["optimizer"] == optimizer and control["recipe"] == dynamics.recipe(optimizer)
+            for key in ("task", "seed", "steps_total", "stopped_at", "steps", "model_sizes", "n_params", "probe"):
+                assert control[key] == shipped[key], (task, seed, key)
+            assert control["loss"][0] == shipped["loss"][0] and control["kl_bits"][0] == shipped["kl_bits"][0]
+            assert control["kl_bits"][-1] < 0.1 * control["kl_bits"][0]  # it learned the task
+
+
+def test_a_rerun_prefix_of_a_control_matches_its_record():
+    prefix = dynamics.run("recall", 0, stop=100, optimizer="sgd-constant")
+    shipped = dynamics.load_record("recall", 0, optimizer="sgd-constant")
+    assert prefix["optimizer"] == "sgd-constant" and prefix["steps"] == shipped["steps"][:3]
+    for key in ("loss", "kl_bits"):
+        assert prefix[key] == pytest.approx(shipped[key][:3], rel=1e-4, abs=1e-6), key
 
 
 def test_parameter_groups_cover_every_scalar_once():
@@ -89,6 +129,21 @@ def test_attribution_accounts_for_the_realised_decrease(prefix):
         assert total == pytest.approx(realised, rel=1e-2, abs=2e-4)  # per interval (losses kept to 6 digits)
 
 
+def test_bought_after_splits_a_fixed_window_without_a_settle_step():
+    record = dynamics.load_record("recall", 0)
+    out = dynamics.bought_after(record, 2000)
+    groups = [g for g in record["attribution"]]
+    assert sum(out[g] for g in groups) == pytest.approx(out["realised"], rel=2e-3)  # attributed = realised
+    assert out["values"] == pytest.approx(out["layer 0 values"] + out["layer 1 values"])
+    assert out["routing"] == pytest.approx(out["layer 0 routing"] + out["layer 1 routing"])
+    k = record["steps"].index(2000)
+    assert out["realised"] == pytest.approx(record["loss"][k] - record["loss"][-1])
+    with pytest.raises(ValueError, match="step"):
+        dynamics.bought_after(record, 4000)  # the last snapshot: an empty window
+    with pytest.raises(ValueError, match="step"):
+        dynamics.bought_after(record, 2010)  # not a snapshot
+
+
 def test_summarise_reads_the_settle_measure(prefix):
     rows = dynamics.summarise(dynamics.load_record("bijection", 0))
     assert [r["layer"] for r in rows] == [0, 1]
@@ -111,6 +166,10 @@ def test_bad_arguments_and_a_missing_record(tmp_path):
         dynamics.run("bijection", 0, stop=75)
     with pytest.raises(FileNotFoundError, match="wind_tunnel_dynamics.py"):
         dynamics.load_record("bijection", 0, directory=tmp_path)
+    with pytest.raises(FileNotFoundError, match="--optimizer sgd-constant"):
+        dynamics.load_record("bijection", 0, directory=tmp_path, optimizer="sgd-constant")
+    assert dynamics.record_path("recall", 2, tmp_path, "sgd-constant").name == "transformer-recall-seed2-sgd-constant.json"
+    assert dynamics.record_path("recall", 2, tmp_path).name == "transformer-recall-seed2.json"
     path = dynamics.save_record({"task": "bijection", "seed": 7, "x": 1}, tmp_path)
     assert json.loads(path.read_text())["x"] == 1
 
@@ -129,6 +188,11 @@ def test_the_script_writes_records_and_skips_them_next_time(tmp_path, monkeypatc
     assert json.loads((tmp_path / "summary.json").read_text())["runs"] == 1
     assert script.main(args) == []
     assert "up to date, skipped: transformer-bijection-seed0.json" in capsys.readouterr().out
+    [control] = script.main(args + ["--optimizer", "sgd-constant"])
+    assert control["optimizer"] == "sgd-constant" and control["recipe"] == dynamics.recipe("sgd-constant")
+    assert (tmp_path / "transformer-bijection-seed0-sgd-constant.json").exists()
+    assert json.loads((tmp_path / "summary-sgd-constant.json").read_text())["optimizer"] == "sgd-constant"
+    assert script.main(args + ["--optimizer", "sgd-constant"]) == []  # its own record, up to date
 
 
 @pytest.mark.parametrize("call, name", [
@@ -137,6 +201,12 @@ def test_the_script_writes_records_and_skips_them_next_time(tmp_path, monkeypatc
     (lambda: dynamics.load_record("bijection", 0, directory="/nonexistent"), "directory"),
     (lambda: dynamics.record_path("nope", 0), "task_name"),
     (lambda: dynamics.record_path("bijection", "a"), "seed"),
+    (lambda: dynamics.record_path("bijection", 0, optimizer="sgd"), "optimizer"),
+    (lambda: dynamics.load_record("bijection", 0, optimizer="adam"), "optimizer"),
+    (lambda: dynamics.run("bijection", 0, optimizer="rmsprop"), "optimizer"),
+    (lambda: dynamics.recipe("sgd"), "optimizer"),
+    (lambda: dynamics.rate_factor({}, 0), "record"),
+    (lambda: dynamics.rate_factor(dynamics.load_record("bijection", 0), 3001), "step"),
     (lambda: dynamics.save_record("record"), "record"),
     (lambda: dynamics.save_record({"task": "bijection", "seed": 0}, directory="/proc/x"), "directory"),
     (lambda: dynamics.summarise("record"), "record"),
