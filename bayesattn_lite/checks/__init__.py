@@ -15,6 +15,7 @@ else where the answer is off and the formula to compare against.
                      gradients, the score-space kernel
 - ``chapters_4_5``   the advantage flow, the E-step as attention
 - ``chapters_6_9``   steps to a loss, the recall posterior, an LSTM's mixing weights (numpy answers)
+- ``chapter_04`` ... ``chapter_09``  the coding exercises added to chapters 4-9 (one module a chapter)
 - ``problem_sets``   the questions of book/assignments (the grader, ``instructor.grading``, runs them)
 - ``fallback``       ``until_written``: in a learner copy, an unwritten exercise answers with the reference
                      (saying so), so the cells below it still run
@@ -26,6 +27,14 @@ from .chapters_1_3 import (check_attended_gap, check_error_signal, check_project
 from .chapters_4_5 import check_advantage_flow, check_responsibilities_as_attention
 from .chapters_6_9 import check_lstm_mixing, check_recall_posterior, check_steps_to
 from .fallback import until_written
+from .chapter_04 import *   # noqa: F401,F403  (each chapter module lists its checks in __all__)
+from .chapter_04b import *  # noqa: F401,F403
+from .chapter_05 import *   # noqa: F401,F403
+from .chapter_06 import *   # noqa: F401,F403
+from .chapter_07 import *   # noqa: F401,F403
+from .chapter_08 import *   # noqa: F401,F403
+from .chapter_09 import *   # noqa: F401,F403
+from . import chapter_04, chapter_04b, chapter_05, chapter_06, chapter_07, chapter_08, chapter_09
 from .problem_sets import (check_biased_qk_gradients, check_markov_floors, check_reproducible, check_seeds,
                            check_second_order_attention_change, check_tempered_score_change, check_value_update_basis)
 
@@ -38,4 +47,5 @@ __all__ = [
     "check_biased_qk_gradients", "check_value_update_basis", "check_second_order_attention_change",
     "check_tempered_score_change", "check_reproducible", "check_seeds", "check_markov_floors",
     "until_written",
-]
+] + [name for module in (chapter_04, chapter_04b, chapter_05, chapter_06, chapter_07, chapter_08, chapter_09)
+     for name in module.__all__]

@@ -1,0 +1,3 @@
+"""Checks of the coding exercises of chapter 6 (one check per exercise, on the engine of ``_engine``)."""
+
+__all__ = []
