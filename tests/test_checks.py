@@ -414,8 +414,10 @@ def test_recall_posterior_reference_matches_the_task():
     (lambda c, e: _recall(c, e, split=False), ["noise / (M - 1)"]),
     (lambda c, e: _recall(c, e, normalise=False), ["not normalised"]),
     (lambda c, e: _recall(c, e, others=False), ["other* values"]),
-    (lambda c, e: np.ones(len(c)) / len(c), ["Compare with"]),
+    (lambda c, e: np.ones(len(c)) / len(c), ["Hint: suppose the true value is v", "Compare with"]),
     (lambda c, e: [1.0], ["expected shape"]),
+    (lambda c, e: (lambda p: p / p.sum())((1 - e) ** c * (e / len(c)) ** (c.sum() - c)), ["over all M values"]),
+    (lambda c, e: np.eye(len(c))[np.argmax(c)], ["majority vote"]),
 ])
 def test_recall_posterior_mistakes_are_named(fn, phrases):
     failed(checks.check_recall_posterior(fn), *phrases)
@@ -755,3 +757,19 @@ def test_until_written_names_what_it_expected():
     reference = _engine.reference(chapters_1_3._qkv_spec())
     with pytest.raises(TypeError, match="missing u"):
         reference(1, 2, 3, 4, 5)
+
+
+def test_score_gradient_returning_b_itself_is_named_as_such():
+    """Returning b is two mistakes of the pair table at once; its message must not claim b - E_alpha[b]."""
+    result = failed(checks.check_score_gradient(lambda alpha, b: b), "you returned b itself")
+    assert "b - E_alpha[b]" not in result.message
+
+
+def test_a_mistake_no_flaw_explains_gets_the_relative_error_a_hint_and_the_formula_folded():
+    """The diagonal of the Jacobian alone, alpha (1 - alpha) b: no flaw of the table fits. The message says
+    how far off it is relative to the reference, gives the hint in words, and the notebook view folds the
+    formula away so that the hint comes first."""
+    result = failed(checks.check_score_gradient(lambda alpha, b: alpha * (1 - alpha) * b),
+                    "of the reference there", "Hint: go through the weights", "Compare with dL/ds")
+    shown = result._repr_markdown_()
+    assert shown.index("Hint:") < shown.index("<details>") < shown.index("dL/ds = alpha")

@@ -26,6 +26,7 @@ import torch
 from .. import attention
 
 RTOL, ATOL = 1e-6, 1e-9
+FORMULA = " Compare with "  # what precedes the reference formula in a message (folded in a notebook)
 DTYPE = torch.float64
 
 # Added to every seed the checks draw their inputs with. 0 in the chapters, so a check's messages are
@@ -80,8 +81,14 @@ class CheckResult:
         return f"{'✅' if self.passed else '❌'} {self.name}: {self.message}"
 
     def _repr_markdown_(self):
-        # escape < > &: an exception message such as "<lambda>() takes ..." would vanish as an HTML tag
-        return html.escape(repr(self), quote=False)
+        # escape < > &: an exception message such as "<lambda>() takes ..." would vanish as an HTML tag.
+        # The reference formula comes folded: a learner reads the hint first and opens it only if stuck.
+        shown, formula = repr(self), ""
+        if FORMULA in shown:
+            shown, formula = shown.split(FORMULA, 1)
+            formula = (f"\n\n<details><summary>the reference formula (open it after another try)</summary>\n\n"
+                       f"{html.escape(formula.strip(), quote=False)}\n\n</details>")
+        return html.escape(shown, quote=False) + formula
 
 
 # ----------------------------------------------------------------------------- specification
@@ -106,6 +113,7 @@ class Output:
     flaws: list
     transpose_hint: str = ""
     shape_hints: dict = field(default_factory=dict)  # axis names of a wrong shape -> explanation
+    hint: str = ""  # a first hint in words, given before the formula when no known mistake fits
 
 
 @dataclass
@@ -356,8 +364,9 @@ def _diagnose(spec, i, mine):
 
 
 def _unknown(out, cases, mine, i):
-    """No known mistake fits: say whether it is a scaled copy, else where the largest error is."""
-    compare = f"Compare with {out.formula}."
+    """No known mistake fits: say whether it is a scaled copy, else where the largest error is (absolute
+    and relative: 1e-5 looks like rounding, 99% of the reference does not), the hint, then the formula."""
+    compare = (f"Hint: {out.hint}{FORMULA}" if out.hint else FORMULA.lstrip()) + f"{out.formula}."
     if all(torch.all(m == 0) for m in mine):
         return f"it is all zeros (a placeholder left in?). {compare}"
     refs = [c.expected[i] for c in cases]
@@ -371,9 +380,11 @@ def _unknown(out, cases, mine, i):
     n = next(n for n, (m, r) in enumerate(zip(mine, refs)) if not _close(m, r))
     error = (mine[n] - refs[n]).abs()
     index = _index(error == error.max())
-    return (f"largest absolute error {float(error.max()):.3g} at index {index} on input {n + 1} of {len(cases)} "
-            f"({cases[n].note}): you returned {float(mine[n][index]):.6g}, the reference is "
-            f"{float(refs[n][index]):.6g}. {compare}")
+    right = float(refs[n][index])
+    relative = f" ({float(error.max()) / abs(right):.0%} of the reference there)" if right else ""
+    return (f"largest absolute error {float(error.max()):.3g}{relative} at index {index} on input {n + 1} of "
+            f"{len(cases)} ({cases[n].note}): you returned {float(mine[n][index]):.6g}, the reference is "
+            f"{right:.6g}. {compare}")
 
 
 def _first_difference(out, cases, mine, i):
@@ -382,7 +393,8 @@ def _first_difference(out, cases, mine, i):
     right = cases[n].expected[i]
     index = tuple(int(j) for j in np.argwhere(~np.isclose(mine[n], right, rtol=RTOL, atol=ATOL, equal_nan=True))[0])
     return (f"on problem {n + 1} of {len(cases)} ({cases[n].note}) you returned {mine[n][index]:.6g} at index "
-            f"{index}, the reference is {right[index]:.6g}. Compare with {out.formula}.")
+            f"{index}, the reference is {right[index]:.6g}." + (f" Hint: {out.hint}" if out.hint else "")
+            + f"{FORMULA}{out.formula}.")
 
 
 # ----------------------------------------------------------------------------- problems

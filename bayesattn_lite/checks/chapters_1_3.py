@@ -67,6 +67,8 @@ def check_error_signal(fn):
 
 def _ds(inp, sign=1, mean="keys", weights=True):
     alpha, b = inp["alpha"], inp["b"]
+    if weights == "b alone":
+        return sign * b
     weighted = alpha * b
     expected_b = {
         "keys": lambda: weighted.sum(dim=-1, keepdim=True),
@@ -94,6 +96,10 @@ _DS_FLAWS = [
          ".sum(dim=-1, keepdim=True) so that row i subtracts its own E_alpha[b]."),
     Flaw("mean", "unweighted", "the mean is not attention-weighted: you subtracted the plain average of b over "
          "the keys. The softmax subtracts the weighted mean E_alpha[b] = sum_j alpha_ij b_ij."),
+    Flaw("weights", "b alone", "you returned b itself, the compatibility: that is dL/d alpha_ij, how the "
+         "loss changes with a weight. The exercise asks for dL/ds_ij, through the softmax: a score does not "
+         "move its weight alone, and it acts only through its weight. Two things are missing: what raising "
+         "one weight takes from the others of the row, and the weight itself in front."),
     Flaw("weights", False, "the weights alpha are missing in front: you returned b - E_alpha[b]. A score acts "
          "only through its weight, dL/ds_ij = alpha_ij (b_ij - E_alpha[b]), so masked keys (alpha = 0) get 0."),
 ]
@@ -102,6 +108,8 @@ _DS = Output(
     "dL/ds", ("T", "T"),
     "dL/ds = alpha * (b - (alpha * b).sum(dim=-1, keepdim=True)), i.e. alpha_ij (b_ij - sum_k alpha_ik b_ik)",
     _ds, _DS_FLAWS,
+    hint="go through the weights: raising s_ij raises alpha_ij and lowers every other weight of row i, "
+         "because a row sums to 1. What does that do to the loss, compared with the row's attended mean?",
     shape_hints={("T",): "One number per row: that is the weighted mean E_alpha[b]; dL/ds has one entry per "
                          "score, alpha * (b - E_alpha[b]).",
                  ("T", "?"): "Did a keepdim=True end up in the wrong place?"},
@@ -372,6 +380,9 @@ _KERNEL = Output(
              "gradient pushes (output 'abij')."),
     ],
     shape_hints={("T", "T"): "That is one (T, T) block: K has one entry per pair of pairs, shape (T, T, T, T)."},
+    hint="a gradient step on W_Q and one on W_K both move the score s_i'j'. Write each route as a product "
+         "of two dot products (one between inputs, one between keys or between queries) and check which "
+         "positions each pairs up.",
 )
 
 

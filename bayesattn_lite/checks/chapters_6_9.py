@@ -57,10 +57,12 @@ def check_steps_to(fn):
 
 # ----------------------------------------------------------------------------- recall posterior (chapter 7)
 
-def _recall_posterior(inp, split=True, normalise=True, others=True):
+def _recall_posterior(inp, split=True, normalise=True, others=True, vote=False):
     counts, noise = inp["counts"], inp["noise"]
     M, n = len(counts), counts.sum()
-    wrong = noise / (M - 1) if split else noise
+    if vote:  # all the probability on the most frequent value (the first of a tie)
+        return np.eye(M)[np.argmax(counts)]
+    wrong = noise / (M - 1) if split is True else noise / M if split == "M" else noise
     p = (1 - noise) ** counts * (wrong ** (n - counts) if others else 1.0)
     return p / p.sum() if normalise else p
 
@@ -69,9 +71,16 @@ _RECALL = Output(
     "p", ("M",), "p(v) ~ (1 - noise)^c_v (noise / (M - 1))^(n - c_v), normalised over v", _recall_posterior,
     [Flaw("split", False, "a wrong showing has probability noise / (M - 1), not noise: the noise is spread "
           "uniformly over the M - 1 other values."),
+     Flaw("split", "M", "you spread the noise over all M values: a wrong showing is one of the M - 1 values "
+          "*other* than the true one, so each has probability noise / (M - 1)."),
+     Flaw("vote", True, "you returned a majority vote (all the probability on the most shown value). The "
+          "posterior keeps the doubt: a value shown once less than the leader is less likely, not impossible; "
+          "weigh each value by the likelihood of all n showings if it were the true one."),
      Flaw("normalise", False, "not normalised: divide by the sum over the M values so that the posterior sums to 1."),
      Flaw("others", False, "the showings of *other* values are missing: every showing of a value other than v "
           "multiplies p(v) by noise / (M - 1), so p(v) ~ (1 - noise)^c_v (noise / (M - 1))^(n - c_v).")],
+    hint="suppose the true value is v. How likely is each of the n showings: one of v, and one of another "
+         "value? Multiply, then make the M numbers a distribution.",
 )
 
 

@@ -382,7 +382,8 @@ def check_seeds(results, run_condition=None):
     if any(len(s) < 3 for s in seeds):
         return CheckResult("seeds", False, "expected at least 3 seeds per condition, got "
                            + ", ".join(f"{c!r}: {len(s)}" for c, s in zip(results, seeds))
-                           + ": one seed cannot tell an effect from seed-to-seed spread.")
+                           + ": with fewer than 3 seeds the spread between seeds is not measured (one pair of "
+                           "seeds can agree or disagree by chance), so an effect cannot be told from it.")
     if any(s != seeds[0] for s in seeds):
         return CheckResult("seeds", False, "expected the same seeds in every condition (paired runs), got "
                            + ", ".join(f"{c!r}: {sorted(s)}" for c, s in zip(results, seeds)) + ".")
