@@ -29,9 +29,10 @@ DYNAMICS = ("two timescales", "dissociation")
 
 
 def table():
-    """Every row of the verdict table (the page's first table) as a list of its cells (header and rule skipped)."""
+    """Every row of the verdict table (the first table of "The claims in detail") as a list of its cells
+    (header and rule skipped)."""
     out = []
-    for line in PAGE.read_text().splitlines():
+    for line in PAGE.read_text().split("## The claims in detail", 1)[1].splitlines():
         if not line.startswith("|"):
             if out:
                 break   # the verdict table has ended; the thresholds' table below is not a verdict
@@ -149,3 +150,20 @@ def test_the_settle_check_itself_can_fail():
     assert unsettled(record, ["SGD, lr 0.1"], "dissociation", fixed_windows=True), "a loss still falling has no late phase"
     # SGD at 0.01 has not settled on every seed even after 8000 steps: no run to rest a "does not hold" on
     assert unsettled(experiments.load_long_run("pool64-std0.1"), ["sgd"], "two timescales")
+
+
+def summary():
+    """The rows of the five-minute summary: (number, claim, verdict, reason, where)."""
+    text = PAGE.read_text().split("## In five minutes", 1)[1].split("## The claims in detail", 1)[0]
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith(("| #", "| ---"))]
+
+
+def test_the_summary_gives_every_claim_in_one_line_with_the_verdict_of_its_detailed_row():
+    """A student reads the summary in five minutes: one short line per claim, in the order of the detailed
+    table, with the same verdict."""
+    short, detailed = summary(), rows()
+    assert len(short) == len(detailed)
+    for n, (row, (claim, verdict, _, _)) in enumerate(zip(short, detailed), 1):
+        assert row[0] == str(n) and row[2] == verdict, (row, claim, verdict)
+        assert len(" ".join(row[1:4]).split()) <= 40, f"summary row {n} is longer than a line or two"
