@@ -569,15 +569,23 @@ def rates_at_intervals(run, name, every):
     measured between snapshots ``k`` apart for each ``k`` in ``every`` (n = k x record_every updates):
     the same run photographed less often. Drift over n updates grows like n, noise more slowly, so
     a rate that is mostly noise falls, relative to its peak, as the interval grows."""
-    x, y = run.probe_data()
-    snaps, steps, out = run.snapshots[name], np.asarray(run.snapshot_steps), {}
+    x, _ = run.probe_data()
+    steps, out = np.asarray(run.snapshot_steps), {}
     for k in every:
         n = int(steps[k] - steps[0])
         out[f"rate_steps_{n}"] = steps[k::k]
-        out[f"frame_rate_{n}"] = np.stack([frame_rate(x[i], snaps["W_Q"][i][::k], snaps["W_K"][i][::k])
-                                           for i in range(len(run.seeds))])
-        out[f"precision_rate_{n}"] = np.stack([precision_rate(x[i], snaps["W_V"][i][::k]) for i in range(len(run.seeds))])
+        out[f"frame_rate_{n}"], out[f"precision_rate_{n}"] = _rates(run, name, x, every=k)
     return out
+
+
+def _rates(run, name, x, every=1):
+    """(frame, precision): (S, snapshots - 1) each, the rates of schedule ``name`` between snapshots
+    ``every`` apart, one row per seed on that seed's probe inputs ``x[i]``."""
+    snaps = run.snapshots[name]
+    seeds = range(len(run.seeds))
+    frame = np.stack([frame_rate(x[i], snaps["W_Q"][i][::every], snaps["W_K"][i][::every]) for i in seeds])
+    precision = np.stack([precision_rate(x[i], snaps["W_V"][i][::every]) for i in seeds])
+    return frame, precision
 
 
 def frame_precision(run, name):
@@ -594,9 +602,8 @@ def measure_frame_precision(run, name):
     x, y = run.probe_data()
     snaps = run.snapshots[name]
     S = len(run.seeds)
-    out = {"rate_steps": np.asarray(run.snapshot_steps[1:]),
-           "frame_rate": np.stack([frame_rate(x[i], snaps["W_Q"][i], snaps["W_K"][i]) for i in range(S)]),
-           "precision_rate": np.stack([precision_rate(x[i], snaps["W_V"][i]) for i in range(S)]),
+    frame, precision = _rates(run, name, x)
+    out = {"rate_steps": np.asarray(run.snapshot_steps[1:]), "frame_rate": frame, "precision_rate": precision,
            "frame_moved": np.array([frame_rate(x[i], snaps["W_Q"][i][[0, -1]], snaps["W_K"][i][[0, -1]])[0]
                                     for i in range(S)]),
            "values_moved": np.array([precision_rate(x[i], snaps["W_V"][i][[0, -1]])[0] for i in range(S)])}
