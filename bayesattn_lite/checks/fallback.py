@@ -17,7 +17,8 @@ passes on the reference's behalf.
 import functools
 
 from .. import _validate
-from . import chapters_1_3, chapters_4_5, chapters_6_9
+from . import (chapter_04, chapter_04b, chapter_05, chapter_06, chapter_07, chapter_08, chapter_09, chapters_1_3,
+               chapters_4_5, chapters_6_9)
 from ._engine import reference
 
 # each chapter check -> the function that builds its Spec (the problem sets' questions are not here:
@@ -35,6 +36,9 @@ SPEC_OF = {
     chapters_6_9.check_recall_posterior: chapters_6_9._recall_spec,
     chapters_6_9.check_lstm_mixing: chapters_6_9._lstm_spec,
 }
+# the checks of chapters 4-9's newer exercises: each module's SPECS, {check: the function that builds its Spec}
+for _module in (chapter_04, chapter_04b, chapter_05, chapter_06, chapter_07, chapter_08, chapter_09):
+    SPEC_OF.update(getattr(_module, "SPECS", {}))
 
 
 def _cell():
