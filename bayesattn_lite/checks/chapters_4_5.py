@@ -10,9 +10,12 @@ from ._engine import DTYPE, SIZES, Flaw, Output, Spec, generator, input_note, is
 # ----------------------------------------------------------------------------- advantage flow (chapter 4)
 
 def _flow(inp, weights=True, masked=True, axis=-1, sign=1):
+    """The flow with one knob turned; ``masked`` True flags keys, False none, "queries" flags rows."""
     alpha, advantage, key_mask = inp["alpha"], inp["advantage"], inp["key_mask"]
     terms = alpha * advantage if weights else advantage
-    if masked:
+    if masked == "queries":
+        terms = terms * key_mask.to(DTYPE)[:, None]
+    elif masked:
         terms = terms * key_mask.to(DTYPE)[None, :]
     return sign * terms.sum(dim=axis)
 
@@ -21,18 +24,27 @@ _FLOW = Output(
     "flow", ("T",),
     "flow_i = sum over the keys j of the set of alpha_ij A_ij, i.e. (alpha * advantage * key_mask).sum(dim=-1)",
     _flow,
-    [Flaw("sign", -1, "wrong sign: the flow is -dL/dc = +sum_{j in set} alpha_ij A_ij, positive when gradient "
-                      "descent raises the set's scores together (a positive advantage raises a score)."),
-     Flaw("weights", False, "the attention weights are missing: you summed A_ij alone. Raising every score of "
-                            "the set by c changes the loss through each score's gradient dL/ds_ij = -alpha_ij A_ij, "
-                            "so the flow is sum_{j in set} alpha_ij A_ij."),
-     Flaw("masked", False, "you summed over every key the query sees, not over the set: that sum, "
-                           "sum_j alpha_ij A_ij, is exactly 0 for every query (the advantages of a row average "
+    [Flaw("sign", -1, "wrong sign: the flow is -dL/dc, the rate at which the loss falls when every score of the "
+                      "set rises by c; it is positive when gradient descent raises the set's scores together "
+                      "(a positive advantage raises a score)."),
+     Flaw("weights", False, "the attention weights are missing: you summed A_ij alone. Raising a score by c "
+                            "changes the loss through that score's gradient dL/ds_ij, and a score acts only through "
+                            "its attention weight (chapter 2's advantage law): each term needs that factor."),
+     Flaw("masked", False, "you summed over every key the query sees, not over the set: that sum "
+                           "is exactly 0 for every query of a real advantage map (the advantages of a row average "
                            "to zero under alpha: raising all scores of a row together changes nothing). "
                            "Multiply by key_mask before summing."),
+     Flaw("masked", "queries", "the mask is on the wrong axis: you multiplied the rows (the queries) by key_mask, "
+                               "so each query is kept or dropped whole and a kept row is still summed over every "
+                               "key it sees, which is 0 for a real advantage map. key_mask flags keys: it has to "
+                               "line up with the last axis of the (T, T) terms (the columns), the same flags in "
+                               "every row. Check which axis a (T,) tensor broadcasts along, and where [:, None] "
+                               "puts it."),
      Flaw("axis", 0, "summed over the wrong axis: you added up a column (the queries i that look at a key). "
                      "The flow of query i sums its own row over the keys of the set: .sum(dim=-1).")],
     shape_hints={("T", "T"): "One number per query: sum the (T, T) terms over the keys (dim=-1)."},
+    hint="a score changes the loss only through its attention weight; keep the keys of the set (the columns), "
+         "in every row; one number per query.",
 )
 
 
@@ -46,6 +58,12 @@ def _advantage_flow_spec():
         advantage = advantage.masked_fill(alpha == 0, 0.0)
         key_mask = torch.rand(T, generator=gen) < 0.4
         key_mask[n % T] = True  # never an empty set
+        if n == len(SIZES) - 1:
+            # one map measured against another baseline (each query's row shifted by its own constant), so
+            # that it does not average to zero under alpha: without it, a mask on the query axis and no mask
+            # at all would both return zeros, and the check could not tell the two mistakes apart
+            shift = torch.randn(T, 1, generator=gen, dtype=DTYPE)
+            advantage = advantage + shift * (alpha > 0).to(DTYPE)
         inputs = {"alpha": alpha, "advantage": advantage, "key_mask": key_mask}
         expected = diagnostics.advantage_flow(alpha, advantage, key_mask)
         cases.append(make_case(signature, inputs, [expected], input_note(T, is_causal(n))))
