@@ -14,17 +14,7 @@ from torch.nn.functional import one_hot
 
 from bayesattn_lite import attention, checks, diagnostics
 from bayesattn_lite.checks import _engine, chapters_1_3
-
-
-def failed(result, *phrases):
-    """Assert the result failed, displays as such, and its message says every phrase."""
-    assert isinstance(result, checks.CheckResult)
-    assert not result and result.passed is False
-    assert "❌" in result._repr_markdown_() and "❌" in repr(result)
-    assert "Traceback" not in result.message
-    for phrase in phrases:
-        assert phrase in result.message, (phrase, result.message)
-    return result
+from checking import failed
 
 
 # ----------------------------------------------------------------------------- the result

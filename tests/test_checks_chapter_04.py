@@ -9,17 +9,7 @@ import torch
 
 from bayesattn_lite import checks, diagnostics, tasks
 from bayesattn_lite.checks import chapter_04
-
-
-def failed(result, *phrases):
-    """Assert the result failed, displays as such, and its message says every phrase."""
-    assert isinstance(result, checks.CheckResult)
-    assert not result and result.passed is False
-    assert "❌" in result._repr_markdown_() and "❌" in repr(result)
-    assert "Traceback" not in result.message
-    for phrase in phrases:
-        assert phrase in result.message, (phrase, result.message)
-    return result
+from checking import failed
 
 
 def test_the_checks_are_exported():

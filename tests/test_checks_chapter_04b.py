@@ -11,17 +11,7 @@ import torch
 
 from bayesattn_lite import checks, diagnostics, specialisation
 from bayesattn_lite.checks import chapter_04b, chapters_4_5
-
-
-def failed(result, *phrases):
-    """Assert the result failed, displays as such, and its message says every phrase."""
-    assert isinstance(result, checks.CheckResult)
-    assert not result and result.passed is False
-    assert "❌" in repr(result)
-    assert "Traceback" not in result.message
-    for phrase in phrases:
-        assert phrase in result.message, (phrase, result.message)
-    return result
+from checking import failed
 
 
 # ----------------------------------------------------------------------------- content margin

@@ -4,17 +4,7 @@ and a function that raises or returns the wrong thing gets a readable verdict, n
 import torch
 
 from bayesattn_lite import checks, em
-
-
-def failed(result, *phrases):
-    """Assert the result failed, displays as such, and its message says every phrase."""
-    assert isinstance(result, checks.CheckResult)
-    assert not result and result.passed is False
-    assert "❌" in repr(result) and "❌" in result._repr_markdown_()
-    assert "Traceback" not in result.message
-    for phrase in phrases:
-        assert phrase in result.message, (phrase, result.message)
-    return result
+from checking import failed
 
 
 def right(x, resp):

@@ -7,12 +7,7 @@ import pytest
 import torch
 
 from bayesattn_lite import checks, converged, diagnostics, wind_tunnels
-
-
-def failed(result, *phrases):
-    assert not result, f"expected a failure, got: {result!r}"
-    for phrase in phrases:
-        assert phrase in result.message, f"{phrase!r} not in: {result.message}"
+from checking import failed
 
 
 def no_transport(emission, observations):

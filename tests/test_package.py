@@ -22,7 +22,9 @@ TIERS = {
                  "batched", "em", "diagnostics", "monitor", "gradcheck"],
     "experiments": ["specialisation", "experiments", "comparison", "converged", "distributed", "dynamics"],
     "presentation": ["plots", "widgets", "checks", "checks._engine", "checks.chapters_1_3", "checks.chapters_4_5",
-                     "checks.chapters_6_9", "checks.problem_sets", "checks.fallback"],
+                     "checks.chapters_6_9", "checks.chapter_04", "checks.chapter_04b", "checks.chapter_05",
+                     "checks.chapter_06", "checks.chapter_07", "checks.chapter_08", "checks.chapter_09",
+                     "checks.problem_sets", "checks.fallback"],
     "instructor": ["instructor", "instructor.assignments", "instructor.learner_copies", "instructor.grading",
                    "instructor._sandbox"],
 }
