@@ -50,7 +50,9 @@ def test_kl_bits_two_mistakes_at_once_are_both_named():
 def test_kl_bits_zero_log_zero_and_one_number_per_position_are_explained():
     failed(checks.check_kl_bits(lambda *args: _kl(*args, xlogy=False)), "nan where the posterior rules a value out",
            "xlogy", "problem 2 of 3")
-    per_position = lambda logits, posterior, mask: torch.log_softmax(logits, -1)[..., 0][mask]
+    def per_position(logits, posterior, mask):
+        return torch.log_softmax(logits, -1)[..., 0][mask]
+
     failed(checks.check_kl_bits(per_position), "expected shape ()", "one number for the whole batch")
 
 
