@@ -9,6 +9,7 @@ def failed(result, *phrases):
     assert not result and result.passed is False
     assert "❌" in result._repr_markdown_() and "❌" in repr(result)
     assert "Traceback" not in result.message
+    words = result.practice or result.message  # a problem set's check shows less: its full words are kept
     for phrase in phrases:
-        assert phrase in result.message, (phrase, result.message)
+        assert phrase in words, (phrase, words)
     return result

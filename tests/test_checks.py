@@ -13,7 +13,7 @@ import torch
 from torch.nn.functional import one_hot
 
 from bayesattn_lite import attention, checks, diagnostics
-from bayesattn_lite.checks import _engine, chapters_1_3
+from bayesattn_lite.checks import _engine, chapters_1_3, problem_sets
 from checking import failed
 
 
@@ -763,3 +763,62 @@ def test_a_mistake_no_flaw_explains_gets_the_relative_error_a_hint_and_the_formu
                     "of the reference there", "Hint: go through the weights", "Compare with dL/ds")
     shown = result._repr_markdown_()
     assert shown.index("Hint:") < shown.index("<details>") < shown.index("dL/ds = alpha")
+
+
+# ----------------------------------------------------------------------------- a check the wheel lacks
+
+def test_a_check_the_installed_package_lacks_fails_in_words_instead_of_raising():
+    # a question the instructor added in course.toml: its check lives only where the grader runs
+    from bayesattn_lite.checks import check_my_added_question  # the import a check cell does works too
+    result = check_my_added_question(lambda x: x, "any", extra=1)
+    assert isinstance(result, checks.CheckResult) and not result
+    assert result.name == "my_added_question"
+    assert "not in the installed bayesattn_lite" in result.message and "grader decides" in result.message
+    assert checks.check_other_one().name == "other_one"
+    assert checks.check_score_gradient is chapters_1_3.check_score_gradient  # real checks are untouched
+    with pytest.raises(AttributeError, match="no attribute 'not_a_check'"):
+        checks.not_a_check  # noqa: B018 - only check_* names fall back
+
+
+def test_markov_floors_say_which_floors_are_right_and_which_mistake_for_partial_credit():
+    nats = checks.check_markov_floors(lambda P: tuple(v * math.log(2) for v in floors_right(P)))
+    assert nats.right == () and nats.mistakes == ("log",) and nats.outputs == ("The entropy rate", "The shuffled floor")
+    half = checks.check_markov_floors(lambda P: (floors_right(P)[0], 0.123))
+    assert half.right == ("The entropy rate",) and half.mistakes == ()  # no named mistake gives 0.123
+
+
+def _zeros_like_reference(spec):
+    reference = _engine.reference(spec)
+
+    def zeros(*args):
+        out = reference(*args)
+        return tuple(o * 0 for o in out) if isinstance(out, tuple) else out * 0
+    return zeros
+
+
+@pytest.mark.parametrize("check, spec", [
+    (checks.check_biased_qk_gradients, problem_sets._biased_spec),
+    (checks.check_second_order_attention_change, problem_sets._second_order_spec),
+    (checks.check_tempered_score_change, problem_sets._tempered_spec),
+])
+def test_a_problem_set_check_names_the_mistake_without_the_answers_formula(check, spec):
+    """The problem sets are graded: a student's check cell must not print the answer's formula, however
+    wrong the answer (zeros are how a student would ask for it); the grader's practice mode keeps it."""
+    result = check(_zeros_like_reference(spec()))
+    assert not result.passed and "all zeros" in result.message
+    for out in spec().outputs:
+        assert out.formula not in result.message and out.formula in result.practice
+    assert _engine.FORMULA not in result.message and "Hint:" not in result.message
+
+
+def test_the_floors_and_the_basis_checks_name_the_mistake_without_the_answer():
+    result = checks.check_markov_floors(lambda P: (0.123, 0.456))
+    assert "Compare with" not in result.message and "sum_i pi_i H(P_i)" in result.practice
+    weights = checks.check_markov_floors(lambda P: (floors_right(P, weights="uniform")[0], floors_right(P)[1]))
+    assert "1/n" in weights.message and "sum_i pi_i" not in weights.message and weights.mistakes == ("weights",)
+
+    def top_directions(W_O):
+        u, _, _ = torch.linalg.svd(W_O.T, full_matrices=False)
+        return u[:, : W_O.shape[0] - 1]
+    basis = checks.check_value_update_basis(top_directions)
+    assert "singular directions" in basis.message and "11^T" not in basis.message and "11^T" in basis.practice

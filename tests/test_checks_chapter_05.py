@@ -77,3 +77,11 @@ def test_a_function_that_raises_or_returns_nonsense_gets_a_verdict():
     failed(checks.check_mixture_m_step(lambda x, r: (*right(x, r)[:2], "w")), "weights", "str")
     failed(checks.check_mixture_m_step(lambda x, r: tuple(t.float() for t in right(x, r))), "dtype")
     failed(checks.check_mixture_m_step(42), "raised TypeError")
+
+
+def test_a_wrong_single_number_is_described_without_an_index():
+    def off(x, resp):
+        means, variance, masses = right(x, resp)
+        return means, variance * 1.37 + 0.01, masses  # no known mistake, no constant factor
+    message = failed(checks.check_mixture_m_step(off), "variance is wrong", "largest absolute error").message
+    assert "at index" not in message.split("variance is wrong", 1)[1] and "multiple" not in message

@@ -73,6 +73,13 @@ class CheckResult:
     name: str
     passed: bool
     message: str
+    # For a grader: the check's outputs, those that were right, and the knob of every named mistake that
+    # explains a wrong one (partial credit reads them); ``graded`` is the message without formulas.
+    outputs: tuple = ()
+    right: tuple = ()
+    mistakes: tuple = ()
+    graded: str = ""
+    practice: str = ""  # a problem set's full words (with the formula), kept for the grader's practice mode
 
     def __bool__(self):
         return self.passed
@@ -160,15 +167,21 @@ def run(spec, fn):
             return CheckResult(spec.name, False, problem)
         answers.append(got)
 
-    verdicts = []
+    verdicts = []  # per output: None when right, else a Verdict
     for i in range(len(spec.outputs)):
         mine = [a[i] for a in answers]
         right = all(_close(m, c.expected[i]) for m, c in zip(mine, spec.cases))
         verdicts.append(None if right else _diagnose(spec, i, mine))
+    labels = tuple(o.label for o in spec.outputs)
     if all(v is None for v in verdicts):
         inputs = "problems" if spec.numbers else "random inputs"
-        return CheckResult(spec.name, True, f"matches the reference on {len(spec.cases)} {inputs}.")
-    return CheckResult(spec.name, False, _combine(spec, verdicts))
+        message = f"matches the reference on {len(spec.cases)} {inputs}."
+        return CheckResult(spec.name, True, message, labels, labels, (), message)
+    mistakes = tuple(dict.fromkeys(k for v in verdicts if v is not None for k in v.knobs)) if all(
+        v is None or v.knobs for v in verdicts) else ()  # () unless every wrong output is a named mistake
+    return CheckResult(spec.name, False, _combine(spec, [v and v.words for v in verdicts]), labels,
+                       tuple(lab for lab, v in zip(labels, verdicts) if v is None), mistakes,
+                       _combine(spec, [v and v.named for v in verdicts]))
 
 
 def reference(spec):
@@ -352,15 +365,37 @@ def _flaw_sets(flaws):
             yield (a, b)
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What is wrong with one output: the explanation, the knobs of the named mistakes that reproduce
+    it (empty when none does) and the explanation as a graded assignment shows it (no formula)."""
+
+    words: str
+    knobs: tuple = ()
+    named: str = ""
+
+
+def named_only(words):
+    """A mistake's explanation without the answer: its first clause (up to a colon or a full stop),
+    and nothing from a hint or a reference formula on."""
+    for cut in (FORMULA, " Hint: "):
+        words = words.split(cut, 1)[0]
+    first = min((i for i in (words.find(": "), words.find(". ")) if i >= 0), default=len(words))
+    return words[:first].rstrip(".") + "."
+
+
 def _diagnose(spec, i, mine):
     out = spec.outputs[i]
     for flaws in _flaw_sets(out.flaws):
         knobs = {f.knob: f.value for f in flaws}
         if all(_close(m, out.compute(c.inputs, **knobs)) for m, c in zip(mine, spec.cases)):
+            names = tuple(f.knob for f in flaws)
             if len(flaws) == 1:
-                return flaws[0].words
-            return f"two mistakes at once. (1) {flaws[0].words} (2) {flaws[1].words}"
-    return (_first_difference if spec.numbers else _unknown)(out, spec.cases, mine, i)
+                return Verdict(flaws[0].words, names, named_only(flaws[0].words))
+            return Verdict(f"two mistakes at once. (1) {flaws[0].words} (2) {flaws[1].words}", names,
+                           f"two mistakes at once. (1) {named_only(flaws[0].words)} (2) {named_only(flaws[1].words)}")
+    words = (_first_difference if spec.numbers else _unknown)(out, spec.cases, mine, i)
+    return Verdict(words, (), "no known mistake fits: " + words.split(FORMULA, 1)[0].split(" Hint: ", 1)[0])
 
 
 def _unknown(out, cases, mine, i):
@@ -371,7 +406,10 @@ def _unknown(out, cases, mine, i):
         return f"it is all zeros (a placeholder left in?). {compare}"
     refs = [c.expected[i] for c in cases]
     factors = [float((m * r).sum() / (r * r).sum()) for m, r in zip(mine, refs)]
-    if all(_close(m, f * r) for m, f, r in zip(mine, factors, refs)):
+    # a single number is always some multiple of the right one: say so only when it is the same multiple
+    single = all(r.numel() == 1 for r in refs)
+    if all(_close(m, f * r) for m, f, r in zip(mine, factors, refs)) and not (
+            single and not all(math.isclose(f, factors[0], rel_tol=1e-6) for f in factors)):
         if all(math.isclose(f, factors[0], rel_tol=1e-6) for f in factors):
             return f"it is {factors[0]:.4g} times the right answer on every input: a constant factor is off. {compare}"
         listed = ", ".join(f"x{f:.4g} for {c.note}" for f, c in zip(factors, cases))
@@ -382,7 +420,8 @@ def _unknown(out, cases, mine, i):
     index = _index(error == error.max())
     right = float(refs[n][index])
     relative = f" ({float(error.max()) / abs(right):.0%} of the reference there)" if right else ""
-    return (f"largest absolute error {float(error.max()):.3g}{relative} at index {index} on input {n + 1} of "
+    where = f" at index {index}" if index else ""  # a single number has no index to name
+    return (f"largest absolute error {float(error.max()):.3g}{relative}{where} on input {n + 1} of "
             f"{len(cases)} ({cases[n].note}): you returned {float(mine[n][index]):.6g}, the reference is "
             f"{right:.6g}. {compare}")
 

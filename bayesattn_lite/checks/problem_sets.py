@@ -4,13 +4,15 @@ the second-order attention change and the tempered score kernel; set 3, a reprod
 several seeds, and the floors of a sticky chain. Each takes the learner's object, never raises, and says
 what is wrong in words."""
 
+import dataclasses
+import functools
 import math
 
 import numpy as np
 import torch
 
 from .. import attention
-from ._engine import (DTYPE, SIZES, CheckResult, Flaw, Output, Spec, generator, input_note, is_causal, make_case,
+from ._engine import (DTYPE, FORMULA, SIZES, CheckResult, Flaw, Output, Spec, generator, input_note, is_causal, make_case,
                       peaked_attention, rng, run, type_name)
 
 
@@ -82,6 +84,21 @@ def _biased_spec():
                 "q, k are (T, d_k), v, u (T, d_v); tau and slope are numbers (0-d tensors).")
 
 
+def _names_the_mistake(check):
+    """A problem set's check as the student's notebook shows it: a wrong answer's mistake named, never the
+    reference formula, since the problem sets are graded. The full words stay in ``practice``, for the
+    grader's practice-mode feedback."""
+    @functools.wraps(check)
+    def named(*args, **kwargs):
+        result = check(*args, **kwargs)
+        if result.passed:
+            return result
+        shown = result.graded or result.message.split(FORMULA, 1)[0].split(" Hint: ", 1)[0]
+        return dataclasses.replace(result, message=shown, graded=shown, practice=result.message)
+    return named
+
+
+@_names_the_mistake
 def check_biased_qk_gradients(fn):
     """Check ``fn(q, k, v, u, tau, slope) -> (dq, dk)`` for a causal head with a temperature and an ALiBi
     bias, s_ij = q_i . k_j / (tau sqrt(d_k)) - slope (i - j), and the error signal u = dL/dg."""
@@ -119,6 +136,7 @@ def _value_gradient_columns(W_O, seed):
     return attention.gradients(x, y, params)["W_V"]
 
 
+@_names_the_mistake
 def check_value_update_basis(fn):
     """Check ``fn(W_O) -> B``: an orthonormal basis (d_v, C - 1), as columns, of the subspace that holds every
     column of dW_V after one step, {W_O^T r : r_1 + ... + r_C = 0} (W_O stored (C, d_v))."""
@@ -139,7 +157,8 @@ def check_value_update_basis(fn):
         got = got.detach().to(DTYPE).cpu()
         shape = tuple(got.shape)
         if shape == (d_v, C):
-            return CheckResult(name, False, (
+            return CheckResult(name, False, graded=f"you returned {C} = C directions {where}; the subspace has "
+                               f"dimension C - 1 = {C - 1}.", message=(
                 f"you returned {C} = C directions {where}; the subspace has dimension C - 1 = {C - 1}. The rows of "
                 "softmax(z) - onehot(y) sum to 0 (both are distributions), so a step never moves W_V along "
                 "W_O^T 1 (the sum of W_O's rows): keep only the image of the zero-sum vectors, "
@@ -164,13 +183,15 @@ def check_value_update_basis(fn):
         projector = right @ right.T
         if not torch.allclose(got @ got.T, projector, atol=1e-6):
             if torch.allclose(got @ got.T, top @ top.T, atol=1e-6) and C > 1:
-                return CheckResult(name, False, (
+                return CheckResult(name, False, graded=f"your columns span the top C - 1 singular directions of "
+                                   f"W_O^T {where}, not the directions one step can reach.", message=(
                     f"your columns span the top C - 1 singular directions of W_O^T {where}, not the image of the "
                     "zero-sum vectors: the step reaches W_O^T r only for r with sum_c r_c = 0, so centre first "
                     "(W_O^T (I - 11^T/C)) and then orthonormalise."))
             dW_V = _value_gradient_columns(W_O, seed=1700 + n)
             outside = dW_V - got @ (got.T @ dW_V)
-            return CheckResult(name, False, (
+            return CheckResult(name, False, graded=f"wrong subspace {where}: on a random head with this W_O, dW_V "
+                               "has columns with a part outside your subspace.", message=(
                 f"wrong subspace {where}: on a random head with this W_O, dW_V has columns with a part outside "
                 f"your subspace (norm {float(outside.norm()):.3g} of {float(dW_V.norm()):.3g}). Every column of "
                 "dW_V = dv^T x is a combination of the u_i = W_O^T (softmax(z_i) - onehot(y_i)) / T."))
@@ -222,6 +243,7 @@ def _second_order_spec():
                 "alpha and delta_s are (T, T), queries on the rows.")
 
 
+@_names_the_mistake
 def check_second_order_attention_change(fn):
     """Check ``fn(alpha, delta_s) -> (T, T)``: the second-order term of softmax(s + delta_s) - softmax(s),
     1/2 alpha (c^2 - Var_alpha(delta)) with c = delta - E_alpha[delta], row by row."""
@@ -283,6 +305,7 @@ def _tempered_spec():
                 "x is (T, d_x), W_Q and W_K (d_k, d_x) as nn.Linear stores them, ds (T, T); eta, tau numbers.")
 
 
+@_names_the_mistake
 def check_tempered_score_change(fn):
     """Check ``fn(x, W_Q, W_K, ds, eta, tau) -> (T, T)``: the first-order change of the scores
     s = q . k / (tau sqrt(d_k)) after one gradient step of size eta on W_Q and W_K (ds = dL/ds)."""
@@ -309,6 +332,7 @@ def _results_problem(results):
     return None
 
 
+@_names_the_mistake
 def check_reproducible(run_condition, results):
     """``run_condition(condition, seed)`` rerun for two (condition, seed) entries of ``results`` (drawn
     with the inputs' seed offset) gives the same numbers, and runs for a seed ``results`` does not have:
@@ -372,6 +396,7 @@ def _run_once(run_condition, condition, seed):
     return _last_run["value"]
 
 
+@_names_the_mistake
 def check_seeds(results, run_condition=None):
     """At least three seeds per condition, the same seeds in every condition; with ``run_condition``
     (the grader passes it), the numbers must come from it: it runs for a seed ``results`` lacks."""
@@ -412,16 +437,19 @@ def _floors(P, weights="stationary", log=LOG2, shuffled="stationary"):
     return float(pi[weights] @ rows), h_marginal
 
 
-_FLOOR_FLAWS = [
-    ("log", 1.0, "you answered in nats: divide by ln 2 for bits."),
+_FLOOR_FLAWS = [  # knob, value, words, the mistake named without the answer (a graded problem set shows that)
+    ("log", 1.0, "you answered in nats: divide by ln 2 for bits.", "you answered in nats, not bits."),
     ("weights", "uniform", "the entropy rate weights each row by the stationary probability of its state, "
                            "sum_i pi_i H(P_i), not by 1/n (that is the paper's h_min, right only when pi is uniform). "
                            "If you solved P pi = pi, you found the all-ones vector: rows of P are 'from' states, "
-                           "so pi is the *left* eigenvector, pi P = pi (an eigenvector of P^T)."),
+                           "so pi is the *left* eigenvector, pi P = pi (an eigenvector of P^T).",
+     "the rows are weighted by 1/n, not by how often each state occurs."),
     ("shuffled", "uniform", "the shuffled sequence keeps each symbol's frequency: its floor is H(pi), "
-                            "not log2(n) (that would be a uniform distribution)."),
+                            "not log2(n) (that would be a uniform distribution).",
+     "the shuffled floor treats every symbol as equally frequent."),
     ("shuffled", "mean_row", "the frequencies of a shuffled sequence are the stationary pi, not the average row "
-                             "of P (they agree only when P is doubly stochastic)."),
+                             "of P (they agree only when P is doubly stochastic).",
+     "the shuffled floor takes the average row of P as the symbols' frequencies."),
 ]
 
 
@@ -435,6 +463,7 @@ def _markov_cases():
     return cases
 
 
+@_names_the_mistake
 def check_markov_floors(fn):
     """Check ``fn(P) -> (rate_bits, shuffled_bits)`` for a transition matrix P (n, n), rows 'from' states: the
     entropy rate sum_i pi_i H(P_i) and the entropy H(pi) of the stationary distribution, both in bits."""
@@ -454,21 +483,28 @@ def check_markov_floors(fn):
         answers.append(got)
     expected = [_floors(P) for P in cases]
     labels = ("The entropy rate", "The shuffled floor")
-    wrong = []
+    wrong, right, knobs, shown = [], [], [], []  # knobs: each wrong floor's named mistake (None: none fits)
     for i, label in enumerate(labels):
         if all(math.isclose(a[i], e[i], rel_tol=1e-6, abs_tol=1e-9) for a, e in zip(answers, expected)):
+            right.append(label)
             continue
-        reason = next((words for knob, value, words in _FLOOR_FLAWS
-                       if all(math.isclose(a[i], _floors(P, **{knob: value})[i], rel_tol=1e-6, abs_tol=1e-9)
-                              for a, P in zip(answers, cases))), None)
+        flaw = next(((knob, words, short) for knob, value, words, short in _FLOOR_FLAWS
+                     if all(math.isclose(a[i], _floors(P, **{knob: value})[i], rel_tol=1e-6, abs_tol=1e-9)
+                            for a, P in zip(answers, cases))), (None, None, None))
+        knobs.append(flaw[0])
+        reason, named = flaw[1], flaw[2]
         if reason is None and all(math.isclose(a[i], _floors(P, weights="uniform", log=1.0)[i], rel_tol=1e-6)
                                   for a, P in zip(answers, cases)):
             reason = "two mistakes: uniform weights instead of the stationary pi, and nats instead of bits."
+            named = "two mistakes: the rows are weighted by 1/n, and the answer is in nats."
         if reason is None:
             P, a, e = cases[0], answers[0], expected[0]
             reason = (f"on the {P.shape[0]}-state chain you returned {a[i]:.6g} bits, the reference is {e[i]:.6g}. "
                       "Compare with rate = sum_i pi_i H(P_i), shuffled = H(pi), pi P = pi, in bits.")
         wrong.append(f"{label} is wrong: {reason}")
+        shown.append(f"{label} is wrong: {named or reason.split(FORMULA, 1)[0]}")
     if wrong:
-        return CheckResult(name, False, " ".join(wrong))
-    return CheckResult(name, True, f"both floors match the reference on {len(cases)} random sticky chains.")
+        named = tuple(dict.fromkeys(knobs)) if None not in knobs else ()
+        return CheckResult(name, False, " ".join(wrong), labels, tuple(right), named, " ".join(shown))
+    return CheckResult(name, True, f"both floors match the reference on {len(cases)} random sticky chains.",
+                       labels, labels)
