@@ -36,9 +36,13 @@ def toc_files(entries):
 
 
 def toc_notebooks(root=ROOT):
-    """The notebooks of _toc.yml that the tests execute, in its order, relative to the repository root."""
+    """The notebooks of _toc.yml that the tests execute, in its order, relative to the repository root.
+    A problem set's student version stands for its instructor version (``ps1_derivations_student`` for
+    ``ps1_derivations``): the book lists only the student version, nbval executes the instructor's."""
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     files = [toc["root"], *toc_files(toc.get("parts", []) + toc.get("chapters", []))]
+    files = [f.removesuffix("_student") if f.endswith("_student") and (root / f"{f.removesuffix('_student')}.ipynb")
+             .exists() else f for f in files]
     notebooks = [f"{f}.ipynb" for f in dict.fromkeys(files) if (root / f"{f}.ipynb").exists()]
     return [name for name in notebooks if not never_executed(name, root)]
 

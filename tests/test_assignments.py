@@ -123,13 +123,17 @@ def rubric_points(rubric):
 def test_written_answers_have_a_cell_a_stub_and_a_rubric_that_adds_up(assignment):
     instructor = nbformat.read(assignment.instructor_path, as_version=4)
     student = nbformat.read(assignment.student_path, as_version=4)
+    # the rubrics are model answers: in RUBRICS.md (repository only), never on the book's instructors.md
+    rubrics = (assignments.FOLDER / "RUBRICS.md").read_text(encoding="utf-8")
     page = (assignments.FOLDER / "instructors.md").read_text(encoding="utf-8")
     for q in assignment.questions:
         if not q.written:
             continue
         assert rubric_points(q.rubric) == q.points, f"{assignment.id} {q.id}: the rubric's points add up to {q.points}"
+        assert q.rubric != assignments.NO_RUBRIC, f"RUBRICS.md has no rubric for {assignment.id} {q.id}"
         for line in q.rubric.splitlines():
-            assert line in page, f"instructors.md lacks the rubric line of {assignment.id} {q.id}: {line}"
+            assert f"- {line}" in rubrics, f"RUBRICS.md lacks the rubric line of {assignment.id} {q.id}: {line}"
+            assert line.split(": ", 1)[1][:60] not in page, f"instructors.md (a book page) shows a model answer: {line}"
         tagged = [c for c in instructor.cells if q.answer_tag in c.metadata.get("tags", [])]
         assert tagged, f"{assignment.id}: no Markdown cell tagged {q.answer_tag}"
         for cell in tagged:  # the grader hands these to the instructor; the student version stubs them
@@ -285,3 +289,12 @@ def test_the_reference_call_scan_reads_each_cell_a_bounded_number_of_times(monke
     monkeypatch.setattr(assignments, "_parse", lambda source: parsed.append(1) or real(source))
     assignments.notebook_reference_calls(nb, "ps1_derivations")
     assert len(parsed) <= 2 * cells + 2, f"{len(parsed)} parses for {cells} cells"
+
+
+def test_the_rubrics_are_model_answers_kept_out_of_the_package():
+    """RUBRICS.md is their only copy: no rubric line is in the package's source (the wheel)."""
+    source = "".join(p.read_text(encoding="utf-8") for p in assignments.ROOT.joinpath("bayesattn_lite").rglob("*.py"))
+    for assignment in ALL:
+        for q in assignment.questions:
+            for line in q.rubric.splitlines() if q.written else ():
+                assert line.split(": ", 1)[1][:60] not in source, f"{assignment.id} {q.id}: a rubric in the package"

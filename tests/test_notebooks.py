@@ -47,8 +47,16 @@ def test_every_notebook_is_in_the_table_of_contents_and_back():
     listed = set(toc_files([toc, *toc.get("parts", [])])) | {toc["root"]}
     for name in listed:
         assert any((ROOT / name).with_suffix(s).exists() for s in (".md", ".ipynb")), f"{name} is missing"
+    # the problem sets' instructor versions (solutions) are the one exception: out of the book, on purpose
+    from bayesattn_lite.instructor.assignments import ASSIGNMENTS
+    instructor = {a.instructor_path for a in ASSIGNMENTS.values()}
     for nb in NOTEBOOKS:
-        assert str(nb.relative_to(ROOT).with_suffix("")) in listed, f"{nb.name} is not in _toc.yml"
+        name = str(nb.relative_to(ROOT).with_suffix(""))
+        if nb in instructor:
+            assert name not in listed, f"{nb.name} holds the solutions: it must not be a page of the book"
+            assert nb.relative_to(ROOT).as_posix() in CONFIG["exclude_patterns"], f"exclude {nb.name} in _config.yml"
+        else:
+            assert name in listed, f"{nb.name} is not in _toc.yml"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

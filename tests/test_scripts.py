@@ -37,8 +37,10 @@ def test_budget_lists_the_toc_notebooks_in_order():
     assert order and all((ROOT / name).exists() for name in order)
     assert order == sorted(order, key=order.index)  # no duplicates, toc order kept
     assert "book/01_attention_block.ipynb" in order
-    # the problem sets' student versions are stubs that pytest never collects (book/assignments/conftest.py)
+    # the problem sets' student versions are stubs that pytest never collects (book/assignments/conftest.py);
+    # the book lists only them, and the budget counts the instructor versions nbval executes in their place
     assert not [name for name in order if name.endswith("_student.ipynb")]
+    assert "book/assignments/ps1_derivations.ipynb" in order
 
 
 def test_budget_flags_a_slow_notebook_the_total_and_a_missing_one(capsys):

@@ -3,6 +3,9 @@
     python -m bayesattn_lite.instructor.assignments            # rewrite every student version from its instructor version
     python -m bayesattn_lite.instructor.assignments --check    # exit 1 if a committed student version is out of date
 
+Both rewrite the points table of the instructor version's first cell from the course's configuration
+(``book/assignments/course.toml``, ``instructor/course.py``) first, so students read the points the grader awards.
+
 An instructor version ``book/assignments/<id>.ipynb`` is an executed notebook with the solutions in.
 The generator writes ``book/assignments/<id>_student.ipynb`` from it:
 
@@ -48,6 +51,9 @@ class Question:
     check: "Callable | None"  # its function of bayesattn_lite.checks; None: a written answer graded by hand
     names: tuple = ()    # the learner's objects the check is called with, in order
     rubric: str = ""     # for a written answer: the criteria and their points, for the instructor
+    # partial credit, set in the course's configuration (instructor/course.py, book/assignments/course.toml):
+    per_output: bool = False  # the points split evenly over the check's outputs, each right one earns its share
+    mistakes: tuple = ()      # (knob, points): a submission whose only mistake is this named Flaw earns these points
 
     @property
     def written(self):
@@ -76,35 +82,34 @@ class Assignment:
 
 
 # Rubrics of the written answers: each criterion with its points (they add up to the question's points).
-# instructors.md prints the same text; tests/test_assignments.py checks that the points add up.
-_RUBRICS = {
-    ("ps1_derivations", "q2"): """\
-1 pt: the bias -m(i - j) does not depend on q or k, so ds_ij/dq_i = k_j/(tau sqrt(d_k)) as without it; the bias acts only through alpha (the advantage law dL/ds = -alpha A is unchanged, with the biased alpha).
-1 pt: as m grows alpha concentrates on the recent keys, so a distant key (alpha_ij ~ exp(-m(i-j))) gets an exponentially small score gradient: the head can hardly learn to attend far back; a temperature tau > 1 divides only the content part of the score, so the bias takes over (alpha moves toward exp(-m(i-j)), less weight on far keys; it flattens alpha only when m = 0) and divides the q/k gradients by tau. An answer that says tau > 1 puts more weight on far keys with m > 0 gets 0 for this point.""",
-    ("ps1_derivations", "q4"): """\
-1 pt: the proof: dW_V = dv^T x = u^T alpha x (sum over positions), each u_i = W_O^T r_i / N (N the number of positions in the batch) with r_i = softmax(z_i) - onehot(y_i), and sum_c r_ic = 0; so every column of dW_V lies in W_O^T applied to the zero-sum vectors, a space of dimension <= C - 1, hence rank(dW_V) <= C - 1 whatever T, d_x, d_v.
-0.5 pt: a prediction written before running (a number for each of the three measurements), and a comparison with what the cell printed.
-0.5 pt: why the bound survives many steps with W_O frozen (every step adds columns in the same fixed subspace) and fails when W_O trains (the subspace moves, so the sum of steps spans more), and why this agrees with chapter 4: the rank counts directions down to 1e-9 of the largest, while almost all of the change (the printed share in the top C - 1 directions) stays in a slowly turning (C - 1)-dimensional subspace.""",
-    ("ps2_dynamics", "q2"): """\
-1 pt: the prediction, written before running: the first-order error is O(eta^2) (slope 2 on log-log axes), the error after adding the second-order term O(eta^3) (slope 3), because the next term of the Taylor series is the first one left out.
-1 pt: the comparison with the measured slopes, and where it breaks down (large eta, where the series is no longer dominated by its first terms; tiny eta, where rounding dominates).""",
-    ("ps2_dynamics", "q4"): """\
-1 pt: to first order the loss changes by dL = sum_{ij} (dL/ds_ij) Delta s_ij = -(eta/tau^2) g^T K g with g = dL/ds flattened; K = J J^T (J the Jacobian of the scores in W_Q, W_K) is positive semi-definite, so dL <= 0: a small enough step never raises the loss.
-1 pt: the temperature divides the kernel by tau^2 (once through dL/dW, once through how W moves s), so the scores move tau^2 times more slowly at the same eta; compensating needs eta * tau^2. An added claim that a flatter alpha also responds less to a score change is wrong and earns nothing: the softmax Jacobian diag(alpha) - alpha alpha^T vanishes for a near-one-hot row, so flattening a sharp row makes alpha respond more.""",
-    ("ps3_experiment", "q1"): """\
-0.5 pt: names the task, the conditions compared and the training budget.
-0.5 pt: names the measure (with its unit) and the direction of the expected difference, so that a measurement could refute it.""",
-    ("ps3_experiment", "q4"): """\
-1 pt: quotes the mean and the spread of each condition, as printed, and compares the difference with the seed-to-seed spread.
-1 pt: a verdict (supports / refutes / inconclusive) that follows from those numbers, and one limit of the experiment (budget, size, one task).""",
-    ("ps3_experiment", "q6"): """\
-1 pt: a prediction written before running, from the floors of q5: (i) the sticky estimate at the entropy rate, the shuffled one at H(pi) = log2 8 = 3 bits (pi is uniform); (ii) the head above the entropy rate and below 3 bits on the sticky chain, and unable to beat 3 bits on a fresh sequence of the control.
-1 pt: the comparison with the printed numbers, saying where the prediction missed (a head predicted well below 3 bits on the sticky chain is, after 300 steps, well below it only on its training sequence and barely below on a fresh one), and the two reasons a measurement falls below a floor: the plug-in entropy of a finite sample is biased low, and a head's loss on its own training sequence of the control dips below 3 bits by fitting that sequence (its loss on a fresh one does not).""",
-}
+# They are model answers, so they live in the repository only (book/assignments/RUBRICS.md, outside the
+# book and the wheel) and are read from there; tests/test_assignments.py checks that the points add up.
+RUBRICS = FOLDER / "RUBRICS.md"
+NO_RUBRIC = "(the rubric is in book/assignments/RUBRICS.md of the course's repository, not installed here)"
+
+
+def read_rubrics(path=RUBRICS):
+    """{(assignment id, question id): rubric}, a rubric being its criteria, one per line ("1 pt: ...").
+    RUBRICS.md has a ``### <title> (`<assignment id>`)`` section per problem set, a ``**<id>, <title>**``
+    line per question, then its criteria as a list."""
+    rubrics, aid, qid = {}, None, None
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            found = re.search(r"\(`(\w+)`\)", line)
+            aid, qid = found and found.group(1), None
+        elif line.startswith("**q") and "," in line:
+            qid = line[2:].split(",", 1)[0]
+        elif line.startswith("- ") and aid and qid:
+            key = (aid, qid)
+            rubrics[key] = (rubrics[key] + "\n" if key in rubrics else "") + line[2:].strip()
+    return rubrics
+
+
+_RUBRICS = read_rubrics() if RUBRICS.exists() else {}
 
 
 def _written(assignment_id, qid, title, points):
-    return Question(qid, title, points, None, (), _RUBRICS[assignment_id, qid])
+    return Question(qid, title, points, None, (), _RUBRICS.get((assignment_id, qid), NO_RUBRIC))
 
 
 ASSIGNMENTS = {a.id: a for a in (
@@ -394,18 +399,67 @@ def solved_submission(assignment, folder=None):
     return nb
 
 
+# ----------------------------------------------------------------------------- the points table
+
+TABLE_HEADER = "| question | what | graded | points |"
+# the table in the first cell of a problem set: the header and every line after it that starts with "|"
+_TABLE = re.compile(r"^\| question \| what \| graded \| points \|[^\n]*(?:\n\|[^\n]*)*", re.M)
+
+
+def points_table(assignment):
+    """The Markdown table of ``assignment``'s questions and points that its first cell shows students:
+    generated from the configuration (``course.toml``), so that what students read is what the grader awards."""
+    rows = [TABLE_HEADER, "|---|---|---|---|"]
+    for q in assignment.questions:
+        how = "written, graded by your instructor" if q.written else "code, checked automatically"
+        if q.per_output or q.mistakes:
+            how += ", partial credit"
+        rows.append(f"| {q.id} | {q.title} | {how} | {q.points:g} |")
+    rows.append(f"| | total | | {sum(q.points for q in assignment.questions):g} |")
+    return "\n".join(rows)
+
+
+def with_points_table(nb, assignment):
+    """Replace, in place, the points table of ``nb``'s first Markdown cell by ``points_table(assignment)``;
+    True when it changed. ValueError when the cell has no such table (a new problem set needs one)."""
+    cell = next((c for c in nb.cells if c.cell_type == "markdown"), None)
+    if cell is None or not _TABLE.search(cell.source):
+        raise ValueError(f"{assignment.id}: expected a points table starting {TABLE_HEADER!r} in the first "
+                         "Markdown cell of the instructor version")
+    new = _TABLE.sub(lambda _: points_table(assignment), cell.source, count=1)
+    changed, cell.source = new != cell.source, new
+    return changed
+
+
+def configured(assignment_id, folder=None):
+    """The problem set as the course configures it: ``course.toml`` in ``folder`` (default ``FOLDER``),
+    else the registry's defaults."""
+    from . import course  # course.py builds on this module
+    path = Path(folder or FOLDER) / "course.toml"
+    return (course.load(path) if path.exists() else course.defaults()).assignment(assignment_id)
+
+
 def render(assignment, folder=None):
     """The student notebook of ``assignment`` (its instructor version in ``folder``, default
-    ``FOLDER``) as the text the generator writes."""
+    ``FOLDER``) as the text the generator writes, its points table from the folder's ``course.toml``."""
     import nbformat
     nb = nbformat.read(Path(folder or FOLDER) / assignment.instructor_path.name, as_version=4)
     if nb.metadata.get("bayesattn_lite", {}).get("assignment") != assignment.id:
         raise ValueError(f"{assignment.instructor_path.name}: expected metadata bayesattn_lite.assignment = "
                          f"{assignment.id!r}, got {nb.metadata.get('bayesattn_lite')!r}")
+    with_points_table(nb, configured(assignment.id, folder))
     student = student_version(nb, assignment.id)
     for n, cell in enumerate(student.cells):  # stable ids: regenerating gives the same bytes
         cell["id"] = f"{assignment.id}-{n}".replace("_", "-")
     return nbformat.writes(student) + "\n"
+
+
+def render_instructor(assignment, folder=None):
+    """The instructor version's text with its points table rewritten from the configuration (the rest as is)."""
+    import nbformat
+    nb = nbformat.read(Path(folder or FOLDER) / assignment.instructor_path.name, as_version=4)
+    with_points_table(nb, configured(assignment.id, folder))
+    return nbformat.writes(nb) + "\n"
 
 
 def main(argv=None):
@@ -426,17 +480,21 @@ def main(argv=None):
     stale = []
     for aid in args.ids or ASSIGNMENTS:
         a = ASSIGNMENTS[aid]
-        text = render(a, folder)
-        student = folder / a.student_path.name
-        current = student.read_text(encoding="utf-8") if student.exists() else None
-        if current == text:
-            print(f"{student}: up to date")
-        elif args.check:
-            stale.append(student.name)
-            print(f"{student}: OUT OF DATE (run python -m bayesattn_lite.instructor.assignments)")
-        else:
-            student.write_text(text, encoding="utf-8")
-            print(f"{student}: written")
+        try:  # the instructor version first: its points table, then the student version made from it
+            texts = [(folder / a.instructor_path.name, render_instructor(a, folder)),
+                     (folder / a.student_path.name, render(a, folder))]
+        except ValueError as exc:  # a bad course.toml or a notebook without a points table
+            parser.error(str(exc))
+        for path, text in texts:
+            current = path.read_text(encoding="utf-8") if path.exists() else None
+            if current == text:
+                print(f"{path}: up to date")
+            elif args.check:
+                stale.append(path.name)
+                print(f"{path}: OUT OF DATE (run python -m bayesattn_lite.instructor.assignments)")
+            else:
+                path.write_text(text, encoding="utf-8")
+                print(f"{path}: written")
     return 1 if stale else 0
 
 
