@@ -1,14 +1,14 @@
-"""How long the autograder takes for a class of 20 mixed submissions, side by side with an older grader.
+"""How long the autograder takes for a class of 60 mixed submissions, at --jobs 1 and --jobs 2, in one run.
 
-    python benchmarks/grading_class.py                      # this checkout's grader
-    python benchmarks/grading_class.py --against 24437c4    # and the grader of that commit, alternately
+    python benchmarks/grading_class.py                              # problem set 1, --jobs 1 then 2
+    python benchmarks/grading_class.py --assignment ps3_experiment --jobs 1 2 4 --size 60
 
-The class: for each of the three problem sets, the untouched student version, a correct submission
-(the instructor version handed in as a student would) and a half-done one (the first checked answer
-only), plus 11 more correct ones spread over the sets: 20 notebooks. Each grader grades the class
-written from its own checkout's problem sets (a solution written for today's package does not run
-on an older one, and would fail fast); the runs alternate (new, old, new, old, ...) so that a busy
-machine slows both alike.
+The class, for one problem set, in Canvas's download names (login_userid_submissionid_file), cycling
+through: correct (the instructor version handed in as a student would), untouched, half-done (the
+first checked answer only), written answers typed into cells added under the stubs, a cell that raises,
+an endless loop, and a kernel killed mid-notebook; two of them handed in late. Each grading is one
+command: partial credit, a manual-points file merged, feedback released and a Canvas import CSV written.
+The same class is graded at each --jobs value, alternately, and both totals must agree.
 """
 
 import argparse
@@ -26,81 +26,117 @@ sys.path.insert(0, str(ROOT))
 from bayesattn_lite.instructor import assignments  # noqa: E402
 
 
-def half_done(assignment, folder):
+def _tagged(nb, tag):
+    return [i for i, c in enumerate(nb.cells) if tag in c.metadata.get("tags", [])]
+
+
+def half_done(assignment):
     """The student version with the first solution cell of the instructor version put in its place."""
-    nb = nbformat.read(folder / assignment.student_path.name, as_version=4)
-    answer = next(c for c in assignments.solved_submission(assignment, folder).cells
-                  if "solution" in c.metadata.get("tags", []))
-    for i, cell in enumerate(nb.cells):
-        if "solution" in cell.metadata.get("tags", []):
-            nb.cells[i] = answer
-            break
+    nb = nbformat.read(assignment.student_path, as_version=4)
+    answer = next(c for c in assignments.solved_submission(assignment).cells if "solution" in c.metadata.get("tags", []))
+    nb.cells[_tagged(nb, "solution")[0]] = answer
     return nb
 
 
-def write_class(folder, problem_sets):
-    """The class of 20 in ``folder``, from the problem sets (instructor and student versions) in ``problem_sets``."""
-    sets = list(assignments.ASSIGNMENTS.values())
-    notebooks = {}
-    for a in sets:
-        notebooks[f"{a.id}_student"] = nbformat.read(problem_sets / a.student_path.name, as_version=4)
-        notebooks[f"{a.id}_solved"] = assignments.solved_submission(a, problem_sets)
-        notebooks[f"{a.id}_half"] = half_done(a, problem_sets)
-    for n in range(20 - len(notebooks)):
-        a = sets[n % len(sets)]
-        notebooks[f"{a.id}_solved_{n}"] = assignments.solved_submission(a, problem_sets)
-    for name, nb in notebooks.items():
-        nbformat.write(nb, folder / f"{name}.ipynb")
-    return len(notebooks)
+def answered_below(assignment):
+    """The student version with each written answer typed into a new cell under its untouched stub."""
+    nb = nbformat.read(assignment.student_path, as_version=4)
+    for q in reversed([q for q in assignment.questions if q.written]):
+        for i in reversed(_tagged(nb, q.answer_tag)):
+            nb.cells.insert(i + 1, nbformat.v4.new_markdown_cell(f"My answer to {q.id}: because the bias is fixed."))
+    return nb
 
 
-def grade(checkout, module, folder, out):
-    """Seconds for one batch, and the class's points with the grader's last line."""
+def with_cell(nb, source, at):
+    nb.cells.insert(at, nbformat.v4.new_code_cell(source))
+    return nb
+
+
+def kinds(assignment):
+    """The submissions the class cycles through, by name."""
+    solved = lambda: assignments.solved_submission(assignment)  # noqa: E731 - a fresh copy each time
+    return {"solved": solved, "untouched": lambda: nbformat.read(assignment.student_path, as_version=4),
+            "half": lambda: half_done(assignment), "below": lambda: answered_below(assignment),
+            "error": lambda: with_cell(solved(), "raise RuntimeError('my bug')", 3),
+            "loop": lambda: with_cell(solved(), "while True:\n    pass", 3),
+            "killed": lambda: with_cell(solved(), "import os\nos._exit(1)", 3)}
+
+
+def write_class(folder, assignment, size):
+    """The class in ``folder``; the roster, submission times and manual points beside it."""
+    makers, rows, times, manual = kinds(assignment), [], [], []
+    for n in range(size):
+        kind = list(makers)[n % len(makers)]
+        login, user, late = f"student{n:02d}{kind}", 10000 + n, n in (1, 2)
+        name = f"{login}_{'LATE_' if late else ''}{user}_{900000 + n}_{assignment.id}_student.ipynb"
+        nbformat.write(makers[kind](), folder / name)
+        rows.append([f"Student {n:02d}", user, f"sis{n}", login, "A"])
+        times.append([name, "2027-02-03T12:00:00+00:00" if late else "2027-02-01T12:00:00+00:00"])
+        manual += [[name, q.id, q.points / 2, "half marks"] for q in assignment.questions if q.written and n % 3 == 0]
+    _csv(folder.parent / "roster.csv", ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"],
+         [["Points Possible", "", "", "", ""]] + rows)
+    _csv(folder.parent / "times.csv", ["submission", "submitted_at"], times)
+    _csv(folder.parent / "manual.csv", ["submission", "question", "points", "comment"], manual)
+
+
+def _csv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def course_file(folder, assignment):
+    """The shipped configuration with a deadline for ``assignment``, so that the two late ones are late."""
+    text = (assignments.FOLDER / "course.toml").read_text()
+    path = folder / "course.toml"
+    path.write_text(text.replace(f"[{assignment.id}]\n", f"[{assignment.id}]\ndeadline = 2027-02-01T23:59:00Z\n", 1))
+    return path
+
+
+def grade(tmp, assignment, jobs, out, timeout):
+    """Seconds for the class in one command, and the class's total points."""
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", module, str(folder), "--csv", str(out / "grades.csv"),
-                           "--reports", str(out / "reports")], capture_output=True, text=True,
-                          cwd=str(out), env={"PYTHONPATH": str(checkout), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-m", "bayesattn_lite.instructor.grading", str(tmp / "class"), "--csv", str(out / "grades.csv"),
+         "--jobs", str(jobs), "--timeout", str(timeout), "--course", str(course_file(tmp, assignment)),
+         "--submitted-times", str(tmp / "times.csv"), "--manual", str(tmp / "manual.csv"),
+         "--release", str(out / "feedback"), "--roster", str(tmp / "roster.csv"),
+         "--canvas-csv", str(out / "canvas.csv"), "--canvas-column", f"{assignment.title} (1)"],
+        capture_output=True, text=True, cwd=str(out))
     seconds = time.monotonic() - start
     if done.returncode != 0:
-        raise SystemExit(f"{module} from {checkout} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    with open(out / "grades.csv", newline="") as f:  # the same class must get the same points from both
+        raise SystemExit(f"grading failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    with open(out / "grades.csv", newline="") as f:
         points = sum(float(row["score"]) for row in csv.DictReader(f))
-    return seconds, f"{points:g} points in all; " + done.stdout.strip().splitlines()[-1]
+    return seconds, points
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--against", help="a commit whose grader (bayesattn_lite.grading) runs alternately")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--assignment", default="ps1_derivations", choices=sorted(assignments.ASSIGNMENTS))
+    parser.add_argument("--size", type=int, default=60)
+    parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--timeout", type=float, default=20, help="seconds per cell (the endless loops wait this long)")
     args = parser.parse_args(argv)
+    assignment = assignments.ASSIGNMENTS[args.assignment]
     with tempfile.TemporaryDirectory(prefix="bal-class-") as tmp:
         tmp = Path(tmp)
-        graders = {"this checkout": (ROOT, "bayesattn_lite.instructor.grading")}
-        if args.against:
-            old = tmp / "old"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), args.against],
-                           check=True, capture_output=True)
-            graders[args.against] = (old, "bayesattn_lite.grading")
-        classes = {name: tmp / f"class-{name.replace(' ', '_')}" for name in graders}
-        for name, (checkout, _) in graders.items():
-            classes[name].mkdir()
-            n = write_class(classes[name], checkout / "book" / "assignments")
-        times = {name: [] for name in graders}
-        try:
-            for r in range(args.repeats):
-                for name, (checkout, module) in graders.items():
-                    out = tmp / f"out-{len(times[name])}-{name.replace(' ', '_')}"
-                    out.mkdir()
-                    seconds, last = grade(checkout, module, classes[name], out)
-                    times[name].append(seconds)
-                    print(f"{name}: {seconds:.1f} s for {n} submissions ({last})", flush=True)
-        finally:
-            if args.against:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "old")],
-                               capture_output=True)
-        base = min(times["this checkout"])
-        for name, t in times.items():
-            print(f"{name}: best {min(t):.1f} s, ratio to this checkout {min(t) / base:.2f}")
+        (tmp / "class").mkdir()
+        write_class(tmp / "class", assignment, args.size)
+        times, totals = {}, set()
+        for jobs in args.jobs:
+            out = tmp / f"out-{jobs}"
+            out.mkdir()
+            times[jobs], points = grade(tmp, assignment, jobs, out, args.timeout)
+            totals.add(points)
+            print(f"--jobs {jobs}: {times[jobs]:.1f} s for {args.size} submissions of {assignment.id} "
+                  f"({points:g} points in all)", flush=True)
+        if len(totals) > 1:
+            raise SystemExit(f"the class got different totals at different --jobs: {sorted(totals)}")
+        base = times[args.jobs[0]]
+        for jobs, seconds in times.items():
+            print(f"--jobs {jobs}: speed-up {base / seconds:.2f}x over --jobs {args.jobs[0]}")
 
 
 if __name__ == "__main__":

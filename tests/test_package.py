@@ -26,7 +26,7 @@ TIERS = {
                      "checks.chapter_06", "checks.chapter_07", "checks.chapter_08", "checks.chapter_09",
                      "checks.problem_sets", "checks.fallback"],
     "instructor": ["instructor", "instructor.assignments", "instructor.learner_copies", "instructor.grading",
-                   "instructor._sandbox"],
+                   "instructor._sandbox", "instructor.course", "instructor.release", "instructor.lms"],
 }
 LEVEL = {module: level for level, modules in enumerate(TIERS.values()) for module in modules}
 PLOTTING = ("matplotlib", "ipywidgets", "IPython")
@@ -62,7 +62,8 @@ def imports(module, top_level_only=False):
     for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.level >= 1:
             base = here[:len(here) - (node.level - 1)]
-            names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+            names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names
+                                                                      if not a.name.startswith("__")]  # __version__
             inside.update(".".join([*base, name]) for name in names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             outside.add(node.module.split(".")[0])
@@ -102,6 +103,14 @@ def test_no_import_cycles():
         visit(m, [])
 
 
+# The hidden imports that are not shims, each with why: they import nothing of the package.
+NOT_SHIMS = {
+    "checks: module-level __getattr__": "answers a check_<name> the installed release lacks (a question an "
+                                        "instructor added) with a failing verdict that says so",
+    "instructor.course: importlib.import_module": "an instructor's own check, named in course.toml",
+}
+
+
 def test_no_import_the_tiers_cannot_see():
     """The tier and cycle tests read import statements; an import by name (importlib, __import__) or a
     module-level __getattr__ that forwards names (how a shim hides an import) would slip past them."""
@@ -114,8 +123,8 @@ def test_no_import_the_tiers_cannot_see():
             if isinstance(node, ast.Call):
                 called = ast.unparse(node.func)
                 if called in ("importlib.import_module", "import_module", "__import__"):
-                    hidden.append(f"{module}:{node.lineno}: {called}(...)")
-    assert not hidden, hidden
+                    hidden.append(f"{module}: {called}")
+    assert not [h for h in hidden if h not in NOT_SHIMS], hidden
 
 
 GRADER = tuple(TIERS["instructor"])  # the instructor's side: student versions and the autograder

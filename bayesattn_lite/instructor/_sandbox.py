@@ -56,6 +56,7 @@ from pathlib import Path
 
 MiB = 2 ** 20
 MAX_MESSAGE = 4 * MiB  # one ZeroMQ message from the kernel; larger ones are dropped (connection reset)
+MAX_KEPT_OUTPUT = 2 * MiB  # outputs kept for the executed notebook the instructor reads, per submission
 MAX_ANSWER = 8 * MiB  # one answer file (what a check gets back from one call; JSON, so parsing costs ~10x)
 KERNEL_START = 60  # seconds for the kernel to start and answer kernel_info
 
@@ -540,8 +541,9 @@ class ExecResult:
     """What one execute request did: status is "ok", "error", "interrupted" (ran past its time and
     stopped on SIGINT) or "dead" (the kernel is gone: see ``Sandbox.dead``)."""
 
-    def __init__(self, status, error=None, seconds=0.0):
+    def __init__(self, status, error=None, seconds=0.0, outputs=()):
         self.status, self.error, self.seconds = status, error, seconds
+        self.outputs = list(outputs)  # nbformat outputs of the cell, for the executed notebook
 
 
 _PACKAGES, _PACKAGES_LOCK = {}, threading.Lock()
@@ -585,6 +587,7 @@ class Sandbox:
         self.memory_mb, self.max_output = memory_mb, int(max_output_mb * MiB)
         self.grace = grace
         self.output_bytes = 0
+        self.kept_bytes = 0  # of outputs kept for the executed notebook (MAX_KEPT_OUTPUT at most)
         self.dead = None  # a sentence once the kernel is gone
         self.info = {"sandbox": None, "kernel_user": None, "hidden": []}
         self.root = self.stage_dir = None
@@ -818,7 +821,7 @@ class Sandbox:
         msg_id = self.kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
                                  stop_on_error=False)
         end = min(start + timeout, self.deadline)
-        interrupted, replied, idle, error = False, False, False, None
+        interrupted, replied, idle, error, outputs = False, False, False, None, []
         poller = zmq.Poller()
         for sock in (self.iopub, self.shell, self.monitor):
             poller.register(sock, zmq.POLLIN)
@@ -852,6 +855,7 @@ class Sandbox:
                 if msg.get("parent_header", {}).get("msg_id") != msg_id:
                     continue
                 kind, content = msg["msg_type"], msg["content"]
+                self._keep(msg, outputs)
                 if kind == "status" and content.get("execution_state") == "idle":
                     idle = True
                 elif kind == "error" and error is None:
@@ -869,8 +873,23 @@ class Sandbox:
                         error = f"{str(c.get('ename'))[:80]}: {str(c.get('evalue', ''))[:200]}"
         seconds = time.monotonic() - start
         if interrupted:
-            return ExecResult("interrupted", error, seconds)
-        return ExecResult("error" if error else "ok", error, seconds)
+            return ExecResult("interrupted", error, seconds, outputs)
+        return ExecResult("error" if error else "ok", error, seconds, outputs)
+
+    def _keep(self, msg, outputs):
+        """Add a cell's output to ``outputs`` while the notebook's kept outputs stay under MAX_KEPT_OUTPUT
+        (the rest is counted against --max-output all the same, but not kept)."""
+        if msg["msg_type"] not in ("stream", "display_data", "execute_result", "error"):
+            return
+        size = _size(msg.get("content", {}))
+        if self.kept_bytes + size > MAX_KEPT_OUTPUT:
+            return
+        try:
+            from nbformat.v4 import output_from_msg
+            outputs.append(output_from_msg(msg))
+            self.kept_bytes += size
+        except (KeyError, ValueError, TypeError):  # a message nbformat cannot read is not kept
+            pass
 
     # --------------------------------------------------------------------- data
 

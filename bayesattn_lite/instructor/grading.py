@@ -2,6 +2,11 @@
 
     python -m bayesattn_lite.instructor.grading SUBMISSION.ipynb --report REPORT.json      # one submission
     python -m bayesattn_lite.instructor.grading DIR --csv grades.csv [--reports DIR2]        # every .ipynb in DIR
+        [--jobs 2] [--course course.toml] [--submitted-times times.csv | --late-from-mtime]
+        [--manual manual.csv] [--release feedback/] [--roster roster.csv --canvas-csv import.csv --canvas-column C]
+    python -m bayesattn_lite.instructor.grading --reports DIR2 --csv grades.csv --manual manual.csv --release feedback/
+    python -m bayesattn_lite.instructor.grading --regrade DIR2/one.json --csv grades.csv
+    python -m bayesattn_lite.instructor.grading --gradescope-bundle autograder.zip --assignment ps1_derivations
     options: --timeout 60 (s per cell)  --notebook-timeout 900  --memory 4096 (MiB)  --max-output 16 (MiB)
              --assignment ID  --folder INSTRUCTOR_FOLDER  --self-test (grade instructor versions)
              --no-sandbox (trusted notebooks only: no bubblewrap)
@@ -10,26 +15,36 @@ What it does, for each submission:
 
 1. reads the file (never writes it): a file that is not a notebook gets a report saying so;
 2. finds the assignment (``--assignment``, else the notebook metadata ``bayesattn_lite.assignment``, else
-   the file name), checks that the notebook has the assignment's question cells, and rejects an
-   instructor version (metadata ``version: instructor``, cells tagged ``instructor`` or solution
-   markers) unless ``--self-test``;
+   an assignment id anywhere in the file name), checks that the notebook has the assignment's question
+   cells, and rejects an instructor version (metadata ``version: instructor``, cells tagged ``instructor``
+   or solution markers) unless ``--self-test``;
 3. executes the code cells in a fresh kernel inside a bubblewrap sandbox (``bayesattn_lite.instructor._sandbox``:
    new user, mount, PID and network namespaces, as root or not; a file system of Python, the system's
    libraries and a temporary folder, nothing else; limits on time, memory and output); a cell that
    runs too long is interrupted, and a kernel that does not stop is ended with everything it started.
-   Where bubblewrap cannot start, the grader refuses and says how to fix it; ``--no-sandbox`` grades
-   trusted notebooks without one and says so in every report;
+   A kernel that dies is replaced (up to ``MAX_RESTARTS`` times) by a fresh one that runs the notebook
+   again without the cell that killed it, so one cell cannot zero the other questions. The notebook as
+   it ran, outputs included, is kept beside the report. Where bubblewrap cannot start, the grader
+   refuses and says how to fix it; ``--no-sandbox`` grades trusted notebooks without one and says so;
 4. decides each checked question **in the grader's own process**: the ``bayesattn_lite.checks``
    function is called here, on stand-ins for the learner's objects, with inputs drawn from a fresh
-   random seed offset for each submission (``checks._engine.SEED_OFFSET``). Calling a stand-in sends the
-   arguments to the kernel as data (numbers, arrays), runs the learner's function there and brings the
-   result back as data, rebuilt into plain tensors; a value (a string, a dict of numbers) is fetched
-   the same way. The notebook cannot reach the check, the comparison or the report, and nothing it
-   prints is read (its ``bayesattn_lite.checks`` is a stand-in: the checks' references stay here);
+   random seed offset for each submission (``checks._engine.SEED_OFFSET``, recorded in the report so
+   that ``--regrade`` replays it). Calling a stand-in sends the arguments to the kernel as data
+   (numbers, arrays), runs the learner's function there and brings the result back as data, rebuilt
+   into plain tensors; a value (a string, a dict of numbers) is fetched the same way. The notebook
+   cannot reach the check, the comparison or the report, and nothing it prints is read (its
+   ``bayesattn_lite.checks`` is a stand-in: the checks' references stay here). A failed check earns the
+   partial credit the course configuration gives (``course.toml``: per right output, per named mistake);
+   in graded mode its feedback names the mistake without the reference formula;
 5. a written answer (``Question.check is None``) is reported with its rubric and the learner's text
-   (the Markdown cells tagged ``answer-<id>``), points empty, for the instructor;
+   (the Markdown cells tagged ``answer-<id>`` and any Markdown cells the learner added below them),
+   points empty until the instructor's manual-points file gives them;
 6. writes REPORT.json and REPORT.md (for the learner); in a batch, one report per submission and a
-   gradebook CSV, whatever any submission did.
+   gradebook CSV, whatever any submission did; then merges the manual points, applies the late policy,
+   writes the feedback and the LMS files (``release``, ``lms``).
+
+A failure of the grader's own (a sandbox that does not start, a full disk) is tried once more, then
+reported as "not graded" with its reason: never a 0 of the student's.
 
 Exit status 0 when every submission was graded and the reports written; 1 when some could not be
 graded (the grader failed on them: each still has a report and a row, and the count is printed); 2
@@ -41,7 +56,6 @@ import ast
 import concurrent.futures
 import contextlib
 import csv
-import io
 import json
 import math
 import os
@@ -54,6 +68,8 @@ from pathlib import Path
 
 from ..checks import _engine as check_engine
 from . import _sandbox, assignments
+from . import course as _course
+from .release import _write_new, gradebook_rows, gradescope_results, markdown, summary_line, write_gradebook, write_report  # noqa: F401 - the grader's public names
 
 DEFAULT_TIMEOUT = 60  # seconds per cell (and per call of a learner's function by a check)
 DEFAULT_NOTEBOOK_TIMEOUT = 900  # seconds for the whole submission, checks included
@@ -130,8 +146,8 @@ def identify(nb, path, override=None):
     meta = (nb or {}).get("metadata", {}).get("bayesattn_lite", {}) if nb else {}
     if isinstance(meta, dict) and meta.get("assignment") in assignments.ASSIGNMENTS:
         return meta["assignment"]
-    stem = Path(path).stem
-    return next((a for a in sorted(assignments.ASSIGNMENTS, key=len, reverse=True) if stem.startswith(a)), None)
+    stem = Path(path).stem  # anywhere in it: Canvas names a download login_userid_submissionid_<file>
+    return next((a for a in sorted(assignments.ASSIGNMENTS, key=len, reverse=True) if a in stem), None)
 
 
 def _tags(cell):
@@ -211,10 +227,45 @@ def structure_problems(nb, assignment):
     return [f"the notebook does not match the assignment: {m}" for m in missing]
 
 
-def written_answer(nb, question):
-    """The learner's text for a written question: its Markdown cells tagged ``answer-<id>``, joined."""
-    text = "\n\n".join(c.source for c in nb.cells if c.cell_type == "markdown" and _answer_tag(question) in _tags(c))
-    return text[:MAX_ANSWER_TEXT] + (" [...]" if len(text) > MAX_ANSWER_TEXT else "")
+STUB = "*Your answer here.*"  # how the student version's answer cells begin
+
+
+def _is_original(cell, original):
+    """Whether ``cell`` was in the notebook handed out (``original``: its cells' sources), or, without
+    it, looks like the handed-out text: a heading or a part of a question such as "**(c)** ..."."""
+    text = cell.source.strip()
+    if original:
+        return text in original
+    return text.startswith("#") or text.startswith("**(")
+
+
+def written_answer(nb, question, original=frozenset()):
+    """(text, warning) of a written question: its Markdown cells tagged ``answer-<id>``, and the Markdown
+    cells a student added below each (until a cell of the handed-out notebook). A tagged cell left as the
+    stub does not count; the warning says when the answer was found only in added cells."""
+    tag, parts, outside = _answer_tag(question), [], False
+    cells = nb.cells
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "markdown" or tag not in _tags(cell):
+            continue
+        if not cell.source.strip().startswith(STUB):
+            parts.append(cell.source)
+        for later in cells[i + 1:]:
+            if _is_original(later, original) or any(t.startswith(assignments.ANSWER_TAG_PREFIX) for t in _tags(later)):
+                break
+            if later.cell_type == "markdown" and later.source.strip():
+                parts.append(later.source)
+                outside = outside or cell.source.strip().startswith(STUB)
+    text = "\n\n".join(parts)
+    warning = (f"the answer was found in cells added below the cell tagged {tag!r}, which still holds the stub: "
+               "read them as the answer" if outside else None)
+    return text[:MAX_ANSWER_TEXT] + (" [...]" if len(text) > MAX_ANSWER_TEXT else ""), warning
+
+
+def original_cells(folder, aid):
+    """The sources of the student version handed out (stripped), to tell the cells a student added."""
+    nb, _ = _read(Path(folder) / f"{aid}{assignments.STUDENT_SUFFIX}.ipynb") if folder else (None, None)
+    return frozenset(c.source.strip() for c in nb.cells) if nb is not None else frozenset()
 
 
 # ----------------------------------------------------------------------------- the learner's objects
@@ -265,20 +316,50 @@ def _learner_objects(sandbox, names, timeout):
 
 
 def _decide(sandbox, question, timeout):
-    """(passed, feedback) of one checked question: its check runs here, on stand-ins."""
+    """The verdict on one checked question, as a CheckResult: its check runs here, on stand-ins."""
+    name = question.check.__name__.removeprefix("check_")
     try:
         objects, problem = _learner_objects(sandbox, question.names, timeout)
         if problem:
-            return False, problem
+            return check_engine.CheckResult(name, False, problem)
         result = question.check(*objects)
-        passed = bool(result) and getattr(result, "passed", True) is True
-        feedback = str(getattr(result, "message", result))
+        if not isinstance(result, check_engine.CheckResult):  # an instructor's own check may return a bool
+            result = check_engine.CheckResult(name, bool(result) is True, str(getattr(result, "message", result)))
     except Exception as exc:  # noqa: BLE001 - a learner's object may make a check fail in any way
-        return False, f"the check could not run: {type(exc).__name__}: {str(exc)[:300]}"
+        return check_engine.CheckResult(name, False, f"the check could not run: {type(exc).__name__}: {str(exc)[:300]}")
     stubs = [o.stub for o in objects if isinstance(o, _Remote) and o.stub is not None]
-    if stubs and not passed:  # a stub nobody filled in: say so, with its hint
-        feedback = f"not answered yet: the function still raises NotImplementedError ({stubs[0][:300]})."
-    return passed, feedback
+    if stubs and not result.passed:  # a stub nobody filled in: say so, with its hint
+        words = f"not answered yet: the function still raises NotImplementedError ({stubs[0][:300]})."
+        return check_engine.CheckResult(name, False, words, graded=words)
+    return result
+
+
+def partial_points(question, result):
+    """The points a checked question earns: all when it passed, else the better of its partial credits
+    (``Question.per_output``: a share per right output; ``Question.mistakes``: the points of the named
+    mistakes that explain every wrong output, the smallest when there are two)."""
+    if result.passed:
+        return question.points
+    earned = 0.0
+    if getattr(question, "per_output", False) and result.outputs:
+        earned = question.points * len(result.right) / len(result.outputs)
+    named = dict(getattr(question, "mistakes", ()))
+    if result.mistakes and all(k in named for k in result.mistakes):
+        earned = max(earned, min(named[k] for k in result.mistakes))
+    return points_number(earned)
+
+
+def points_number(x):
+    """Points as the gradebook shows them: 2 for 2.0, else two decimals."""
+    x = round(float(x), 2)
+    return int(x) if x.is_integer() else x
+
+
+def graded_feedback(result):
+    """The feedback of graded mode: the mistake named, no formula and no hint that gives the answer away."""
+    if result.graded:
+        return result.graded
+    return result.message.split(check_engine.FORMULA, 1)[0].split(" Hint: ", 1)[0]
 
 
 # ----------------------------------------------------------------------------- one submission
@@ -321,15 +402,6 @@ class _NextSandbox:
             self.waiting = self.pool.submit(lambda: _new_sandbox(limits, hide).start())
         return waiting.result() if waiting is not None else _new_sandbox(limits, hide)
 
-    @contextlib.contextmanager
-    def closed_later(self, box):
-        """``with box``, but its end (stopping the kernel, removing its folder) runs in the thread, so
-        the next submission does not wait for it; ``close`` waits for every one."""
-        try:
-            yield box.__enter__()
-        finally:
-            self.pool.submit(box.close)
-
     def close(self):
         """End the kernel still waiting, if any, once the ones before it have ended."""
         if self.waiting is not None:
@@ -340,65 +412,149 @@ class _NextSandbox:
         self.pool.shutdown()
 
 
+class InfrastructureError(RuntimeError):
+    """The grader could not grade (a sandbox that does not start, a full disk): never the student's 0."""
+
+
+MAX_RESTARTS = 3  # fresh kernels per submission after one died, so that one cell cannot zero the others
+
+
+def _fresh(limits, hide, next_sandbox, first):
+    """A started kernel: the batch's pre-started one for the first, else a new one. A kernel that does
+    not start is the grader's failure, not the student's."""
+    try:
+        box = next_sandbox.take(limits, hide) if first and next_sandbox is not None else _new_sandbox(limits, hide)
+        return box.__enter__()
+    except Exception as exc:  # noqa: BLE001 - any failure to start is ours
+        raise InfrastructureError(f"the sandbox did not start: {type(exc).__name__}: {str(exc)[:300]}") from exc
+
+
+def _execute(box, nb, skip, problems, timeout):
+    """Run the code cells but ``skip`` (their numbers); record their outputs and problems (once per
+    cell). The number of the cell the kernel died in, or None."""
+    number = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        number += 1  # as the learner counts code cells, empty ones included
+        if number in skip or not cell.source.strip():
+            continue
+        run = box.execute(cell.source, timeout)
+        cell.outputs, cell.execution_count = run.outputs, number
+        said = {p.split(":")[0] for p in problems}
+        if run.status == "dead":
+            problems.append(f"code cell {number}: the kernel was stopped ({box.dead})")
+            return number
+        if f"code cell {number}" in said:
+            continue
+        if run.status == "interrupted":
+            problems.append(f"code cell {number}: ran longer than {timeout:g} s and was interrupted")
+        elif run.status == "error":
+            problems.append(f"code cell {number}: raised {run.error}")
+    return None
+
+
 def _run(nb, assignment, limits, hide, next_sandbox=None):
-    """Execute the notebook and decide its questions; (results by question id, problems, isolation)."""
-    results, problems = {}, []
-    timeout = limits["timeout"]
+    """Execute the notebook and decide its questions; (results by question id, problems, isolation).
+    A kernel that dies (a cell that never stops, memory, output) is replaced by a fresh one that runs
+    the notebook again without that cell, so that the questions before and after it are still graded;
+    a question whose check kills the kernel is graded 0 and the next one gets a fresh kernel."""
     # inputs the submission cannot know: the checks are public, so each submission's checks draw their
-    # inputs from a fresh random offset of the seeds (the kernel never sees the checks)
-    check_engine.SEED_OFFSET = secrets.randbelow(2 ** 31)
-    box = next_sandbox.take(limits, hide) if next_sandbox is not None else _new_sandbox(limits, hide)
-    with box if next_sandbox is None else next_sandbox.closed_later(box):
-        number = 0
-        for cell in nb.cells:
-            if cell.cell_type != "code":
-                continue
-            number += 1  # as the learner counts code cells, empty ones included
-            if not cell.source.strip():
-                continue
-            run = box.execute(cell.source, timeout)
-            if run.status == "dead":
-                problems.append(f"execution stopped at code cell {number}: {box.dead}")
-                break
-            if run.status == "interrupted":
-                problems.append(f"code cell {number} ran longer than {timeout:g} s and was interrupted")
-            elif run.status == "error":
-                problems.append(f"code cell {number} raised {run.error}")
-        for q in assignment.questions:
-            if _written(q):
-                continue
-            if box.dead:
-                results[q.id] = (False, f"not checked: the kernel was stopped ({box.dead})")
-                continue
-            results[q.id] = _decide(box, q, timeout)
-        if box.dead and not any(p.startswith("execution stopped") for p in problems):
-            problems.append(f"execution stopped while checking: {box.dead}")
-        info = _isolation(box.info)
-    info["input_seed_offset"] = check_engine.SEED_OFFSET  # to rerun a check on the same inputs
+    # inputs from a fresh random offset of the seeds (the kernel never sees the checks); a regrade replays one
+    offset = limits.get("seed_offset")
+    offset = secrets.randbelow(2 ** 31) if offset is None else int(offset)
+    with _seed_offset(offset):
+        results, problems, info = _run_with_restarts(nb, assignment, limits, hide, next_sandbox)
+    info["input_seed_offset"] = offset  # to rerun a check on the same inputs (--regrade)
     return results, problems, info
 
 
-def _question_entry(q, found, nb):
+@contextlib.contextmanager
+def _seed_offset(offset):
+    """The checks' inputs shifted by ``offset`` while a submission is decided, and put back after (a
+    grader run inside another program leaves that program's checks as they were)."""
+    before, check_engine.SEED_OFFSET = check_engine.SEED_OFFSET, offset
+    try:
+        yield
+    finally:
+        check_engine.SEED_OFFSET = before
+
+
+def _run_with_restarts(nb, assignment, limits, hide, next_sandbox):
+    """``_run``'s work, on the inputs its seed offset set."""
+    results, problems, skip = {}, [], set()
+    timeout = limits["timeout"]
+    box, restarts = _fresh(limits, hide, next_sandbox, True), 0
+
+    def replace(why):
+        nonlocal box, restarts
+        _close(box, next_sandbox)
+        restarts += 1
+        problems.append(f"a fresh kernel ran the notebook again {why}")
+        box = _fresh(limits, hide, next_sandbox, False)
+
+    try:
+        died = _execute(box, nb, skip, problems, timeout)
+        while died is not None and restarts < MAX_RESTARTS:
+            skip.add(died)
+            replace(f"without code cell {died}")
+            died = _execute(box, nb, skip, problems, timeout)
+        for q in assignment.questions:
+            if _written(q):
+                continue
+            if box.dead and restarts < MAX_RESTARTS:
+                replace(f"to check {q.id}")
+                _execute(box, nb, skip, problems, timeout)
+            if box.dead:
+                results[q.id] = check_engine.CheckResult(q.id, False, f"not checked: the kernel was stopped ({box.dead})")
+                continue
+            results[q.id] = _decide(box, q, timeout)
+            if box.dead:
+                problems.append(f"checking {q.id} stopped the kernel ({box.dead})")
+        info = _isolation(box.info)
+    finally:
+        _close(box, next_sandbox)
+    info["restarts"] = restarts
+    return results, problems, info
+
+
+def _close(box, next_sandbox):
+    """End a kernel: in the batch's thread when there is one, so the next submission does not wait."""
+    if next_sandbox is not None:
+        next_sandbox.pool.submit(box.close)
+    else:
+        box.close()
+
+
+def _question_entry(q, result, nb, mode, original):
     if _written(q):
-        return {"id": q.id, "title": q.title, "manual": True, "points": None, "max_points": q.points,
-                "passed": None, "rubric": getattr(q, "rubric", ""),
-                "answer": written_answer(nb, q) if nb is not None else "",
-                "instructor_points": None,
-                "feedback": "a written answer: your instructor grades it with the rubric"}
-    passed, feedback = found
-    return {"id": q.id, "title": q.title, "manual": False, "points": q.points if passed else 0,
-            "max_points": q.points, "passed": passed, "feedback": feedback}
+        answer, warning = written_answer(nb, q, original) if nb is not None else ("", None)
+        entry = {"id": q.id, "title": q.title, "manual": True, "points": None, "max_points": q.points,
+                 "passed": None, "rubric": getattr(q, "rubric", ""), "answer": answer, "answered": bool(answer.strip()),
+                 "instructor_points": None, "comment": "",
+                 "feedback": "a written answer: your instructor grades it with the rubric"}
+        if warning:
+            entry["warning"] = warning
+        return entry
+    feedback = graded_feedback(result) if mode == "graded" else result.practice or result.message
+    return {"id": q.id, "title": q.title, "manual": False, "points": partial_points(q, result),
+            "max_points": q.points, "passed": result.passed, "feedback": feedback,
+            "right_outputs": list(result.right), "mistakes": list(result.mistakes)}
 
 
 def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, self_test=False,
           notebook_timeout=DEFAULT_NOTEBOOK_TIMEOUT, memory=DEFAULT_MEMORY, max_output=DEFAULT_MAX_OUTPUT,
-          hide=(), folder=None, sandboxed=True, next_sandbox=None):
+          hide=(), folder=None, sandboxed=True, next_sandbox=None, course=None, seed_offset=None,
+          submitted=None, executed=None):
     """The report of one submission as a dict. ``source`` is a path or the file's bytes (then ``name``
-    is its name). Never raises on a bad submission; raises ``_sandbox.SandboxUnavailable`` (saying how
-    to fix it) when the sandbox cannot start here, unless ``sandboxed=False`` (trusted notebooks only).
-    ``next_sandbox`` (from ``grade_many``) hands out kernels started ahead, with this call's limits."""
+    is its name). ``course`` (``course.load``) sets points, partial credit, mode and late policy;
+    ``seed_offset`` replays a report's check inputs; ``submitted`` (a datetime) is when it was handed in;
+    ``executed`` a path for the notebook as it ran, outputs included. Never raises on a bad submission;
+    raises ``InfrastructureError`` when the grader could not grade it, and ``_sandbox.SandboxUnavailable``
+    (saying how to fix it) when the sandbox cannot start here, unless ``sandboxed=False``."""
     if sandboxed:
         _sandbox.check_sandbox()
+    course = course if course is not None else _course.load()
     started = time.monotonic()
     name = _printable(name if name is not None else source if isinstance(source, (str, Path)) else "submission")
     nb, problem = _read(source)
@@ -417,8 +573,8 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
                                   "pass --assignment")
         report["seconds"] = round(time.monotonic() - started, 1)
         return report
-    assignment = assignments.ASSIGNMENTS[aid]
-    report["assignment"], report["title"] = aid, assignment.title
+    assignment, mode = course.assignment(aid), course.mode(aid)
+    report["assignment"], report["title"], report["mode"] = aid, assignment.title, mode
     report["max_score"] = sum(q.points for q in assignment.questions)
     report["automatic_max"] = sum(q.points for q in assignment.questions if not _written(q))
     results = {}
@@ -435,21 +591,50 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
     if nb is not None:
         report["reference_calls"] = _reference_calls(nb, aid, folder)
         limits = {"timeout": timeout, "notebook_timeout": notebook_timeout, "memory": memory,
-                  "max_output": max_output, "sandboxed": sandboxed}
-        try:
-            results, problems, report["isolation"] = _run(nb, assignment, limits, hide, next_sandbox)
-            report["problems"] += problems
-        except Exception as exc:  # noqa: BLE001 - the grader reports, it does not crash
-            report["problems"].append(f"the grader could not run the notebook: {type(exc).__name__}: {str(exc)[:300]}")
+                  "max_output": max_output, "sandboxed": sandboxed, "seed_offset": seed_offset}
+        results, problems, report["isolation"] = _run(nb, assignment, limits, hide, next_sandbox)
+        report["problems"] += problems
+        if executed is not None:
+            _write_executed(nb, executed)
+            report["executed"] = str(executed)
+    why = ("the notebook did not get that far (see the problems above)" if report["status"] == "graded" else
+           "the submission was rejected" if report["status"] == "rejected" else "the file could not be read")
+    original = original_cells(folder, aid) if nb is not None else frozenset()
     for q in assignment.questions:
-        found = results.get(q.id) or (False, "not checked: " + (
-            "the notebook did not get that far (see the problems above)" if report["status"] == "graded" else
-            "the submission was rejected" if report["status"] == "rejected" else "the file could not be read"))
-        report["questions"].append(_question_entry(q, found, nb))
-    report["score"] = sum(q["points"] or 0 for q in report["questions"])
-    report["manual_pending"] = sum(q["max_points"] for q in report["questions"] if q["manual"])
+        result = results[q.id] if q.id in results else check_engine.CheckResult(q.id, False, "not checked: " + why)
+        report["questions"].append(_question_entry(q, result, nb, mode, original))
+    report["late"] = _late(course, aid, submitted)
+    total(report)
     report["seconds"] = round(time.monotonic() - started, 1)
     return report
+
+
+def _late(course, aid, submitted):
+    kept, note = course.late(aid, submitted)
+    return {"submitted": submitted.isoformat() if submitted else None, "kept": kept, "note": note}
+
+
+def total(report):
+    """The score from the questions' points (an instructor's points replace the automatic ones), the
+    late policy applied; ``manual_pending`` counts the points of written answers not graded yet."""
+    raw = 0.0
+    for q in report["questions"]:
+        mine = q.get("instructor_points")
+        raw += mine if mine is not None else (q["points"] or 0)
+    kept = (report.get("late") or {}).get("kept", 1.0)
+    report["raw_score"] = points_number(raw)
+    report["score"] = points_number(raw * kept)
+    report["manual_pending"] = sum(q["max_points"] for q in report["questions"]
+                                   if q.get("manual") and q.get("instructor_points") is None)
+    return report
+
+
+def _write_executed(nb, path):
+    """The notebook as it ran, with the outputs the sandbox kept, for the instructor (never executed again)."""
+    import nbformat
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_new(path, nbformat.writes(nb))
 
 
 def _reference_calls(nb, aid, folder=None):
@@ -496,154 +681,85 @@ class _PackageGuard:
         return changed
 
 
-# ----------------------------------------------------------------------------- reports
-
-def markdown(report):
-    """The report in words, for the learner."""
-    lines = [f"# Grading report: {report.get('title') or report['submission']}", "",
-             f"**Score: {report['score']} / {report['max_score']}**"]
-    if report.get("manual_pending"):
-        lines.append(f"({report['manual_pending']} of these points are written answers your instructor grades.)")
-    lines.append("")
-    if report["questions"]:
-        lines += ["| Question | Points | Feedback |", "|---|---|---|"]
-        for q in report["questions"]:
-            mark = "📝" if q.get("manual") else "✅" if q["passed"] else "❌"
-            points = "to grade" if q["points"] is None else q["points"]
-            feedback = q["feedback"].replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {mark} {q['id']}: {q['title']} | {points} / {q['max_points']} | {feedback} |")
-        lines.append("")
-    if report["problems"]:
-        lines += ["## Problems while running your notebook", ""] + [f"- {p}" for p in report["problems"]] + [""]
-    written = [q for q in report["questions"] if q.get("manual")]
-    if written:
-        lines += ["## Your written answers (as your instructor reads them)", ""]
-        for q in written:
-            lines += [f"### {q['id']}: {q['title']}", "", q.get("answer") or "*(no cell tagged answer-" + q["id"] + ")*", ""]
-    if report.get("reference_calls"):
-        lines += ["## Uses of the course's reference functions (your instructor will look at these)", ""]
-        lines += [f"- {c}" for c in report["reference_calls"]] + [""]
-    for warning in report.get("isolation", {}).get("warnings", []):
-        lines += [f"**Warning:** {warning}.", ""]
-    return "\n".join(lines)
-
-
-def gradescope_results(report):
-    """The report in Gradescope's autograder format (``/autograder/results/results.json``): the checked
-    questions as tests; written answers are left to Gradescope's manual grading."""
-    tests = [{"name": f"{q['id']}: {q['title']}", "score": q["points"], "max_score": q["max_points"],
-              "output": q["feedback"], "visibility": "visible"} for q in report["questions"] if not q.get("manual")]
-    output = "\n".join(["Problems while running your notebook:"] + [f"- {p}" for p in report["problems"]]
-                       ) if report["problems"] else ""
-    return {"score": report["score"], "output": output, "tests": tests}
-
-
-def summary_line(report):
-    return (f"{report['submission']}: {report['score']} / {report['max_score']} "
-            f"({report['assignment'] or 'unknown assignment'}, {report.get('status', 'graded')}); "
-            + "; ".join(f"{q['id']} {'manual' if q.get('manual') else q['points']}/{q['max_points']}"
-                        for q in report["questions"])
-            + (f"; {len(report['problems'])} problem(s)" if report["problems"] else ""))
-
-
-def _write_report(report, path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_new(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    _write_new(path.with_suffix(".md"), markdown(report))
-
-
-def _write_new(path, text):
-    """Write ``text`` to ``path`` through a new file of the grader's (created exclusively, never through
-    a link) renamed over it: whatever was at ``path`` before, a planted link included, is replaced,
-    never written through."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-def gradebook_rows(reports):
-    """The CSV header and one row per report: totals, each question's points (empty for a written
-    answer, with a ``<id>_manual`` column for the instructor), problems and reference calls."""
-    ids, manual = [], []
-    for r in reports:
-        for q in r["questions"]:
-            if q["id"] not in ids:
-                ids.append(q["id"])
-            if q.get("manual") and q["id"] not in manual:
-                manual.append(q["id"])
-    header = (["submission", "assignment", "status", "score", "max_score", "manual_pending"]
-              + [c for qid in ids for c in ([qid, f"{qid}_manual"] if qid in manual else [qid])]
-              + ["problems", "reference_calls", "report"])
-    rows = []
-    for r in reports:
-        by_id = {q["id"]: q for q in r["questions"]}
-        row = {"submission": r["submission"], "assignment": r["assignment"] or "", "status": r.get("status", ""),
-               "score": r["score"], "max_score": r["max_score"], "manual_pending": r.get("manual_pending", 0),
-               "problems": " | ".join(p.replace("\n", " ")[:500] for p in r["problems"]),
-               "reference_calls": " | ".join(r.get("reference_calls", [])), "report": r.get("report", "")}
-        for qid in ids:
-            q = by_id.get(qid)
-            row[qid] = "" if q is None or q["points"] is None else q["points"]
-            if qid in manual:
-                row[f"{qid}_manual"] = ""  # for the instructor
-        rows.append([row[h] for h in header])
-    return header, rows
-
-
-def grade_many(paths, reports_dir, csv_path, **options):
-    """Grade every file of ``paths``; write one report each into ``reports_dir`` and the gradebook
-    ``csv_path``. Every file is read before the first is run, so a submission cannot change another."""
+def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **options):
+    """Grade every file of ``paths``; write one report each into ``reports_dir`` (with the notebook as
+    it ran) and the gradebook ``csv_path``. Every file is read before the first is run, so a submission
+    cannot change another. ``jobs`` > 1 grades that many at once, each in its own process and sandbox;
+    ``submitted`` maps a path to when it was handed in (for the late policy)."""
     # without a sandbox the kernel could write the package: it is checked and restored after each one
     guard = None if options.get("sandboxed", True) else _PackageGuard()
+    if guard is not None and jobs > 1:
+        raise ValueError("--jobs above 1 needs the sandbox: without it submissions would share the package on disk")
     reports_dir.mkdir(parents=True, exist_ok=True)
-    sources = {}
+    tasks, used = [], set()
     for path in paths:
         try:
-            sources[path] = path.read_bytes()
+            source = path.read_bytes()
         except OSError as exc:
-            sources[path] = exc
-    reports, used = [], set()
-    next_sandbox = _NextSandbox(len(paths)) if options.get("sandboxed", True) else None
-    try:
-        for path in paths:
-            reports.append(_grade_one(path, sources[path], reports_dir, used, guard, options, next_sandbox))
-    finally:
-        if next_sandbox is not None:
-            next_sandbox.close()
+            source = exc
+        name, out = _printable(path), reports_dir / f"{_stem(path, used)}.json"
+        tasks.append((name, source, out, (submitted or {}).get(path), os.path.abspath(path)))
+    reports = []
+    if jobs > 1:
+        import multiprocessing
+        context = multiprocessing.get_context("spawn")  # never fork a process that has torch's threads
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_one_thread) as pool:
+            for report in pool.map(_attempt, tasks, [options] * len(tasks), [None] * len(tasks)):
+                reports.append(_finish(report, None))
+    else:
+        next_sandbox = _NextSandbox(len(paths)) if options.get("sandboxed", True) else None
+        try:
+            for task in tasks:
+                reports.append(_finish(_attempt(task, options, next_sandbox), guard))
+        finally:
+            if next_sandbox is not None:
+                next_sandbox.close()
     for report in reports:  # again, now that no kernel is left: what a submission wrote is overwritten
-        _write_report(report, Path(report["report"]))
-    header, rows = gradebook_rows(reports)
-    csv_path.parent.mkdir(parents=True, exist_ok=True)
-    table = io.StringIO()
-    writer = csv.writer(table)
-    writer.writerow(header)
-    writer.writerows(rows)
-    _write_new(csv_path, table.getvalue())
+        write_report(report, Path(report["report"]))
+    write_gradebook(reports, csv_path)
     return reports
 
 
-def _grade_one(path, source, reports_dir, used, guard, options, next_sandbox):
-    """One submission of a batch, inside its own error boundary; its report is written as it ends."""
-    name = _printable(path)
-    stem = re.sub(r"[^\w.-]", "_", Path(name).stem)[:100] or "submission"
+def _stem(path, used):
+    stem = re.sub(r"[^\w.-]", "_", Path(_printable(path)).stem)[:100] or "submission"
     while stem in used:
         stem += "_"
     used.add(stem)
-    out = reports_dir / f"{stem}.json"
-    try:  # whatever happens to one submission, the batch goes on and it gets a row
-        if isinstance(source, Exception):
-            raise source
-        report = grade(source, name=name, next_sandbox=next_sandbox, **options)
-    except Exception as exc:  # noqa: BLE001 - a batch never stops at one submission
-        report = _internal_error(name, options.get("assignment_id"), exc)
+    return stem
+
+
+def _one_thread():
+    """A grading worker of --jobs: one thread for torch, since the sandboxes use the other cores."""
+    import torch
+    torch.set_num_threads(1)
+
+
+def _attempt(task, options, next_sandbox):
+    """One submission of a batch, inside its own error boundary: its report, whatever happened. The
+    grader's own failure (a sandbox that does not start, a full disk) is tried once more, then reported
+    as "not graded" with the reason, never as a 0 of the student's."""
+    name, source, out, submitted, where = task
+    options = dict(options)
+    course_file = options.pop("course_file", None)
+    for attempt in (1, 2):
+        try:
+            if isinstance(source, Exception):
+                raise source
+            report = grade(source, name=name, next_sandbox=next_sandbox if attempt == 1 else None,
+                           course=_course.load(course_file), submitted=submitted,
+                           executed=out.with_suffix(".executed.ipynb"), **options)
+            break
+        except (InfrastructureError, _sandbox.SandboxUnavailable, OSError) as exc:
+            report = _not_graded(name, options.get("assignment_id"), exc, attempt)
+        except Exception as exc:  # noqa: BLE001 - a batch never stops at one submission
+            report = _internal_error(name, options.get("assignment_id"), exc)
+            break
+    report["report"], report["source"] = str(out), _printable(where)  # the file, for --regrade from anywhere
+    return report
+
+
+def _finish(report, guard):
+    """After a submission: restore the package if it ran without a sandbox, write its report, say it."""
     if guard is not None:
         changed = guard.restore()
         if changed:
@@ -651,9 +767,8 @@ def _grade_one(path, source, reports_dir, used, guard, options, next_sandbox):
             report["score"] = 0
             report["problems"].append("the submission changed the grader's package on disk ("
                                       + ", ".join(changed) + "): restored, and the submission gets 0")
-    report["report"] = str(out)
     try:
-        _write_report(report, out)
+        write_report(report, Path(report["report"]))
     except OSError as exc:
         report["problems"].append(f"its report could not be written: {exc}")
     print(summary_line(report), flush=True)
@@ -665,15 +780,26 @@ def _printable(path):
     return os.fsencode(path).decode("utf-8", "replace")
 
 
+NOT_GRADED = ("grader error", "not graded")
+
+
 def ungraded(reports):
     """How many of ``reports`` could not be graded (the grader itself failed on them)."""
-    return sum(r.get("status") == "grader error" for r in reports)
+    return sum(r.get("status") in NOT_GRADED for r in reports)
 
 
 def _internal_error(name, assignment_id, exc):
-    return {"submission": name, "assignment": assignment_id, "status": "grader error", "score": 0, "max_score": 0,
+    return {"submission": name, "assignment": assignment_id, "status": "grader error", "score": None, "max_score": 0,
             "automatic_max": 0, "manual_pending": 0, "questions": [], "reference_calls": [],
             "problems": [f"internal grader error: {type(exc).__name__}: {exc}", traceback.format_exc(limit=3)]}
+
+
+def _not_graded(name, assignment_id, exc, attempts):
+    report = _internal_error(name, assignment_id, exc)
+    report["status"] = "not graded"
+    report["problems"] = [f"not graded (the grader's failure, not the submission's; tried {attempts} time(s)): "
+                          f"{type(exc).__name__}: {str(exc)[:300]}. Grade it again with --regrade."]
+    return report
 
 
 # ----------------------------------------------------------------------------- the command line
@@ -697,13 +823,30 @@ def _peak_memory_mib():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1024 if sys.platform != "darwin" else 2 ** 20)
 
 
-def main(argv=None):
+def _arguments():
     parser = argparse.ArgumentParser(prog="python -m bayesattn_lite.instructor.grading", description=__doc__.splitlines()[0])
-    parser.add_argument("submission", type=Path, help="a submitted notebook (.ipynb), or a folder of them")
+    parser.add_argument("submission", type=Path, nargs="?",
+                        help="a submitted notebook (.ipynb), or a folder of them (none: --release from --reports)")
     parser.add_argument("--report", type=Path, help="one submission: where to write the JSON report (.md beside it)")
     parser.add_argument("--csv", type=Path, help="a folder: where to write the gradebook CSV")
     parser.add_argument("--reports", type=Path, help="a folder: where to write the reports "
                                                      "(default: <csv name>_reports beside the CSV)")
+    parser.add_argument("--course", type=Path, help="the course configuration (TOML): points, partial credit, "
+                        "mode, deadlines (default: course.toml beside the problem sets)")
+    parser.add_argument("--jobs", type=int, default=1, help="submissions graded at once, each in its own sandbox")
+    parser.add_argument("--manual", type=Path, help="the manual-points CSV (submission,question,points,comment) to "
+                        "merge; a template is written beside the gradebook when there is none")
+    parser.add_argument("--release", type=Path, help="write each student's feedback (Markdown and HTML) here")
+    parser.add_argument("--regrade", type=Path, help="a report (.json): grade its submission again on the same "
+                        "check inputs, keep the instructor's points, update the report and the gradebook")
+    parser.add_argument("--submitted-times", type=Path, help="a CSV (submission,submitted_at in ISO 8601) of "
+                        "when each was handed in, for the late policy")
+    parser.add_argument("--late-from-mtime", action="store_true", help="take each file's modification time as "
+                        "its submission time (only if the files kept the times the LMS gave them)")
+    parser.add_argument("--roster", type=Path, help="Canvas: the gradebook export CSV of the class")
+    parser.add_argument("--canvas-csv", type=Path, help="Canvas: where to write the gradebook import CSV (needs --roster)")
+    parser.add_argument("--canvas-column", help="Canvas: the assignment's column, e.g. 'Problem set 1 (12345)'")
+    parser.add_argument("--gradescope-bundle", type=Path, help="write a Gradescope autograder zip for --assignment")
     parser.add_argument("--timeout", type=_positive, default=DEFAULT_TIMEOUT, help="seconds allowed per cell")
     parser.add_argument("--notebook-timeout", type=_positive, default=DEFAULT_NOTEBOOK_TIMEOUT,
                         help="seconds allowed per submission, checks included")
@@ -718,54 +861,128 @@ def main(argv=None):
                                                                  "they get full marks)")
     parser.add_argument("--no-sandbox", action="store_true", help="run the kernels without bubblewrap, as your "
                         "user (for notebooks you trust; every report says so)")
+    return parser
+
+
+def _submitted_times(args, paths):
+    """When each path was handed in: from --submitted-times, else the files' times with --late-from-mtime."""
+    from datetime import datetime, timezone
+    times = {}
+    if args.late_from_mtime:
+        times = {p: datetime.fromtimestamp(p.stat().st_mtime, timezone.utc) for p in paths}
+    if args.submitted_times:
+        with args.submitted_times.open(newline="", encoding="utf-8-sig") as f:
+            given = {row["submission"]: datetime.fromisoformat(row["submitted_at"]) for row in csv.DictReader(f)}
+        times.update({p: given[p.name] for p in paths if p.name in given})
+    naive = [p.name for p, t in times.items() if t.tzinfo is None]
+    if naive:
+        raise ValueError(f"{args.submitted_times}: submitted_at needs its time zone (2027-02-01T23:59:00+00:00), "
+                         f"not given for {', '.join(naive[:3])}")
+    return times
+
+
+def _after_grading(args, reports, csv_path):
+    """Manual points, feedback and the LMS files, from the reports: the same whether just graded or not."""
+    from . import release
+    if csv_path is not None:
+        template = csv_path.with_name(csv_path.stem + "_manual.csv")
+        if args.manual is None and release.manual_template(reports, template):
+            print(f"manual points: fill in {template} and pass it with --manual")
+    if args.manual is not None:
+        release.merge_manual(reports, release.read_manual(args.manual))
+        for r in reports:
+            release.write_report(r, Path(r["report"]))
+    if csv_path is not None:
+        release.write_gradebook(reports, csv_path)
+    if args.release is not None:
+        print(f"feedback: {release.release(reports, args.release)}")
+    if args.canvas_csv is not None:
+        from . import lms
+        unmatched = lms.canvas_import_csv(reports, lms.read_roster(args.roster), args.canvas_column, args.canvas_csv)
+        print(f"Canvas import: {args.canvas_csv}" + (f"; not on the roster: {', '.join(unmatched)}" if unmatched else ""))
+
+
+def main(argv=None):
+    parser = _arguments()
     args = parser.parse_args(argv)
-    batch = args.submission.is_dir()
-    if batch and not args.csv:
-        parser.error("grading a folder needs --csv GRADES.csv")
-    if not batch and not args.report:
-        parser.error("grading one notebook needs --report REPORT.json")
+    if args.gradescope_bundle:
+        if not args.assignment:
+            parser.error("--gradescope-bundle needs --assignment")
+        from . import lms
+        lms.gradescope_bundle(args.gradescope_bundle, args.assignment, course_file=args.course)
+        print(f"Gradescope autograder: {args.gradescope_bundle}")
+        if args.submission is None:
+            return 0
+    if args.canvas_csv and not (args.roster and args.canvas_column):
+        parser.error("--canvas-csv needs --roster and --canvas-column")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be 1 or more, got {args.jobs}")
+    try:
+        _course.load(args.course)  # a mistake in it is said before any grading starts
+    except (OSError, ValueError) as exc:
+        print(f"cannot read the course configuration: {exc}", file=sys.stderr)
+        return 2
     folder = (args.folder or assignments.FOLDER).resolve()  # the instructor versions
     options = {"assignment_id": args.assignment, "timeout": args.timeout, "self_test": args.self_test, "folder": folder,
                "notebook_timeout": args.notebook_timeout, "memory": int(args.memory), "max_output": args.max_output,
-               "sandboxed": not args.no_sandbox}
+               "sandboxed": not args.no_sandbox, "course_file": args.course}
+    if args.submission is None and args.regrade is None:
+        if not args.reports:
+            parser.error("without a submission, give --reports DIR (to merge manual points and release feedback), "
+                         "or --regrade REPORT.json")
+        try:
+            _after_grading(args, _release_reports(args.reports), args.csv)
+        except (OSError, ValueError) as exc:
+            print(f"cannot release: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if not args.no_sandbox:
         try:
             _sandbox.check_sandbox()
         except _sandbox.SandboxUnavailable as exc:
             print(f"cannot grade: {exc}", file=sys.stderr)
             return 2
+    if args.regrade is not None:
+        return _regrade(args, options)
+    batch = args.submission.is_dir()
+    if batch and not args.csv:
+        parser.error("grading a folder needs --csv GRADES.csv")
+    if not batch and not args.report:
+        parser.error("grading one notebook needs --report REPORT.json")
     if batch:
         reports_dir = args.reports or args.csv.with_name(args.csv.stem + "_reports")
         hide = [folder, args.submission, reports_dir, args.csv]
         paths = sorted(p for p in args.submission.iterdir() if p.suffix == ".ipynb" and p.is_file())
         try:
-            reports = grade_many(paths, reports_dir, args.csv, hide=hide, **options)
-        except OSError as exc:
-            print(f"could not write the reports or {args.csv}: {exc}", file=sys.stderr)
+            reports = grade_many(paths, reports_dir, args.csv, hide=hide, jobs=args.jobs,
+                                 submitted=_submitted_times(args, paths), **options)
+            _after_grading(args, reports, args.csv)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"could not grade or write the reports: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
         warnings = {w for r in reports for w in r.get("isolation", {}).get("warnings", [])}
         for w in sorted(warnings):
             print(f"warning: {w}", file=sys.stderr)
         failed = ungraded(reports)
         if failed:
-            print(f"{failed} submission(s) could not be graded: see their rows (status 'grader error')",
-                  file=sys.stderr)
+            print(f"{failed} submission(s) could not be graded: see their rows (status 'not graded' or "
+                  "'grader error') and grade them again with --regrade", file=sys.stderr)
         print(f"{len(reports)} submission(s); gradebook: {args.csv}; reports: {reports_dir}; "
               f"grader peak memory: {_peak_memory_mib()} MiB")
         return 1 if failed else 0
     hide = [folder, args.submission, args.report.parent if args.report.parent != Path(".") else None]
     guard = _PackageGuard() if args.no_sandbox else None
-    try:
-        report = grade(args.submission, args.assignment, args.timeout, self_test=args.self_test,
-                       notebook_timeout=args.notebook_timeout, memory=int(args.memory),
-                       max_output=args.max_output, hide=hide, folder=folder, sandboxed=not args.no_sandbox)
-    except Exception as exc:  # noqa: BLE001 - last resort: still write a report
-        report = _internal_error(str(args.submission), args.assignment, exc)
+    options.pop("course_file")
+    submitted = _submitted_times(args, [args.submission]).get(args.submission)
+    report = _attempt((str(args.submission), _bytes_or_error(args.submission), args.report, submitted,
+                       os.path.abspath(args.submission)),
+                      {**options, "hide": hide, "course_file": args.course}, None)
+    report["submission"] = _printable(args.submission)
     if guard is not None and guard.restore():
         report["status"], report["score"] = "tampered", 0
         report["problems"].append("the submission changed the grader's package on disk: restored; 0 points")
     try:
-        _write_report(report, args.report)
+        write_report(report, args.report)
         if args.gradescope:
             args.gradescope.parent.mkdir(parents=True, exist_ok=True)
             _write_new(args.gradescope, json.dumps(gradescope_results(report), indent=2, ensure_ascii=False) + "\n")
@@ -776,8 +993,51 @@ def main(argv=None):
     for w in report.get("isolation", {}).get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     print(f"report: {args.report} and {args.report.with_suffix('.md')}")
-    return 0
+    return 1 if ungraded([report]) else 0
 
+
+def _bytes_or_error(path):
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        return exc
+
+
+def _release_reports(folder):
+    """The reports of an earlier grading, read back for --manual and --release."""
+    from . import release
+    reports = release.load_reports(folder)
+    if not reports:
+        raise ValueError(f"no reports (*.json) in {folder}")
+    return reports
+
+
+def _regrade(args, options):
+    """Grade one report's submission again on the check inputs it had, keep the instructor's points and
+    comments, rewrite the report, and rebuild the gradebook from its folder's reports."""
+    old = json.loads(args.regrade.read_text(encoding="utf-8"))
+    path = Path(old.get("source") or old["submission"])
+    offset = (old.get("isolation") or {}).get("input_seed_offset")
+    submitted = old.get("late", {}).get("submitted")
+    if submitted:
+        from datetime import datetime
+        submitted = datetime.fromisoformat(submitted)
+    task = (old["submission"], _bytes_or_error(path), args.regrade, submitted, path)
+    hide = [options["folder"], path.parent, args.regrade.parent]
+    report = _attempt(task, {**options, "hide": hide, "seed_offset": offset}, None)
+    kept = {q["id"]: q for q in old.get("questions", [])}
+    for q in report["questions"]:
+        mine = kept.get(q["id"], {})
+        q["instructor_points"], q["comment"] = mine.get("instructor_points"), mine.get("comment", "")
+    if report.get("status") not in NOT_GRADED:
+        total(report)
+    write_report(report, args.regrade)
+    print(summary_line(report))
+    csv_path = args.csv
+    if csv_path is not None:
+        _after_grading(args, _release_reports(args.regrade.parent), csv_path)
+        print(f"gradebook updated: {csv_path}")
+    return 1 if ungraded([report]) else 0
 
 
 if __name__ == "__main__":
