@@ -447,7 +447,7 @@ def signal_attention_maps(axes, alphas, is_signal, titles):
 def one_step_loop(axes, runs, example=0):
     """Left: for one run, the advantage flow into the signal positions at step t and the realised
     change of attention mass on them from t to t+1. Right: per-pair and per-prototype agreement of
-    prediction and realised step over training, mean and min-max band over seeds."""
+    prediction and realised step over training, median and min-max band over seeds."""
     r = runs[example]
     steps = r.loop["step"]
     ax = axes[0]
