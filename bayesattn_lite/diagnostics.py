@@ -399,6 +399,17 @@ def settle_text(result, fraction=SETTLE_FRACTIONS[0]):
     return f"settles at step {step} ({fraction:.0%} of its peak at {result['peak_step']})"
 
 
+def bought_in_window(attribution, loss, k):
+    """Who bought a loss decrease over a window that starts at snapshot ``k`` and runs to the end:
+    {group: the sum of its per-interval attribution (..., intervals) from interval k on}, and "realised",
+    the loss at snapshot k minus the last (..., snapshots). Interval i runs from snapshot i to i + 1.
+    Chapter 6's runs and chapter 9's records both read their late windows through it."""
+    out = {g: np.asarray(a)[..., k:].sum(-1) for g, a in attribution.items()}
+    loss = np.asarray(loss)
+    out["realised"] = loss[..., k] - loss[..., -1]
+    return out
+
+
 def progress_step(steps, curve, fraction):
     """The first step at which ``curve`` has covered ``fraction`` of its change from first to last value."""
     steps, curve = _check_curve(steps, curve, "curve")

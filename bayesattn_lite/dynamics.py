@@ -384,11 +384,11 @@ def bought_after(record, step):
     steps = list(record["steps"])
     if step not in steps[:-1]:
         _validate.fail("step", f"a snapshot step before the last ({steps[0]}, {steps[1]}, ... {steps[-2]})", step)
-    k = steps.index(step)
-    out = {g: float(np.sum(a[k:])) for g, a in record["attribution"].items()}  # intervals ending after step
+    window = diagnostics.bought_in_window(record["attribution"], record["loss"], steps.index(step))
+    out = {g: float(x) for g, x in window.items() if g != "realised"}
     for kind in ("values", "routing"):
         out[kind] = sum(x for g, x in out.items() if g.endswith(f" {kind}"))
-    out["realised"] = float(record["loss"][k] - record["loss"][-1])
+    out["realised"] = float(window["realised"])
     return out
 
 

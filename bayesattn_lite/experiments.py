@@ -664,11 +664,10 @@ def bought_after(fp, after):
     steps = np.asarray(fp.loss_steps)
     if after >= steps[-1]:
         _validate.fail("after", f"a step before the run's last, {int(steps[-1])}", after)
-    k = int(np.searchsorted(steps, after))
     drop = fp.loss[:, 0] - fp.loss[:, -1]                      # fp.bought is a share of this
-    out = {g: (b[:, k:] * drop[:, None]).sum(1) for g, b in fp.bought.items()}
+    nats = {g: b * drop[:, None] for g, b in fp.bought.items()}
+    out = diagnostics.bought_in_window(nats, fp.loss, int(np.searchsorted(steps, after)))
     out["values + readout"] = out["values"] + out["readout"]
-    out["realised"] = fp.loss[:, k] - fp.loss[:, -1]
     return out
 
 

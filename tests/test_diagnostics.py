@@ -346,3 +346,14 @@ def test_valid_edge_inputs_are_accepted():
     assert diagnostics.settle_text(_RATES).startswith(("settles", "not settled"))
     assert diagnostics.settle_order({"settled": {0.2: 100}}, {"settled": {0.2: None}}) == "frame first (values not settled)"
     assert math.isnan(diagnostics.pearson([1, 1, 1], [1, 2, 3]))  # documented: nan for a constant sample
+
+
+def test_bought_in_window_sums_the_intervals_from_its_start_and_the_realised_drop():
+    attribution = {"values": np.array([[1.0, 2.0, 3.0], [0.5, 0.5, 0.5]]), "routing": np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]])}
+    loss = np.array([[10.0, 8.0, 5.0, 1.0], [4.0, 3.0, 2.0, 2.0]])
+    out = diagnostics.bought_in_window(attribution, loss, 1)
+    np.testing.assert_array_equal(out["values"], [5.0, 1.0])
+    np.testing.assert_array_equal(out["routing"], [2.0, 0.0])
+    np.testing.assert_array_equal(out["realised"], [7.0, 1.0])  # loss at snapshot 1 minus the last
+    whole = diagnostics.bought_in_window({"g": [1.0, 2.0]}, [3.0, 2.0, 0.0], 0)
+    assert whole["g"] == 3.0 and whole["realised"] == 3.0
