@@ -7,7 +7,8 @@ The class, for one problem set, in Canvas's download names (login_userid_submiss
 through: correct (the instructor version handed in as a student would), untouched, half-done (the
 first checked answer only), written answers typed into cells added under the stubs, a cell that raises,
 an endless loop, and a kernel killed mid-notebook; two of them handed in late. Each grading is one
-command: partial credit, a manual-points file merged, feedback released and a Canvas import CSV written.
+command: partial credit, a manual-points file merged, feedback released, a Canvas import CSV and a
+Gradescope autograder zip written.
 The same class is graded at each --jobs value, alternately, and both totals must agree.
 """
 
@@ -102,7 +103,8 @@ def grade(tmp, assignment, jobs, out, timeout):
          "--jobs", str(jobs), "--timeout", str(timeout), "--course", str(course_file(tmp, assignment)),
          "--submitted-times", str(tmp / "times.csv"), "--manual", str(tmp / "manual.csv"),
          "--release", str(out / "feedback"), "--roster", str(tmp / "roster.csv"),
-         "--canvas-csv", str(out / "canvas.csv"), "--canvas-column", f"{assignment.title} (1)"],
+         "--canvas-csv", str(out / "canvas.csv"), "--canvas-column", f"{assignment.title} (1)",
+         "--gradescope-bundle", str(out / "autograder.zip"), "--assignment", assignment.id],
         capture_output=True, text=True, cwd=str(out))
     seconds = time.monotonic() - start
     if done.returncode != 0:
