@@ -784,3 +784,14 @@ def test_a_sandbox_that_cannot_start_is_not_graded_and_the_exit_status_says_so(t
     assert grading.main([str(subs), "--csv", str(tmp_path / "g.csv")]) == 1
     row = next(csv.DictReader((tmp_path / "g.csv").open()))
     assert row["status"] == "not graded" and row["score"] == "" and "tried 2 time(s)" in row["problems"]
+
+
+def test_an_executed_notebook_that_cannot_be_kept_costs_no_points(tmp_path, monkeypatch):
+    def unwritable(nb, path):
+        raise ValueError("outputs nbformat cannot write")
+
+    monkeypatch.setattr(grading, "_write_executed", unwritable)
+    nbformat.write(_solved(), tmp_path / "ps1_derivations_mine.ipynb")
+    data, _ = _grade(tmp_path, tmp_path / "ps1_derivations_mine.ipynb")
+    assert data["score"] == data["automatic_max"] and "executed" not in data
+    assert any("executed notebook could not be kept" in p for p in data["problems"])

@@ -595,8 +595,12 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
         results, problems, report["isolation"] = _run(nb, assignment, limits, hide, next_sandbox)
         report["problems"] += problems
         if executed is not None:
-            _write_executed(nb, executed)
-            report["executed"] = str(executed)
+            try:  # the kernel's outputs are the learner's data: a copy that cannot be written costs no grade
+                _write_executed(nb, executed)
+                report["executed"] = str(executed)
+            except Exception as exc:  # noqa: BLE001 - nbformat and the file system raise several kinds
+                report["problems"].append(f"the executed notebook could not be kept: {type(exc).__name__}: "
+                                          f"{str(exc)[:200]}")
     why = ("the notebook did not get that far (see the problems above)" if report["status"] == "graded" else
            "the submission was rejected" if report["status"] == "rejected" else "the file could not be read")
     original = original_cells(folder, aid) if nb is not None else frozenset()
