@@ -425,3 +425,19 @@ def test_test_scaffolding_stays_out_of_the_page(path):
         if cell.cell_type == "markdown":
             history = re.search(r"earlier version|withdrawn|a claim of ours|the course's sources|this revision", cell.source, re.I)
             assert not history, f"{path.name} cell {n}: revision history ({history.group(0)!r}) belongs in CHANGELOG.md"
+
+
+def test_the_readme_chapter_table_matches_the_chapters():
+    """The README's first screen lists every chapter with its time and its learner copy in Colab; the
+    times must agree with each chapter's 'Before you start' box (read + exercises, within 5 minutes)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| \[(.+?)\]\((\S+?)\) \| .+? \| (?:(\d+) h)? ?(\d+)?(?: min)? \| \[open\]\((\S+?)\) \|$",
+                      readme, re.M)
+    assert [Path(page).stem for _, page, *_ in rows] == [p.stem for p in CHAPTERS], "one row per chapter, in order"
+    repo = CONFIG["repository"]["url"].removeprefix("https://github.com/")
+    for (title, page, hours, minutes, colab), path in zip(rows, CHAPTERS):
+        box = nbformat.read(path, as_version=4).cells[1].source
+        read, exercises = map(int, re.search(r"about (\d+) minutes to read, and (\d+) more", box).groups())
+        said = 60 * int(hours or 0) + int(minutes or 0)
+        assert abs(said - (read + exercises)) <= 5, f"{path.name}: the README says {said} min, the box {read + exercises}"
+        assert colab.endswith(f"{repo}/blob/{CONFIG['repository']['branch']}/learner/{path.name}"), colab

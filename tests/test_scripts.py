@@ -24,7 +24,7 @@ execute_notebooks = load("execute_notebooks")
 
 
 def test_the_build_command_executes_every_chapter_but_no_student_version():
-    # The README's build command runs execute_notebooks.py with no argument: a student version's
+    # The re-execution command (README) runs execute_notebooks.py with no argument: a student version's
     # stubs raise NotImplementedError, so executing one would stop the build.
     found = [p.relative_to(ROOT).as_posix() for p in execute_notebooks.book_notebooks()]
     assert set(time_notebooks.toc_notebooks()) <= set(found)
