@@ -154,3 +154,18 @@ def test_train_wind_tunnels_prints_the_paper_cost_before_it_starts(capsys):
     train_wind_tunnels.print_cost_estimate([job])
     out = capsys.readouterr().out
     assert "GPU-hours" in out and "3,220,741" in out and "estimated total" in out
+
+
+def test_executing_goes_on_past_a_failing_notebook_names_a_slow_cell_and_says_what_failed(tmp_path, monkeypatch, capsys):
+    import nbformat
+    broken, slow = tmp_path / "a_broken.ipynb", tmp_path / "b_slow.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise ValueError('my bug')")]), broken)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(2.5)\n1 + 1")]), slow)
+    before = broken.read_bytes()
+    monkeypatch.setattr(execute_notebooks, "SLOW", 1)
+    assert execute_notebooks.main([str(broken), str(slow)]) == 1
+    out, err = capsys.readouterr()
+    assert broken.read_bytes() == before  # a failed notebook is left as it was
+    assert nbformat.read(slow, as_version=4).cells[0].outputs[0]["data"]["text/plain"] == "2"  # the next one ran
+    assert "FAILED" in out and "b_slow.ipynb cell 0 still running after 1 s: import time" in out
+    assert "a_broken.ipynb" in err and "my bug" in err
