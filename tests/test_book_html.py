@@ -15,6 +15,7 @@ import yaml
 
 from bayesattn_lite.instructor import assignments
 from bayesattn_lite.instructor.assignments import ASSIGNMENTS, INSTRUCTOR_TAG, SOLUTION_TAG
+from test_notebooks import toc_files  # the one walk of _toc.yml the tests share
 
 ROOT = Path(__file__).resolve().parent.parent
 HTML = Path(os.environ.get("BAYESATTN_BOOK_HTML", ROOT / "_build" / "html"))
@@ -122,13 +123,6 @@ def test_there_are_secrets_to_look_for():
 
 
 # ----------------------------------------------------------------------------- the configuration
-
-def toc_files(entries):
-    for entry in entries:
-        if "file" in entry:
-            yield entry["file"]
-        yield from toc_files(entry.get("parts", []) + entry.get("chapters", []) + entry.get("sections", []))
-
 
 def test_the_toc_lists_student_versions_and_the_config_excludes_instructor_ones():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())

@@ -375,11 +375,15 @@ class Verdict:
     named: str = ""
 
 
+def without_answer(words):
+    """A check's words without the answer: nothing from a hint or the reference formula on."""
+    return words.split(FORMULA, 1)[0].split(" Hint: ", 1)[0]
+
+
 def named_only(words):
     """A mistake's explanation without the answer: its first clause (up to a colon or a full stop),
     and nothing from a hint or a reference formula on."""
-    for cut in (FORMULA, " Hint: "):
-        words = words.split(cut, 1)[0]
+    words = without_answer(words)
     first = min((i for i in (words.find(": "), words.find(". ")) if i >= 0), default=len(words))
     return words[:first].rstrip(".") + "."
 
@@ -395,7 +399,7 @@ def _diagnose(spec, i, mine):
             return Verdict(f"two mistakes at once. (1) {flaws[0].words} (2) {flaws[1].words}", names,
                            f"two mistakes at once. (1) {named_only(flaws[0].words)} (2) {named_only(flaws[1].words)}")
     words = (_first_difference if spec.numbers else _unknown)(out, spec.cases, mine, i)
-    return Verdict(words, (), "no known mistake fits: " + words.split(FORMULA, 1)[0].split(" Hint: ", 1)[0])
+    return Verdict(words, (), "no known mistake fits: " + without_answer(words))
 
 
 def _unknown(out, cases, mine, i):
@@ -406,12 +410,11 @@ def _unknown(out, cases, mine, i):
         return f"it is all zeros (a placeholder left in?). {compare}"
     refs = [c.expected[i] for c in cases]
     factors = [float((m * r).sum() / (r * r).sum()) for m, r in zip(mine, refs)]
-    # a single number is always some multiple of the right one: say so only when it is the same multiple
-    single = all(r.numel() == 1 for r in refs)
-    if all(_close(m, f * r) for m, f, r in zip(mine, factors, refs)) and not (
-            single and not all(math.isclose(f, factors[0], rel_tol=1e-6) for f in factors)):
-        if all(math.isclose(f, factors[0], rel_tol=1e-6) for f in factors):
-            return f"it is {factors[0]:.4g} times the right answer on every input: a constant factor is off. {compare}"
+    scaled = all(_close(m, f * r) for m, f, r in zip(mine, factors, refs))
+    if scaled and all(math.isclose(f, factors[0], rel_tol=1e-6) for f in factors):
+        return f"it is {factors[0]:.4g} times the right answer on every input: a constant factor is off. {compare}"
+    # a single number is always some multiple of the right one: a factor that changes says nothing then
+    if scaled and not all(r.numel() == 1 for r in refs):
         listed = ", ".join(f"x{f:.4g} for {c.note}" for f, c in zip(factors, cases))
         return (f"it is a multiple of the right answer, by a factor that changes with the sizes ({listed}): "
                 f"a size-dependent factor such as 1/T or 1/sqrt(d_k) is off. {compare}")

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from .. import attention
-from ._engine import (DTYPE, FORMULA, SIZES, CheckResult, Flaw, Output, Spec, generator, input_note, is_causal, make_case,
-                      peaked_attention, rng, run, type_name)
+from ._engine import (DTYPE, SIZES, CheckResult, Flaw, Output, Spec, generator, input_note, is_causal, make_case,
+                      peaked_attention, rng, run, type_name, without_answer)
 
 
 # ----------------------------------------------------------------------------- problem set 1: temperature and ALiBi
@@ -93,7 +93,7 @@ def _names_the_mistake(check):
         result = check(*args, **kwargs)
         if result.passed:
             return result
-        shown = result.graded or result.message.split(FORMULA, 1)[0].split(" Hint: ", 1)[0]
+        shown = result.graded or without_answer(result.message)
         return dataclasses.replace(result, message=shown, graded=shown, practice=result.message)
     return named
 
@@ -502,7 +502,7 @@ def check_markov_floors(fn):
             reason = (f"on the {P.shape[0]}-state chain you returned {a[i]:.6g} bits, the reference is {e[i]:.6g}. "
                       "Compare with rate = sum_i pi_i H(P_i), shuffled = H(pi), pi P = pi, in bits.")
         wrong.append(f"{label} is wrong: {reason}")
-        shown.append(f"{label} is wrong: {named or reason.split(FORMULA, 1)[0]}")
+        shown.append(f"{label} is wrong: {named or without_answer(reason)}")
     if wrong:
         named = tuple(dict.fromkeys(knobs)) if None not in knobs else ()
         return CheckResult(name, False, " ".join(wrong), labels, tuple(right), named, " ".join(shown))

@@ -56,6 +56,7 @@ import ast
 import concurrent.futures
 import contextlib
 import csv
+import functools
 import json
 import math
 import os
@@ -69,7 +70,8 @@ from pathlib import Path
 from ..checks import _engine as check_engine
 from . import _sandbox, assignments
 from . import course as _course
-from .release import _write_new, gradebook_rows, gradescope_results, markdown, summary_line, write_gradebook, write_report  # noqa: F401 - the grader's public names
+from .release import (NOT_GRADED, _write_new, gradebook_rows, gradescope_results,  # noqa: F401 - the grader's names
+                      markdown, points_number, summary_line, total, write_gradebook, write_report)
 
 DEFAULT_TIMEOUT = 60  # seconds per cell (and per call of a learner's function by a check)
 DEFAULT_NOTEBOOK_TIMEOUT = 900  # seconds for the whole submission, checks included
@@ -262,8 +264,10 @@ def written_answer(nb, question, original=frozenset()):
     return text[:MAX_ANSWER_TEXT] + (" [...]" if len(text) > MAX_ANSWER_TEXT else ""), warning
 
 
+@functools.lru_cache(maxsize=None)
 def original_cells(folder, aid):
-    """The sources of the student version handed out (stripped), to tell the cells a student added."""
+    """The sources of the student version handed out (stripped), to tell the cells a student added;
+    read once per grader process, not once per submission."""
     nb, _ = _read(Path(folder) / f"{aid}{assignments.STUDENT_SUFFIX}.ipynb") if folder else (None, None)
     return frozenset(c.source.strip() for c in nb.cells) if nb is not None else frozenset()
 
@@ -349,17 +353,11 @@ def partial_points(question, result):
     return points_number(earned)
 
 
-def points_number(x):
-    """Points as the gradebook shows them: 2 for 2.0, else two decimals."""
-    x = round(float(x), 2)
-    return int(x) if x.is_integer() else x
-
-
 def graded_feedback(result):
     """The feedback of graded mode: the mistake named, no formula and no hint that gives the answer away."""
     if result.graded:
         return result.graded
-    return result.message.split(check_engine.FORMULA, 1)[0].split(" Hint: ", 1)[0]
+    return check_engine.without_answer(result.message)
 
 
 # ----------------------------------------------------------------------------- one submission
@@ -618,21 +616,6 @@ def _late(course, aid, submitted):
     return {"submitted": submitted.isoformat() if submitted else None, "kept": kept, "note": note}
 
 
-def total(report):
-    """The score from the questions' points (an instructor's points replace the automatic ones), the
-    late policy applied; ``manual_pending`` counts the points of written answers not graded yet."""
-    raw = 0.0
-    for q in report["questions"]:
-        mine = q.get("instructor_points")
-        raw += mine if mine is not None else (q["points"] or 0)
-    kept = (report.get("late") or {}).get("kept", 1.0)
-    report["raw_score"] = points_number(raw)
-    report["score"] = points_number(raw * kept)
-    report["manual_pending"] = sum(q["max_points"] for q in report["questions"]
-                                   if q.get("manual") and q.get("instructor_points") is None)
-    return report
-
-
 def _write_executed(nb, path):
     """The notebook as it ran, with the outputs the sandbox kept, for the instructor (never executed again)."""
     import nbformat
@@ -697,10 +680,7 @@ def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **option
     reports_dir.mkdir(parents=True, exist_ok=True)
     tasks, used = [], set()
     for path in paths:
-        try:
-            source = path.read_bytes()
-        except OSError as exc:
-            source = exc
+        source = _bytes_or_error(path)
         name, out = _printable(path), reports_dir / f"{_stem(path, used)}.json"
         tasks.append((name, source, out, (submitted or {}).get(path), os.path.abspath(path)))
     reports = []
@@ -750,7 +730,7 @@ def _attempt(task, options, next_sandbox):
             if isinstance(source, Exception):
                 raise source
             report = grade(source, name=name, next_sandbox=next_sandbox if attempt == 1 else None,
-                           course=_course.load(course_file), submitted=submitted,
+                           course=_course_of(course_file), submitted=submitted,
                            executed=out.with_suffix(".executed.ipynb"), **options)
             break
         except (InfrastructureError, _sandbox.SandboxUnavailable, OSError) as exc:
@@ -760,6 +740,12 @@ def _attempt(task, options, next_sandbox):
             break
     report["report"], report["source"] = str(out), _printable(where)  # the file, for --regrade from anywhere
     return report
+
+
+@functools.lru_cache(maxsize=None)
+def _course_of(path):
+    """The course configuration, read once per grader process (each --jobs worker reads its own)."""
+    return _course.load(path)
 
 
 def _finish(report, guard):
@@ -782,9 +768,6 @@ def _finish(report, guard):
 def _printable(path):
     """A file's name as text whatever its bytes (a name that is not UTF-8 gets U+FFFD for each bad byte)."""
     return os.fsencode(path).decode("utf-8", "replace")
-
-
-NOT_GRADED = ("grader error", "not graded")
 
 
 def ungraded(reports):

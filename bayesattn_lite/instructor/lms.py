@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
-from .release import _write_new
+from .release import NOT_GRADED, _write_new
 
 # the wheel that the learner notebooks install (a GitHub release of the course): the package is on PyPI
 # only if the course switches that on (CONTRIBUTING.md), and an unpinned PyPI name could be anybody's
@@ -79,7 +79,6 @@ RELEASE_WHEEL = ("https://github.com/bayesattn-course/bayesattn-lite/releases/do
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # Gradescope has no GPU; CUDA wheels are GBs
 GRADESCOPE_VENV = "/opt/bayesattn_lite/venv"  # built by setup.sh into the image, outside /autograder
 ROSTER_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
-NOT_GRADED = ("not graded", "grader error")  # the grader's own failures (grading.NOT_GRADED)
 
 
 # ----------------------------------------------------------------------------- Canvas's file names

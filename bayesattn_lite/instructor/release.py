@@ -23,6 +23,7 @@ import secrets
 from pathlib import Path
 
 MANUAL_COLUMNS = ("submission", "question", "points", "comment")
+NOT_GRADED = ("grader error", "not graded")  # the statuses of the grader's own failures: never a score
 
 
 # ----------------------------------------------------------------------------- writing files
@@ -196,6 +197,29 @@ def load_reports(folder):
     return reports
 
 
+# ----------------------------------------------------------------------------- the score
+
+def points_number(x):
+    """Points as the gradebook shows them: 2 for 2.0, else two decimals."""
+    x = round(float(x), 2)
+    return int(x) if x.is_integer() else x
+
+
+def total(report):
+    """The score from the questions' points (an instructor's points replace the automatic ones), the
+    late policy applied; ``manual_pending`` counts the points of written answers not graded yet."""
+    raw = 0.0
+    for q in report["questions"]:
+        mine = q.get("instructor_points")
+        raw += mine if mine is not None else (q["points"] or 0)
+    kept = (report.get("late") or {}).get("kept", 1.0)
+    report["raw_score"] = points_number(raw)
+    report["score"] = points_number(raw * kept)
+    report["manual_pending"] = sum(q["max_points"] for q in report["questions"]
+                                   if q.get("manual") and q.get("instructor_points") is None)
+    return report
+
+
 # ----------------------------------------------------------------------------- manual points
 
 def manual_template(reports, path):
@@ -232,7 +256,6 @@ def read_manual(path):
 def merge_manual(reports, marks):
     """Put the instructor's points and comments into ``reports`` (in place) and total them again.
     Raises ValueError for a row that names no report or question, or points outside 0..max."""
-    from .grading import points_number, total
     by_name = {}
     for r in reports:
         by_name[r["submission"]] = r
