@@ -77,9 +77,9 @@ def _report(name, score, status="graded"):
     return {"submission": name, "score": score, "status": status}
 
 
-def _import(tmp_path, reports, column="Problem set 1 (12345)"):
+def _import(tmp_path, reports, column="Problem set 1 (12345)", export=EXPORT):
     path = tmp_path / "out" / "import.csv"
-    unmatched = lms.canvas_import_csv(reports, lms.read_roster(_roster(tmp_path)), column, path)
+    unmatched = lms.canvas_import_csv(reports, lms.read_roster(_roster(tmp_path, export)), column, path)
     with path.open(newline="", encoding="utf-8") as f:
         return unmatched, list(csv.reader(f)), path
 
@@ -103,6 +103,16 @@ def test_two_files_of_one_student_count_once_with_the_higher_score(tmp_path):
                _report("smithjane_12345_111_c.ipynb", 0)]
     unmatched, rows, _ = _import(tmp_path, reports)
     assert unmatched == [] and rows[1][-1] == "8"
+
+
+def test_a_formula_in_the_import_is_text_and_a_hostile_name_is_listed_on_one_line(tmp_path):
+    export = (EXPORT.replace('"Student, Test"', '"=HYPERLINK(""http://x"",""y"")"')
+              .replace(",jsmith,Sec A,", ",jsmith,@SUM(1),"))
+    reports = [_report("smithjane_12345_111_ps1.ipynb", 7.5), _report("x\x1b[2J\rforged_1_2_\n-2+3.ipynb", 9)]
+    unmatched, rows, _ = _import(tmp_path, reports, export=export)
+    assert rows[1] == ["Smith, Jane", "12345", "S001", "jsmith", "'@SUM(1)", "7.5"]  # the score stays a number
+    assert rows[3][0] == "'=HYPERLINK(\"http://x\",\"y\")"
+    assert unmatched == ["x\\x1b[2J\\rforged_1_2_\\n-2+3.ipynb"]  # for the console: no control character
 
 
 def test_the_import_needs_an_assignment_column(tmp_path):

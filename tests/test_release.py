@@ -2,8 +2,12 @@
 
 import csv
 import json
+import unicodedata
+
+from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 
 from bayesattn_lite.instructor import release
 
@@ -89,7 +93,8 @@ def test_feedback_is_released_as_markdown_and_escaped_html(tmp_path):
     assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;nice&lt;/b&gt;" in page
     assert "Score: 5 / 7" in page
     words = (tmp_path / "feedback" / "alice.md").read_text()
-    assert "Your instructor: <b>nice</b>" in words and "| 2 / 2 |" in words
+    assert "Your instructor: &lt;b&gt;nice&lt;/b&gt;" in words and "| 2 / 2 |" in words  # shown, not rendered
+    assert "```\n<script>alert(1)</script> the bias\n```" in words  # the answer verbatim, in a fence
 
 
 def test_an_unanswered_written_question_is_marked_in_the_gradebook():
@@ -105,3 +110,147 @@ def test_reports_are_read_back_in_name_order_with_their_path(tmp_path):
     reports = release.load_reports(tmp_path)
     assert [r["submission"] for r in reports] == ["a.ipynb", "b.ipynb"]
     assert json.loads((tmp_path / "a.json").read_text())["score"] == 3 and reports[0]["report"].endswith("a.json")
+
+
+
+# ----------------------------------------------------------------------------- hostile text (issue 35, item 4)
+
+SCRIPT, IMG, COMMENT = "<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "<!-- the rest is hidden"
+
+
+def _hostile(name=f"{IMG}.ipynb"):
+    """A report whose every learner text attacks its reader: HTML, an unclosed comment, an unclosed code
+    fence, a bar and a newline in a table cell; the reference-call section comes after all of them."""
+    report = _report(name)
+    report.update(title=None, problems=[f"code cell 2: raised ValueError: {SCRIPT}", COMMENT, "```"],
+                  reference_calls=["cell 4, line 1: attention_weights (the reference's own)"])
+    q1, q2, q3 = report["questions"]
+    q1["feedback"] = f"got {IMG} | forged cell\n# forged heading"
+    q2.update(answer=f"{COMMENT}\n```\n{SCRIPT}\n````", warning=COMMENT)
+    q3["title"] = "[click](javascript:alert(1)) ![](http://x/track.png)"
+    return report
+
+
+def _html_of(markdown):
+    """The Markdown as a CommonMark renderer that passes raw HTML (markdown-it's default) shows it."""
+    return MarkdownIt("commonmark").enable("table").render(markdown)
+
+
+def test_learner_html_never_renders_and_never_hides_the_reference_calls(tmp_path):
+    release.write_report(_hostile(), tmp_path / "r.json")
+    page = _html_of((tmp_path / "r.md").read_text(encoding="utf-8"))
+    for raw in ("<script", "<img", "<!--", "<a "):
+        assert raw not in page, raw
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "onerror=alert(1)" in page  # shown as text
+    # what follows every attack is still there, outside any code block
+    assert "<h2>Uses of the course's reference functions" in page
+    assert "<li>cell 4, line 1: attention_weights (the reference's own)</li>" in page
+    assert page.count("<tr>") == 4 and "<h1>forged" not in page  # the header and 3 rows; no forged heading
+
+
+def test_the_feedback_page_escapes_every_learner_text(tmp_path):
+    report = _hostile()
+    report["report"] = str(tmp_path / "r.json")
+    release.release([report], tmp_path / "feedback")
+    page = (tmp_path / "feedback" / "r.html").read_text(encoding="utf-8")
+    for raw in (SCRIPT, IMG, "<!--"):
+        assert raw not in page, raw
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page and "&lt;!-- the rest is hidden" in page
+    assert "<script" not in _html_of((tmp_path / "feedback" / "r.md").read_text(encoding="utf-8"))
+
+
+def test_a_fence_is_longer_than_any_run_of_backticks_inside():
+    fenced = release._fenced("a ```` b\n```")
+    assert fenced.startswith("`````\n") and fenced.endswith("\n`````")
+
+
+def test_a_lone_surrogate_is_written_everywhere_and_read_back(tmp_path):
+    report = _report("bad\ud800name.ipynb")
+    report["problems"] = ["code cell 1: raised UnicodeError: \udcff"]
+    report["questions"][0]["feedback"] = "got \ud800"
+    report["questions"][1]["answer"] = "my answer \ud83d"
+    report["report"] = str(tmp_path / "r.json")
+    release.write_report(report, tmp_path / "r.json")
+    release.write_gradebook([report], tmp_path / "grades.csv")
+    assert release.manual_template([report], tmp_path / "manual.csv")
+    release.release([report], tmp_path / "feedback")
+    again = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))  # strict UTF-8 throughout
+    assert again["submission"] == "bad\ud800name.ipynb" and again["score"] == 3  # the record keeps the text
+    shown = [_html_of((tmp_path / "r.md").read_text(encoding="utf-8")),
+             _html_of((tmp_path / "feedback" / "r.md").read_text(encoding="utf-8")),
+             (tmp_path / "feedback" / "r.html").read_text(encoding="utf-8")]
+    for page in shown:
+        assert "got \\ud800" in page and "my answer \\ud83d" in page  # shown as its escape
+    row = next(csv.DictReader((tmp_path / "grades.csv").open(encoding="utf-8")))
+    assert row["submission"] == "bad\\ud800name.ipynb" and row["score"] == "3" and "\\udcff" in row["problems"]
+    assert next(csv.DictReader((tmp_path / "manual.csv").open(encoding="utf-8")))["submission"] == "bad\\ud800name.ipynb"
+    assert release.summary_line(report).startswith("bad\\ud800name.ipynb: 3 / 7")
+    assert "\\ud800" in release.gradescope_results(report)["tests"][0]["output"]
+
+
+FORMULAS = ['=HYPERLINK("http://x","y")', "@SUM(1)", "\tx", "-2+3", "+cmd|' /C calc'!A0", "\rx"]
+
+
+def _cells(path):
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_name_that_is_a_formula_is_text_in_every_csv_and_still_takes_manual_points(tmp_path):
+    reports = [_report(name) for name in FORMULAS]
+    reports[0]["late"]["note"] = "-1 day: =1+1"
+    release.write_gradebook(reports, tmp_path / "grades.csv")
+    assert release.manual_template(reports, tmp_path / "manual.csv")
+    for path in (tmp_path / "grades.csv", tmp_path / "manual.csv"):
+        for row in _cells(path)[:-1]:  # all but the CR one
+            assert row["submission"].startswith("'"), (path.name, row["submission"])
+    rows = _cells(tmp_path / "grades.csv")
+    assert [r["submission"] for r in rows][:3] == ["'" + name for name in FORMULAS[:3]]
+    assert rows[-1]["submission"] == "\\rx"  # a CR is escaped, so nothing is left to neutralise
+    assert rows[0]["late"].startswith("'-1 day") and rows[0]["score"] == "3" and rows[0]["q1"] == "3"  # numbers stay
+    # the instructor fills the template in: its names, quote and all, still name the reports
+    filled = tmp_path / "filled.csv"
+    filled.write_text((tmp_path / "manual.csv").read_text(encoding="utf-8").replace(",,\n", ",2,ok\n"),
+                      encoding="utf-8")
+    release.merge_manual(reports, release.read_manual(filled))
+    assert all(r["questions"][1]["instructor_points"] == 2 for r in reports)
+
+
+def test_a_report_that_is_not_graded_has_empty_score_cells(tmp_path):
+    report = _report()
+    report.update(status="not graded", score=None)
+    release.write_gradebook([report], tmp_path / "grades.csv")
+    assert _cells(tmp_path / "grades.csv")[0]["score"] == ""
+
+
+def test_the_summary_line_is_one_line_without_control_characters():
+    report = _report("a\x1b[2J\x1b]0;pwned\x07\rforged: 7 / 7\n\u202egnp.ipynb")
+    report["problems"] = ["x"]
+    line = release.summary_line(report)
+    assert not any(unicodedata.category(c) in ("Cc", "Cf") for c in line), repr(line)
+    assert line.startswith("a\\x1b[2J\\x1b]0;pwned\\x07\\rforged: 7 / 7\\n\\u202egnp.ipynb: 3 / 7")
+
+
+def test_a_report_that_fails_to_render_costs_its_own_files_never_the_batch(tmp_path, capsys):
+    broken = _report("broken.ipynb")
+    del broken["questions"][0]["feedback"]  # a grader bug: the Markdown and the page cannot be made
+    odd = {"submission": "odd.ipynb", "status": "graded", "problems": []}  # no questions, no score at all
+    good = _report("good.ipynb")
+    for r in (broken, good):
+        r["report"] = str(tmp_path / Path(r["submission"]).with_suffix(".json"))
+        release.write_report(r, r["report"])
+        release.write_report(r, r["report"])  # a batch writes a report twice: its problem is said once
+    assert json.loads((tmp_path / "broken.json").read_text())["problems"] == [
+        "its Markdown report could not be written: KeyError: 'feedback'"]
+    assert "could not be written: KeyError" in (tmp_path / "broken.md").read_text()
+    assert "Score: 3 / 7" in (tmp_path / "good.md").read_text()
+    release.write_gradebook([broken, odd, good], tmp_path / "grades.csv")
+    rows = {r["submission"]: r for r in _cells(tmp_path / "grades.csv")}
+    assert rows["broken.ipynb"]["score"] == "3" and "KeyError: 'feedback'" in rows["broken.ipynb"]["problems"]
+    assert rows["odd.ipynb"]["status"] == "report error" and rows["odd.ipynb"]["score"] == ""
+    assert "its gradebook row could not be written: KeyError" in rows["odd.ipynb"]["problems"]
+    assert rows["good.ipynb"]["score"] == "3" and rows["good.ipynb"]["q1"] == "3"
+    release.release([broken, good], tmp_path / "feedback")
+    assert "could not be written" in (tmp_path / "feedback" / "broken.html").read_text()
+    assert "Score: 3 / 7" in (tmp_path / "feedback" / "good.html").read_text()
+    assert "broken.ipynb: its Markdown report could not be written" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The grader's side of the learning-management systems: Canvas's files in and out, a Gradescope autograder.
 
-    python -m bayesattn_lite.instructor.grading DIR --csv grades.csv --roster roster.csv \\
+    python -m bayesattn_lite.instructor.grading DIR --assignment ps1_derivations --csv grades.csv --roster roster.csv \\
         --canvas-csv import.csv --canvas-column "Problem set 1 (12345)"
     python -m bayesattn_lite.instructor.grading --gradescope-bundle autograder.zip --assignment ps1_derivations
 
@@ -60,7 +60,6 @@ Gradescope's scores against a sandboxed regrade of the downloaded submissions.
 """
 
 import csv
-import io
 import os
 import re
 import secrets
@@ -70,7 +69,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
-from .release import NOT_GRADED, _write_new
+from .release import NOT_GRADED, _csv_text, _line, _write_new
 
 # the wheel that the learner notebooks install (a GitHub release of the course): the package is on PyPI
 # only if the course switches that on (CONTRIBUTING.md), and an unpinned PyPI name could be anybody's
@@ -156,7 +155,9 @@ def canvas_import_csv(reports, roster, column, path):
     """Write Canvas's gradebook import CSV to ``path``: the roster's identity columns and ``column`` with
     each student's score, matched by the Canvas user id in the report's submission file name. A student
     with two graded files (two notebooks in one submission) gets the higher score. Returns the reports'
-    submission names that name no student of the roster (not Canvas names, or not on the roster)."""
+    submission names that name no student of the roster (not Canvas names, or not on the roster), each on
+    one line (``_line``), for the console. Every cell goes through ``_cell``, the roster's too: its names come
+    from outside the grader."""
     if not isinstance(column, str) or not column.strip():
         raise ValueError(f"expected the Canvas assignment column, e.g. 'Problem set 1 (12345)', got {column!r}")
     on_roster = {s.user_id for s in roster}
@@ -164,16 +165,12 @@ def canvas_import_csv(reports, roster, column, path):
     for r in reports:
         parsed = parse_canvas_name(r["submission"])
         if parsed is None or parsed.user_id not in on_roster:
-            unmatched.append(r["submission"])
+            unmatched.append(_line(r["submission"]))
         elif r.get("status") not in NOT_GRADED and r.get("score") is not None:
             scores[parsed.user_id] = max(scores.get(parsed.user_id, r["score"]), r["score"])
-    table = io.StringIO()
-    writer = csv.writer(table)
-    writer.writerow([*ROSTER_COLUMNS, column])
-    for s in roster:
-        writer.writerow(s.row() + [_score_text(scores[s.user_id]) if s.user_id in scores else ""])
+    rows = [s.row() + [_score_text(scores[s.user_id]) if s.user_id in scores else ""] for s in roster]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    _write_new(path, table.getvalue())  # a temporary file renamed over path (os.replace)
+    _write_new(path, _csv_text([*ROSTER_COLUMNS, column], rows))  # a temporary file renamed over path (os.replace)
     return unmatched
 
 

@@ -11,6 +11,10 @@
   the comment reaches the student.
 - ``release`` writes one feedback file per student, Markdown and HTML (every text escaped), with the
   automatic and manual points and the comments.
+
+Every text in a report that came from a submission (its file name, its answers, the exception messages in
+its problems, its feedback) is the learner's, and may be written to attack whoever reads it: each format
+gets it through one helper of "hostile text" below, never as it is.
 """
 
 import contextlib
@@ -19,11 +23,77 @@ import html
 import io
 import json
 import os
+import re
 import secrets
+import sys
 from pathlib import Path
 
 MANUAL_COLUMNS = ("submission", "question", "points", "comment")
 NOT_GRADED = ("grader error", "not graded")  # the statuses of the grader's own failures: never a score
+
+
+# ----------------------------------------------------------------------------- hostile text
+
+# what a terminal, a spreadsheet or a reader may act on instead of showing it: control characters but tab
+# and newline (an ESC sequence rewrites a terminal, a CR overwrites its line), the bidirectional overrides
+# (they reorder what is shown) and lone surrogates (UTF-8 cannot encode one: the write would fail)
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet runs as a formula at a cell's start (OWASP)
+
+
+def _safe(text):
+    """``text`` as a string whose every character is shown as itself: CRLF as LF, each unsafe character as
+    its visible escape (``\\x1b``, ``\\ud800``), so nothing is lost to the reader and nothing acts."""
+    return _UNSAFE.sub(lambda m: m[0].encode("unicode_escape").decode(), str(text).replace("\r\n", "\n"))
+
+
+def _line(text):
+    """``text`` safe on one line (a console line, a CSV cell): a newline would forge a line of its own."""
+    return _safe(text).replace("\n", "\\n")
+
+
+def _cell(value):
+    """A CSV cell a spreadsheet shows and never runs: a number stays a number (None an empty cell); text is
+    on one line, and text that starts like a formula gets a ' first (OWASP's "CSV injection"): shown as text."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    text = _line(value)
+    return "'" + text if text.startswith(_FORMULA) else text
+
+
+def _md(text):
+    """``text`` as inline Markdown that shows as written: on one line (a line break could end the table row
+    or start a heading), ``& < >`` as entities (no HTML, no ``<!--`` hiding the rest of the report), and
+    backslashes, backticks, brackets and bars escaped (no code span, link, image or table column)."""
+    text = " ".join(_safe(text).splitlines())
+    return html.escape(re.sub(r"([\\`\[\]|])", r"\\\1", text), quote=False)
+
+
+def _fenced(text):
+    """``text`` as a fenced code block, shown verbatim whatever it holds (HTML, Markdown, a fence of its
+    own): the fence is longer than any run of backticks inside, so nothing inside can close it."""
+    text = _safe(text)
+    fence = "`" * max(3, 1 + max(map(len, re.findall("`+", text)), default=0))
+    return f"{fence}\n{text}\n{fence}"
+
+
+def _html(text):
+    return html.escape(_safe(text))
+
+
+def _guarded(what, render, report, fallback):
+    """``render(report)``; if it fails, ``fallback`` of the reason, which is added to the report's problems
+    (so its gradebook row says what happened) and told on stderr: one report that fails to render costs
+    that report's file, never the batch and its gradebook."""
+    try:
+        return render(report)
+    except Exception as exc:  # noqa: BLE001 - a bug or an odd report, whatever it is
+        why = f"its {what} could not be written: {type(exc).__name__}: {exc}"
+        problems = report.setdefault("problems", [])
+        if why not in problems:  # a report is written more than once in a batch
+            problems.append(why)
+        print(_line(f"{report.get('submission', '?')}: {why}"), file=sys.stderr)
+        return fallback(why)
 
 
 # ----------------------------------------------------------------------------- writing files
@@ -36,7 +106,9 @@ def _write_new(path, text):
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        # a lone surrogate that reached here is written as its escape (\ud800), not a failed write: in a
+        # JSON string (json.dumps leaves it as it is with ensure_ascii=False) that is its own JSON escape
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
             f.write(text)
         os.replace(temporary, path)
     except BaseException:
@@ -46,17 +118,21 @@ def _write_new(path, text):
 
 
 def write_report(report, path):
+    """The report as JSON (the learner's text as it was, for the record) and in Markdown beside it. A
+    Markdown that fails to render says why in its place and in the JSON; a failure to write is raised."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    words = _guarded("Markdown report", markdown, report, _md)  # first, so that the JSON has its failure
     _write_new(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    _write_new(path.with_suffix(".md"), markdown(report))
+    _write_new(path.with_suffix(".md"), words)
 
 
 def _csv_text(header, rows):
+    """Every CSV the grader writes: each cell through ``_cell``."""
     table = io.StringIO()
     writer = csv.writer(table)
-    writer.writerow(header)
-    writer.writerows(rows)
+    writer.writerow(map(_cell, header))
+    writer.writerows(map(_cell, row) for row in rows)
     return table.getvalue()
 
 
@@ -71,46 +147,49 @@ def _points(q):
 
 
 def markdown(report):
-    """The report in words, for the learner."""
-    lines = [f"# Grading report: {report.get('title') or report['submission']}", "",
-             f"**Score: {report['score']} / {report['max_score']}**"]
+    """The report in words, for the learner. Every text in it is escaped (``_md``) or fenced (``_fenced``):
+    what a submission wrote is shown as written, never rendered."""
+    lines = [f"# Grading report: {_md(report.get('title') or report['submission'])}", "",
+             f"**Score: {_md(report['score'])} / {_md(report['max_score'])}**"]
     late = report.get("late") or {}
     if late.get("note"):
-        lines.append(f"(late: {late['note']})")
+        lines.append(f"(late: {_md(late['note'])})")
     if report.get("manual_pending"):
-        lines.append(f"({report['manual_pending']} of these points are written answers your instructor grades.)")
+        lines.append(f"({_md(report['manual_pending'])} of these points are written answers your instructor grades.)")
     lines.append("")
     if report["questions"]:
         lines += ["| Question | Points | Feedback |", "|---|---|---|"]
         for q in report["questions"]:
             mark = "📝" if q.get("manual") else "✅" if q["passed"] else "❌"
             feedback = q["feedback"] + (f" Your instructor: {q['comment']}" if q.get("comment") else "")
-            feedback = feedback.replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {mark} {q['id']}: {q['title']} | {_points(q)} / {q['max_points']} | {feedback} |")
+            lines.append(f"| {mark} {_md(q['id'])}: {_md(q['title'])} | {_md(_points(q))} / {_md(q['max_points'])} "
+                         f"| {_md(feedback)} |")
         lines.append("")
-    if report["problems"]:
-        lines += ["## Problems while running your notebook", ""] + [f"- {p}" for p in report["problems"]] + [""]
+    if report["problems"]:  # tracebacks and learner messages: verbatim
+        lines += ["## Problems while running your notebook", "",
+                  _fenced("\n".join(f"- {p}" for p in report["problems"])), ""]
     written = [q for q in report["questions"] if q.get("manual")]
     if written:
         lines += ["## Your written answers (as your instructor reads them)", ""]
         for q in written:
-            lines += [f"### {q['id']}: {q['title']}", ""]
+            lines += [f"### {_md(q['id'])}: {_md(q['title'])}", ""]
             if q.get("warning"):
-                lines += [f"*Note: {q['warning']}.*", ""]
-            lines += [q.get("answer") or "*(no answer found: the cell tagged answer-" + q["id"] + " holds the stub)*", ""]
+                lines += [f"*Note: {_md(q['warning'])}.*", ""]
+            lines += [_fenced(q["answer"]) if q.get("answer") else
+                      f"*(no answer found: the cell tagged answer-{_md(q['id'])} holds the stub)*", ""]
     if report.get("reference_calls"):
         lines += ["## Uses of the course's reference functions (your instructor will look at these)", ""]
-        lines += [f"- {c}" for c in report["reference_calls"]] + [""]
+        lines += [f"- {_md(c)}" for c in report["reference_calls"]] + [""]
     for warning in report.get("isolation", {}).get("warnings", []):
-        lines += [f"**Warning:** {warning}.", ""]
+        lines += [f"**Warning:** {_md(warning)}.", ""]
     return "\n".join(lines)
 
 
 def feedback_html(report):
     """The feedback as a standalone HTML page; every text from the submission or the grader is escaped."""
-    e = html.escape
+    e = _html
     rows = "".join(
-        f"<tr><td>{e(q['id'])}: {e(q['title'])}</td><td>{e(str(_points(q)))} / {e(str(q['max_points']))}</td>"
+        f"<tr><td>{e(q['id'])}: {e(q['title'])}</td><td>{e(_points(q))} / {e(q['max_points'])}</td>"
         f"<td>{e(q['feedback'])}{'<br><b>Your instructor:</b> ' + e(q['comment']) if q.get('comment') else ''}</td></tr>"
         for q in report["questions"])
     late = (report.get("late") or {}).get("note")
@@ -121,7 +200,7 @@ def feedback_html(report):
             "<style>body{font-family:sans-serif;max-width:50em;margin:auto}td{border:1px solid #ccc;padding:4px;"
             "vertical-align:top}pre{white-space:pre-wrap}</style></head><body>"
             f"<h1>{e(report.get('title') or report['submission'])}</h1>"
-            f"<p><b>Score: {e(str(report['score']))} / {e(str(report['max_score']))}</b>"
+            f"<p><b>Score: {e(report['score'])} / {e(report['max_score'])}</b>"
             f"{' (late: ' + e(late) + ')' if late else ''}</p>"
             f"<table><tr><th>Question</th><th>Points</th><th>Feedback</th></tr>{rows}</table>"
             + (f"<h2>Problems while running your notebook</h2><ul>{problems}</ul>" if problems else "")
@@ -130,15 +209,23 @@ def feedback_html(report):
 
 def gradescope_results(report):
     """The report in Gradescope's autograder format (``/autograder/results/results.json``): the checked
-    questions as tests; written answers are left to Gradescope's manual grading."""
-    tests = [{"name": f"{q['id']}: {q['title']}", "score": q["points"], "max_score": q["max_points"],
-              "output": q["feedback"], "visibility": "visible"} for q in report["questions"] if not q.get("manual")]
+    questions as tests; written answers are left to Gradescope's manual grading. Its texts are made safe
+    (``_safe``): Gradescope shows them to the learner."""
+    tests = [{"name": _safe(f"{q['id']}: {q['title']}"), "score": q["points"], "max_score": q["max_points"],
+              "output": _safe(q["feedback"]), "visibility": "visible"}
+             for q in report["questions"] if not q.get("manual")]
     output = "\n".join(["Problems while running your notebook:"] + [f"- {p}" for p in report["problems"]]
                        ) if report["problems"] else ""
-    return {"score": report["score"], "output": output, "tests": tests}
+    return {"score": report["score"], "output": _safe(output), "tests": tests}
 
 
 def summary_line(report):
+    """The report on one console line: a name with an ESC sequence, a CR or a newline cannot rewrite the
+    instructor's terminal or forge another submission's line."""
+    return _line(_guarded("summary line", _summary, report, str))
+
+
+def _summary(report):
     return (f"{report['submission']}: {report['score']} / {report['max_score']} "
             f"({report['assignment'] or 'unknown assignment'}, {report.get('status', 'graded')}); "
             + "; ".join(f"{q['id']} {'manual' if q.get('manual') else q['points']}/{q['max_points']}"
@@ -150,35 +237,36 @@ def summary_line(report):
 
 def gradebook_rows(reports):
     """The CSV header and one row per report: totals, each question's points (a written answer has a
-    ``<id>_manual`` column with the instructor's points and ``<id>_answered``), late, warnings, problems."""
+    ``<id>_manual`` column with the instructor's points and ``<id>_answered``), late, warnings, problems.
+    A report whose row cannot be made gets a row that says why, with no score."""
     ids, manual = [], []
-    for r in reports:
-        for q in r["questions"]:
-            if q["id"] not in ids:
-                ids.append(q["id"])
-            if q.get("manual") and q["id"] not in manual:
-                manual.append(q["id"])
+    rows = [_guarded("gradebook row", lambda report: _gradebook_row(report, ids, manual), r,
+                     lambda why: {"submission": r.get("submission", ""), "status": "report error", "problems": why})
+            for r in reports]
     header = (["submission", "assignment", "status", "score", "max_score", "manual_pending", "late"]
               + [c for qid in ids for c in ([qid, f"{qid}_manual", f"{qid}_answered"] if qid in manual else [qid])]
               + ["warnings", "problems", "reference_calls", "report"])
-    rows = []
-    for r in reports:
-        by_id = {q["id"]: q for q in r["questions"]}
-        row = {"submission": r["submission"], "assignment": r["assignment"] or "", "status": r.get("status", ""),
-               "score": r["score"], "max_score": r["max_score"], "manual_pending": r.get("manual_pending", 0),
-               "late": (r.get("late") or {}).get("note", ""),
-               "warnings": " | ".join(f"{q['id']}: {q['warning']}" for q in r["questions"] if q.get("warning")),
-               "problems": " | ".join(p.replace("\n", " ")[:500] for p in r["problems"]),
-               "reference_calls": " | ".join(r.get("reference_calls", [])), "report": r.get("report", "")}
-        for qid in ids:
-            q = by_id.get(qid) or {}
-            mine = q.get("instructor_points")
-            row[qid] = mine if mine is not None and not q.get("manual") else "" if q.get("points") is None else q["points"]
-            if qid in manual:
-                row[f"{qid}_manual"] = "" if mine is None else mine
-                row[f"{qid}_answered"] = "" if not q else "yes" if q.get("answered") else "unanswered"
-        rows.append([row[h] for h in header])
-    return header, rows
+    return header, [[row.get(h, "") for h in header] for row in rows]
+
+
+def _gradebook_row(r, ids, manual):
+    """One report's row, by column; its question ids are added to ``ids`` (and to ``manual``, written ones)."""
+    row = {"submission": r["submission"], "assignment": r["assignment"] or "", "status": r.get("status", ""),
+           "score": r["score"], "max_score": r["max_score"], "manual_pending": r.get("manual_pending", 0),
+           "late": (r.get("late") or {}).get("note", ""),
+           "warnings": " | ".join(f"{q['id']}: {q['warning']}" for q in r["questions"] if q.get("warning")),
+           "problems": " | ".join(p.replace("\n", " ")[:500] for p in r["problems"]),
+           "reference_calls": " | ".join(r.get("reference_calls", [])), "report": r.get("report", "")}
+    for q in r["questions"]:
+        qid, mine = q["id"], q.get("instructor_points")
+        if qid not in ids:
+            ids.append(qid)
+        if q.get("manual") and qid not in manual:
+            manual.append(qid)
+        row[qid] = mine if mine is not None and not q.get("manual") else "" if q.get("points") is None else q["points"]
+        row[f"{qid}_manual"] = "" if mine is None else mine  # columns only where some report has it written
+        row[f"{qid}_answered"] = "yes" if q.get("answered") else "unanswered"
+    return row
 
 
 def write_gradebook(reports, path):
@@ -258,7 +346,7 @@ def merge_manual(reports, marks):
     Raises ValueError for a row that names no report or question, or points outside 0..max."""
     by_name = {}
     for r in reports:
-        by_name[r["submission"]] = r
+        by_name[r["submission"]] = by_name[_cell(r["submission"])] = r  # the name as the template wrote it, too
         by_name.setdefault(Path(r["submission"]).name, r)
     problems = []
     for (submission, qid), (points, comment) in marks.items():
@@ -278,11 +366,12 @@ def merge_manual(reports, marks):
 
 
 def release(reports, folder):
-    """One feedback file per report in ``folder``: ``<report name>.md`` and ``.html``."""
+    """One feedback file per report in ``folder``: ``<report name>.md`` and ``.html``; one that fails to
+    render says why in its place (``_guarded``), and the others are still written."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for r in reports:
         stem = Path(r.get("report") or r["submission"]).stem
-        _write_new(folder / f"{stem}.md", markdown(r))
-        _write_new(folder / f"{stem}.html", feedback_html(r))
+        _write_new(folder / f"{stem}.md", _guarded("feedback", markdown, r, _md))
+        _write_new(folder / f"{stem}.html", _guarded("feedback page", feedback_html, r, _html))
     return folder
