@@ -245,6 +245,55 @@ def run_condition(condition, seed):
     return results[condition][seed]
 """
 
+# ----------------------------------------------------------------------------- issue 35: bounds by construction
+
+GRADER_MEMORY = 1024  # MiB for the batch's grading workers (a problem set 1 submission needs about 300)
+
+# a folder tree deeper than a recursive clean-up goes, with a folder of mode 000 and a link out, in
+# the kernel's home and /tmp
+DEEP_TREE = """
+import os
+for _top in (os.path.expanduser("~"), "/tmp"):
+    _fd = os.open(_top, os.O_RDONLY)
+    for _i in range(3000):
+        os.mkdir("d", dir_fd=_fd)
+        _next = os.open("d", os.O_RDONLY, dir_fd=_fd)
+        os.close(_fd)
+        _fd = _next
+    os.symlink("/", "root-link", dir_fd=_fd)
+    os.mkdir("locked", dir_fd=_fd)
+    os.chmod("locked", 0, dir_fd=_fd)
+    os.close(_fd)
+"""
+
+# fill every place the kernel may write until the file system says no
+FILL_SCRATCH = """
+_block = b"x" * 2 ** 20
+for _where in ("/tmp", "/var/tmp", "/dev/shm", ".."):
+    try:
+        with open(_where + "/fill", "wb") as _f:
+            for _ in range(100_000):
+                _f.write(_block)
+    except OSError:
+        pass
+"""
+
+# one IOPub message of many frames, each under the per-frame cap
+FRAMES = """
+_k = get_ipython().kernel
+_k.session.send(_k.iopub_socket, "stream", {{"name": "stdout", "text": ""}}, buffers=[b"x" * 3 * 2 ** 20] * {count})
+"""
+
+# processes that spin while the next submission's kernel starts
+SPIN = """
+import subprocess, sys, time
+_spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(8)]
+time.sleep(10)
+"""
+
+HOSTILE = ["h_other_assignment", "h_deep_tree", "h_fill_scratch", "h_frames", "h_frames_worker", "h_spin",
+           "h_source_number", "h_metadata_flood", "h_link", "h_fifo"]
+
 
 def _edit_checks_cheat(grader_checks):
     """Append an always-passing check to the checks' __init__.py: the kernel's copy and the grader's."""
@@ -290,8 +339,6 @@ def batch(course, tmp_path_factory):
     (victim / "secret.txt").chmod(0o600)
     wanted = {
         "a_student": _student(),
-        "a_student_ps2": _student(ASSIGNMENTS["ps2_dynamics"]),
-        "a_student_ps3": _student(ASSIGNMENTS["ps3_experiment"]),
         "b_instructor": nbformat.read(PS1.instructor_path, as_version=4),
         "c_instructor_solution": _plus(_student(), _instructor_cheat([str(folder / "ps1_derivations.ipynb")]
                                                                      if ROOT else [])),
@@ -304,7 +351,14 @@ def batch(course, tmp_path_factory):
         "c_odd_name": _plus(_student(), ODD_NAME.replace("TOKEN", repr(TOKEN))),
         "c_read_reference": _plus(_student(), _reference_cheat([PACKAGE / "checks", grader_checks.parent])),
         "c_planted_links": _plus(_student(), _planting_cheat(victim, SITE_PACKAGES)),
-        "c_ps3_table": _plus(_student(ASSIGNMENTS["ps3_experiment"]), PS3_TABLE),
+        # issue 35: what per-process limits and patched checks let through
+        "h_other_assignment": _plus(_student(ASSIGNMENTS["ps3_experiment"]), PS3_TABLE),  # graded as PS1 all the same
+        "h_deep_tree": _plus(_student(), DEEP_TREE),
+        "h_fill_scratch": _plus(_student(), FILL_SCRATCH),
+        "h_frames": _plus(_student(), FRAMES.format(count=14)),  # 42 MiB in one message of small frames
+        "h_frames_worker": _plus(_student(), FRAMES.format(count=600)),  # 1.8 GiB: over the worker's memory
+        "h_spin": _plus(_student(), SPIN),
+        "h_spin_z_next": _solved(),  # its kernel started while h_spin's processes spun
         "c_fill_tmp": _plus(_student(), "for _i in range(64):\n    open(f'/tmp/fill{_i}', 'wb').write(bytes(2 ** 20))"),
         # every process the kernel can name, stopped (as a plain user it once could SIGSTOP the grader)
         "c_sigstop": _plus(_student(), SIGSTOP_ALL),
@@ -316,13 +370,22 @@ def batch(course, tmp_path_factory):
     for name, nb in wanted.items():
         nbformat.write(nb, subs / f"{name}.ipynb")
     (subs / "e_not_a_notebook.ipynb").write_text("{ this is not json")
+    odd = json.loads(nbformat.writes(_solved()))
+    odd["cells"][3]["source"] = 12345
+    (subs / "h_source_number.ipynb").write_text(json.dumps(odd))
+    flood = json.loads(nbformat.writes(_solved()))
+    flood["metadata"]["flood"] = [0] * (grading.MAX_JSON_VALUES + 1)
+    (subs / "h_metadata_flood.ipynb").write_text(json.dumps(flood))
+    (subs / "h_link.ipynb").symlink_to(subs / "z_good.ipynb")  # the classmate's notebook, through a link
+    os.mkfifo(subs / "h_fifo.ipynb")  # read, it would block the grader forever
     (subs / os.fsdecode(b"f_\xff\xfe name.ipynb")).write_bytes((subs / "a_student.ipynb").read_bytes())
-    before = {p.name: _digest(p) for p in subs.iterdir()}
+    before = {p.name: _digest(p) for p in subs.iterdir() if p.is_file()}
     checks_before = _digest(grader_checks)
     (work / "tmp").mkdir()  # the grader's temporary folders (its sandboxes), to check that none is left
     env = {**os.environ, "PYTHONPATH": str(course), "TMPDIR": str(work / "tmp")}
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "bayesattn_lite.instructor.grading", str(subs), "--csv", str(csv_path),
+                           "--assignment", "ps1_derivations", "--grader-memory", str(GRADER_MEMORY),
                            "--reports", str(reports), "--timeout", str(TIMEOUT),
                            "--notebook-timeout", str(NOTEBOOK_TIMEOUT), "--max-output", str(MAX_OUTPUT)],
                           capture_output=True, text=True, env=env, cwd=str(work), timeout=900)
@@ -354,7 +417,7 @@ def test_the_batch_finishes_with_a_row_and_a_report_for_every_submission(batch):
         report = batch["reports"][Path(row["report"]).stem]
         assert int(row["score"]) == report["score"] and int(row["max_score"]) == report["max_score"]
     # the submissions are read, never written
-    assert {p.name: _digest(p) for p in batch["subs"].iterdir()} == batch["before"]
+    assert {p.name: _digest(p) for p in batch["subs"].iterdir() if p.is_file()} == batch["before"]
     print(f"batch of {len(names)} submissions: {batch['seconds']:.0f} s; {done.stdout.strip().splitlines()[-1]}")
 
 
@@ -374,9 +437,19 @@ def test_the_gradebook_has_points_per_question_and_manual_columns(batch):
             assert q["points"] is None and q["rubric"] and q["instructor_points"] is None
 
 
-def test_the_student_versions_get_zero(batch):
+@pytest.fixture(scope="module")
+def other_sets():
+    """The student versions of problem sets 2 and 3 and the PS3 lookup-table cheat, each graded as its set."""
+    _require_sandbox()
+    wanted = {"a_student_ps2": _student(ASSIGNMENTS["ps2_dynamics"]), "a_student_ps3": _student(ASSIGNMENTS["ps3_experiment"]),
+              "c_ps3_table": _plus(_student(ASSIGNMENTS["ps3_experiment"]), PS3_TABLE)}
+    return {name: grading.grade(nbformat.writes(nb).encode(), nb.metadata["bayesattn_lite"]["assignment"], TIMEOUT,
+                                name=f"{name}.ipynb", notebook_timeout=NOTEBOOK_TIMEOUT) for name, nb in wanted.items()}
+
+
+def test_the_student_versions_get_zero(batch, other_sets):
     for name in ("a_student", "a_student_ps2", "a_student_ps3"):
-        report = batch["reports"][name]
+        report = batch["reports"][name] if name in batch["reports"] else other_sets[name]
         assert report["status"] == "graded" and report["score"] == 0, report
         assert all(q["manual"] or q["feedback"].startswith("not answered yet") or "not defined" in q["feedback"]
                    for q in report["questions"]), name
@@ -390,10 +463,15 @@ def test_an_instructor_version_handed_in_is_rejected(batch):
 
 
 @pytest.mark.parametrize("cheat", sorted(CHEATS) + ["c_instructor_solution", "c_edit_checks", "c_background",
-                                                    "c_classmate", "c_odd_name", "c_fill_tmp", "c_ps3_table",
-                                                    "c_read_reference", "c_planted_links", "c_sigstop"])
+                                                    "c_classmate", "c_odd_name", "c_fill_tmp",
+                                                    "c_read_reference", "c_planted_links", "c_sigstop",
+                                                    *HOSTILE])
 def test_a_cheat_scores_no_more_than_the_untouched_student_version(batch, cheat):
     assert _score(batch, cheat) <= _score(batch, "a_student") == 0, batch["reports"][cheat]
+
+
+def test_the_ps3_lookup_table_scores_no_more_than_the_untouched_student_version(other_sets):
+    assert other_sets["c_ps3_table"]["score"] <= other_sets["a_student_ps3"]["score"] == 0, other_sets["c_ps3_table"]
 
 
 def test_the_kernel_imports_the_package_without_its_instructor_subpackage_or_real_checks():
@@ -490,6 +568,60 @@ def test_a_file_that_is_not_a_notebook_gets_a_row(batch):
     report = batch["reports"]["e_not_a_notebook"]
     assert report["status"] == "unreadable" and report["score"] == 0
     assert "not a Jupyter notebook" in report["problems"][0]
+
+
+def test_a_notebook_naming_another_assignment_is_graded_as_the_batchs(batch):
+    report = batch["reports"]["h_other_assignment"]
+    assert report["assignment"] == "ps1_derivations" and report["score"] == 0
+    assert any("metadata names the assignment 'ps3_experiment'" in p for p in report["problems"]), report["problems"]
+
+
+def test_a_deep_tree_and_a_full_scratch_space_are_removed_and_cost_the_next_student_nothing(batch):
+    for name in ("h_deep_tree", "h_fill_scratch"):
+        assert batch["reports"][name]["status"] == "graded", batch["reports"][name]
+    assert not list((batch["subs"].parent / "tmp").iterdir()), "a sandbox's folder was left behind"
+    good = batch["reports"]["z_good"]
+    assert good["score"] == good["automatic_max"] > 0 and good["problems"] == []
+
+
+def test_every_frame_of_a_message_counts_against_the_output_cap(batch):
+    report = batch["reports"]["h_frames"]
+    assert any(f"printed more than {MAX_OUTPUT}" in p for p in report["problems"]), report["problems"]
+
+
+def test_a_message_too_large_for_the_graders_memory_stops_only_its_worker(batch):
+    """1.8 GiB in one message of 3 MiB frames: the worker that received it is ended at its memory bound,
+    the submission gets 0 with the reason, and the next submissions are graded by a fresh worker."""
+    report = batch["reports"]["h_frames_worker"]
+    assert report["status"] == "stopped" and report["score"] == 0, report
+    assert f"over its {GRADER_MEMORY} MiB of memory" in report["problems"][0]
+    assert len(report["questions"]) == len(PS1.questions)
+    assert "stopped the grader's worker" in batch["done"].stderr
+    nxt = batch["reports"]["h_spin_z_next"]
+    assert nxt["score"] == nxt["automatic_max"] > 0, nxt
+
+
+def test_a_kernel_that_spins_does_not_starve_the_next_kernels_start(batch):
+    nxt = batch["reports"]["h_spin_z_next"]
+    assert nxt["status"] == "graded" and nxt["problems"] == [], nxt
+
+
+@pytest.mark.parametrize("name, said", [("h_source_number", "cell 4's source is int, expected text"),
+                                        ("h_metadata_flood", "JSON values"),
+                                        ("h_link", "a link to another file"),
+                                        ("h_fifo", "not a regular file")])
+def test_learner_data_is_checked_before_it_is_read(batch, name, said):
+    report = batch["reports"][name]
+    assert report["status"] == "unreadable" and report["score"] == 0, report
+    assert said in report["problems"][0], report["problems"]
+    assert len(report["questions"]) == len(PS1.questions)  # a full row all the same
+
+
+def test_a_folder_is_graded_as_one_assignment_the_instructor_names(tmp_path, capsys):
+    (tmp_path / "subs").mkdir()
+    with pytest.raises(SystemExit):
+        grading.main([str(tmp_path / "subs"), "--csv", str(tmp_path / "g.csv")])
+    assert "needs --assignment" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- one submission
@@ -611,7 +743,7 @@ def test_a_15_mb_cell_costs_the_grader_a_bounded_amount_of_memory(tmp_path):
     nb.cells.insert(3, nbformat.v4.new_code_cell("x = 1  # " + "a" * (15 * 2 ** 20)))
     nbformat.write(nb, subs / "ps1_derivations_big.ipynb")
     done = subprocess.run([sys.executable, "-m", "bayesattn_lite.instructor.grading", str(subs), "--csv",
-                           str(tmp_path / "g.csv"), "--reports", str(tmp_path / "r")],
+                           str(tmp_path / "g.csv"), "--reports", str(tmp_path / "r"), "--assignment", "ps1_derivations"],
                           capture_output=True, text=True, timeout=300)
     peak = re.search(r"grader peak memory: (\d+) MiB", done.stdout)
     assert done.returncode == 0 and peak, done.stdout[-500:] + done.stderr[-2000:]
@@ -741,7 +873,7 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     course.write_text((assignments.FOLDER / "course.toml").read_text().replace(
         "[ps1_derivations]\n", "[ps1_derivations]\ndeadline = 2027-02-01T23:59:00Z\n", 1))
     csv_path = out / "grades.csv"
-    args = [str(subs), "--csv", str(csv_path), "--jobs", "2", "--course", str(course), "--submitted-times", str(times),
+    args = [str(subs), "--csv", str(csv_path), "--assignment", "ps1_derivations", "--jobs", "2", "--course", str(course), "--submitted-times", str(times),
             "--manual", str(manual), "--release", str(out / "feedback"), "--timeout", str(TIMEOUT)]
     assert grading.main(args) == 0
     rows = {r["submission"].rsplit("/", 1)[-1].split("_")[0]: r for r in csv.DictReader(csv_path.open())}
@@ -781,7 +913,8 @@ def test_a_sandbox_that_cannot_start_is_not_graded_and_the_exit_status_says_so(t
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(grading, "_new_sandbox", broken)
-    assert grading.main([str(subs), "--csv", str(tmp_path / "g.csv")]) == 1
+    monkeypatch.setenv("BAYESATTN_GRADER_IN_PROCESS", "1")  # the patch is in this process, not in a worker
+    assert grading.main([str(subs), "--csv", str(tmp_path / "g.csv"), "--assignment", "ps1_derivations"]) == 1
     row = next(csv.DictReader((tmp_path / "g.csv").open()))
     assert row["status"] == "not graded" and row["score"] == "" and "tried 2 time(s)" in row["problems"]
 
@@ -791,7 +924,162 @@ def test_an_executed_notebook_that_cannot_be_kept_costs_no_points(tmp_path, monk
         raise ValueError("outputs nbformat cannot write")
 
     monkeypatch.setattr(grading, "_write_executed", unwritable)
+    monkeypatch.setenv("BAYESATTN_GRADER_IN_PROCESS", "1")
     nbformat.write(_solved(), tmp_path / "ps1_derivations_mine.ipynb")
     data, _ = _grade(tmp_path, tmp_path / "ps1_derivations_mine.ipynb")
     assert data["score"] == data["automatic_max"] and "executed" not in data
     assert any("executed notebook could not be kept" in p for p in data["problems"])
+
+
+# ----------------------------------------------------------------------------- the sandbox's bounds (issue 35)
+
+def _box(**limits):
+    _require_sandbox()
+    return _sandbox.Sandbox(grading.PACKAGE_DIR, notebook_timeout=120, replace=grading.KERNEL_REPLACES,
+                            leave_out=grading.KERNEL_LEAVES_OUT, **limits)
+
+
+def test_memory_is_bounded_for_the_whole_sandbox_not_per_process():
+    """Four processes of 200 MiB each, every one under the kernel's per-process limit: the sandbox's
+    control group holds at most its memory (400 MiB) and the files bound (64 MiB) among all of them."""
+    code = """
+import subprocess, sys, time
+_hold = "x = b'y' * (200 * 2 ** 20); import time; time.sleep(60)"
+_procs = [subprocess.Popen([sys.executable, "-c", _hold]) for _ in range(4)]
+time.sleep(6)
+alive = sum(p.poll() is None for p in _procs)
+"""
+    with _box(memory_mb=400, scratch_mb=64) as box:
+        run = box.execute(code, timeout=60)
+        if run.status != "dead":  # the kernel itself may be the process the bound ends
+            assert box.fetch("alive", timeout=30) * 200 < 400 + 64
+
+
+def test_the_kernel_cannot_write_its_supervisors_memory_or_trace_it():
+    code = """
+import ctypes, os
+try:
+    open(f"/proc/{os.getppid()}/mem", "r+b")
+    mem = "opened"
+except OSError as exc:
+    mem = type(exc).__name__
+traced = ctypes.CDLL(None, use_errno=True).ptrace(16, os.getppid(), 0, 0)  # PTRACE_ATTACH
+"""
+    with _box() as box:
+        assert box.execute(code, timeout=30).status == "ok"
+        assert box.fetch("mem", timeout=30) == "PermissionError" and box.fetch("traced", timeout=30) == -1
+
+
+def test_a_thread_storm_stops_at_the_sandboxs_process_bound():
+    code = """
+import threading, time
+threading.stack_size(64 * 1024)
+started = 0
+try:
+    for _ in range(5000):
+        threading.Thread(target=time.sleep, args=(20,), daemon=True).start()
+        started += 1
+except RuntimeError:
+    pass
+"""
+    with _box() as box:
+        assert box.execute(code, timeout=60).status == "ok"
+        assert box.fetch("started", timeout=30) < _sandbox._cgroup.PIDS_MAX
+
+
+def test_a_stopped_supervisor_and_a_full_pipe_never_block_the_grader():
+    with _box(grace=1.0) as box:
+        box.execute("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)", timeout=30)
+        start = time.monotonic()
+        box._tell_supervisor(b"x" * 2 ** 20)  # more than the pipe holds, to a supervisor that does not read
+        assert time.monotonic() - start < _sandbox.WRITE_DEADLINE + 2
+        assert box.dead and "supervisor stopped listening" in box.dead
+        assert box.execute("1", timeout=5).status == "dead"
+    with _box(grace=1.0) as box:
+        start = time.monotonic()
+        run = box.execute("import os, signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                          "os.kill(os.getppid(), signal.SIGSTOP)\nwhile True:\n    pass", timeout=3)
+        assert run.status == "dead" and time.monotonic() - start < 3 + 1 + 2 * _sandbox.WRITE_DEADLINE + 5
+
+
+@pytest.mark.skipif(not ROOT, reason="as an ordinary user the ipc folder is the kernel's own user's")
+def test_the_kernel_cannot_replace_the_sockets_the_grader_connected_to():
+    code = """
+import os
+ipc = os.path.join(os.path.dirname(os.environ["HOME"]), "ipc")
+tried = []
+for action in (lambda: os.unlink(ipc + "/k-1"), lambda: os.symlink("/run/x.sock", ipc + "/k-6"),
+               lambda: os.chmod(ipc, 0o777)):
+    try:
+        action()
+        tried.append("done")
+    except OSError as exc:
+        tried.append(type(exc).__name__)
+"""
+    with _box() as box:
+        assert box.execute(code, timeout=30).status == "ok"
+        assert box.fetch("tried", timeout=30) == ["PermissionError"] * 3
+
+
+def test_a_kernels_start_is_not_starved_by_a_spinning_sandbox():
+    with _box() as spinning:
+        spinning.execute("import subprocess, sys\n_s = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) "
+                         "for _ in range(8)]", timeout=30)
+        start = time.monotonic()
+        with _box():
+            assert time.monotonic() - start < 20
+
+
+def test_a_tree_too_deep_for_a_recursive_removal_is_removed_without_following_links(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("kept")
+    top = tmp_path / "tree"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(5000):  # deeper than PATH_MAX and than Python's recursion limit
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.symlink(victim, "out", dir_fd=fd)
+    os.mkdir("locked", dir_fd=fd)
+    os.chmod("locked", 0, dir_fd=fd)
+    os.close(fd)
+    _sandbox.remove_tree(top)
+    assert not top.exists() and (victim / "keep").read_text() == "kept"
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda d: d["cells"][0].update(source=7), "cell 1's source is int"),
+    (lambda d: d["cells"][0].update(cell_type="exec"), "cell 1 is not a cell"),
+    (lambda d: d.update(metadata=[1]), "metadata is not a JSON object"),
+    (lambda d: d["cells"].append("x"), "is not a cell"),
+    (lambda d: d["metadata"].update(flood=[[0]] * grading.MAX_JSON_VALUES), "JSON values"),
+])
+def test_a_notebook_is_checked_as_untrusted_data_before_it_is_parsed(change, said):
+    data = json.loads(nbformat.writes(_student()))
+    change(data)
+    start = time.monotonic()
+    report = grading.grade(json.dumps(data).encode(), name="ps1_derivations.ipynb", sandboxed=False)
+    assert report["status"] == "unreadable" and said in report["problems"][0], report["problems"]
+    assert time.monotonic() - start < 5
+
+
+def test_as_an_ordinary_user_without_a_delegated_cgroup_the_grader_refuses_and_says_why():
+    """On a real unprivileged user (nobody), where this machine lets the test become one."""
+    if not ROOT or shutil.which("setpriv") is None:
+        pytest.skip("needs root to become an unprivileged user")
+    probe = ("from bayesattn_lite.instructor import _cgroup, _sandbox\n"
+             "print(_cgroup.kind() is None)\n"
+             "try:\n    _sandbox.check_sandbox()\n    print('graded')\nexcept _sandbox.SandboxUnavailable as e:\n"
+             "    print('refused:', e)")
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", probe],
+                          capture_output=True, text=True, timeout=120, cwd="/",
+                          env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    if "Permission denied" in done.stderr or "No module named" in done.stderr:
+        pytest.skip(f"the unprivileged user cannot read this checkout: {done.stderr[-200:]}")
+    delegated, said = done.stdout.splitlines()[:2]
+    if delegated == "False":  # a delegated cgroup v2: this user's sandboxes are bounded, and graded
+        assert said == "graded"
+    else:
+        assert said.startswith("refused: as an ordinary user") and "control group" in said and "--no-sandbox" in said

@@ -17,17 +17,28 @@ Flatpak; Debian's package ``bubblewrap``), the same as root and as a plain user:
   private /tmp, /var/tmp and /dev/shm, removed with the folder. Nothing else: not the checkout (its
   .git, the built book), not the instructor notebooks, not the other submissions, not the grader's
   reports. An installed copy of the package inside a visible folder is covered.
-- **Limits**: address space (RLIMIT_AS), file size, processes (as root, per user id), core dumps;
-  time per cell and per notebook, enforced by the grader (SIGINT, then the end of everything); output
-  counted on the grader's side and the kernel killed past a cap; one message is at most MAX_MESSAGE
-  bytes (ZeroMQ drops a larger one, and the grader treats the broken connection as "output too large").
+- **Bounds for the whole sandbox** (``_cgroup``): one control group per sandbox holds every process
+  the launcher starts, and none can leave it: memory (the kernel's and its files' together), processes
+  and threads, CPU time. As root the sandbox's folder is a tmpfs of its own of ``scratch_mb`` (a full
+  one is this sandbox's problem; unmounting removes whatever the kernel wrote, however deep); as an
+  ordinary user it is on /dev/shm, whose pages count against the group. Per process, too: address space
+  (RLIMIT_AS), file size, core dumps. Time per cell and per notebook, enforced by the grader (SIGINT,
+  then the end of everything); output counted on the grader's side, every frame of every message, and
+  the kernel killed past a cap; one frame is at most MAX_MESSAGE bytes (ZeroMQ drops a larger one, and
+  the grader treats the broken connection as "output too large").
 - **A supervisor** inside the sandbox (stdlib only, ``python -I -S``): it starts the kernel in a new
   session with the limits, is the "child subreaper" of everything it starts, passes the grader's
   interrupt on, and kills them all when the grader says stop; bubblewrap ends it when the grader goes
-  away (``--die-with-parent``).
+  away (``--die-with-parent``). It is not dumpable (the kernel cannot trace it or write its memory);
+  the grader never blocks on it (non-blocking writes with a deadline, then the group is killed from
+  outside), nor on the kernel (ZeroMQ sends time out).
+- **Sockets the grader checked**: it connects once (no reconnection) to the kernel's five sockets, each
+  checked to be a socket of the kernel's user; as root their folder is then the grader's, so the kernel
+  cannot replace them with a path to another socket of the machine.
 
-Where bubblewrap cannot start (not installed, user namespaces disabled), ``check_sandbox`` says why
-and how to fix it, and the grader refuses; ``Sandbox(sandboxed=False)`` (``--no-sandbox``) runs the
+Where bubblewrap cannot start (not installed, user namespaces disabled), or no control group can be
+made (an ordinary user without a delegated cgroup v2 subtree), ``check_sandbox`` says why and how to fix
+it, and the grader refuses; ``Sandbox(sandboxed=False)`` (``--no-sandbox``) runs the
 supervisor and kernel as the grader's user without any of this, for notebooks one trusts.
 
 Nothing the kernel prints is read as a verdict. The grader asks the kernel for data only
@@ -54,11 +65,15 @@ import threading
 import time
 from pathlib import Path
 
+from . import _cgroup
+
 MiB = 2 ** 20
 MAX_MESSAGE = 4 * MiB  # one ZeroMQ message from the kernel; larger ones are dropped (connection reset)
 MAX_KEPT_OUTPUT = 2 * MiB  # outputs kept for the executed notebook the instructor reads, per submission
 MAX_ANSWER = 8 * MiB  # one answer file (what a check gets back from one call; JSON, so parsing costs ~10x)
 KERNEL_START = 60  # seconds for the kernel to start and answer kernel_info
+DEFAULT_SCRATCH = 512  # MiB of files one sandbox may write (its home, /tmp, answers, log together)
+WRITE_DEADLINE = 2.0  # seconds a write to the supervisor or the kernel may wait before the sandbox is ended
 
 
 # ----------------------------------------------------------------------------- where we run
@@ -87,20 +102,26 @@ def _probe():
         return f"the grader's sandbox needs Linux (this is {sys.platform}): " + HOW_TO_FIX
     if shutil.which("bwrap") is None:
         return "bubblewrap (bwrap) is not installed: " + HOW_TO_FIX
+    if _cgroup.unavailable():
+        return _cgroup.unavailable()
     with tempfile.TemporaryDirectory(prefix="bal-probe-") as root:
         os.chmod(root, 0o711)
+        group = stage_dir = None
         try:
+            group = _cgroup.Group(256 * MiB, 1)
             command, stage_dir, _ = sandboxed_command([sys.executable, "-I", "-S", "-c", "print('ok')"],
-                                                      Path(root), [], [], [], sandbox_uid())
-        except OSError as exc:
-            return str(exc)
-        try:
+                                                      Path(root), [], [], [], sandbox_uid(),
+                                                      cgroup=group.procs_files)
             done = subprocess.run(command, capture_output=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+        except OSError as exc:
+            return f"the sandbox could not be prepared ({exc}): " + HOW_TO_FIX
+        except subprocess.TimeoutExpired as exc:
             return f"bubblewrap did not start ({exc}): " + HOW_TO_FIX
         finally:
             if stage_dir:
                 shutil.rmtree(stage_dir, ignore_errors=True)
+            if group is not None:
+                group.remove()
     if done.returncode or done.stdout.strip() != b"ok":
         why = done.stderr.decode(errors="replace").strip()[-300:] or f"exit status {done.returncode}"
         return f"bubblewrap cannot create the sandbox here ({why}): " + HOW_TO_FIX
@@ -121,13 +142,14 @@ def sandbox_uid():
     return 1_000_000 + secrets.randbelow(1_000_000_000) if privileged() else None
 
 
-def sandboxed_command(command, root, writable, scratch, hide, uid, chdir=None):
-    """(the command that runs ``command`` in a sandbox over ``root``, as ``uid`` when given; the staging
-    folder the caller removes afterwards, or None; the paths covered). See ``bubblewrap_argv``."""
+def sandboxed_command(command, root, writable, scratch, hide, uid, chdir=None, cgroup=()):
+    """(the command that runs ``command`` in a sandbox over ``root``, as ``uid`` when given, inside the
+    control group of ``cgroup``; the staging folder the caller removes afterwards, or None; the paths
+    covered). See ``bubblewrap_argv``."""
     stage_dir = staging_folder() if uid is not None else None
     argv, stage, covered = bubblewrap_argv(root, writable, scratch, hide, stage_dir)
     argv += ["--chdir", str(chdir)] if chdir else []
-    return launch_argv(argv + ["--"] + command, stage, uid), stage_dir, covered
+    return launch_argv(argv + ["--"] + command, stage, uid, cgroup), stage_dir, covered
 
 
 # What the kernel sees of /etc: what the dynamic loader, fonts and user look-ups need, nothing else.
@@ -220,12 +242,16 @@ def _reachable_by_others(path):
     return all(os.stat(Path(*parts[:n])).st_mode & 0o001 for n in range(1, len(parts)))
 
 
-# As root the sandbox runs as a user id of its own. This launcher (run as root, stdlib only) binds any
-# Python folder that user could not reach into a staging place, in a mount namespace of its own that
-# nothing else sees, then becomes that user and starts bubblewrap.
+# The launcher (stdlib only) puts itself into the sandbox's control group first, so that everything it
+# starts is counted and bounded there. As root it then binds any Python folder the sandbox's own user
+# could not reach into a staging place, in a mount namespace of its own that nothing else sees, and
+# becomes that user; then it starts bubblewrap.
 LAUNCHER = r'''
 import ctypes, json, os, sys
 cfg = json.loads(sys.argv[1])
+for procs in cfg["cgroup"]:
+    with open(procs, "w") as f:
+        f.write(str(os.getpid()))
 if cfg["stage"]:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(0x00020000) != 0:  # CLONE_NEWNS
@@ -235,18 +261,21 @@ if cfg["stage"]:
         os.makedirs(target, mode=0o755, exist_ok=True)
         if libc.mount(source.encode(), target.encode(), None, 4096 | (1 << 14), None) != 0:  # MS_BIND | MS_REC
             sys.exit("launcher: cannot bind %s (errno %d)" % (source, ctypes.get_errno()))
-os.setgroups([])
-os.setgid(cfg["uid"])
-os.setuid(cfg["uid"])
+if cfg["uid"] is not None:
+    os.setgroups([])
+    os.setgid(cfg["uid"])
+    os.setuid(cfg["uid"])
 os.execv(cfg["argv"][0], cfg["argv"])  # an absolute path: the standard library is out of reach now
 '''
 
 
-def launch_argv(argv, stage, uid):
-    """The command that starts ``argv`` (bubblewrap's) as ``uid``, after staging (as root)."""
-    if uid is None:
+def launch_argv(argv, stage, uid, cgroup=()):
+    """The command that starts ``argv`` (bubblewrap's) inside the control group whose ``cgroup.procs``
+    files are ``cgroup``, after staging and as ``uid`` (as root)."""
+    if uid is None and not cgroup:
         return argv
-    return [sys.executable, "-I", "-S", "-c", LAUNCHER, json.dumps({"stage": stage, "uid": uid, "argv": argv})]
+    config = {"stage": stage, "uid": uid, "argv": argv, "cgroup": list(cgroup)}
+    return [sys.executable, "-I", "-S", "-c", LAUNCHER, json.dumps(config)]
 
 
 def privileged():
@@ -438,6 +467,9 @@ def say(*words):
 libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 if libc is not None:
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of the kernel come to us
+    # PR_SET_DUMPABLE 0: the kernel, the same user without privileges, can no longer ptrace us or write
+    # our memory through /proc/<pid>/mem (it once rewrote this loop to shed the kernel's limits)
+    libc.prctl(4, 0, 0, 0, 0)
 say("ready")
 
 pid = os.fork()
@@ -535,6 +567,99 @@ while True:
 '''
 
 
+# ----------------------------------------------------------------------------- the sandbox's resources
+
+def _cpus():
+    """CPU cores one sandbox may use: all but one, so that the grader and the next kernel's start
+    always have one (a kernel that spins cannot starve them)."""
+    return float(max(1, (os.cpu_count() or 2) - 1))
+
+
+def _scratch_base(sandboxed):
+    """Where a sandbox's folder is made. As an ordinary user, on /dev/shm (a tmpfs) when there is one,
+    so that what the kernel writes is memory charged to its control group, not the shared disk; as
+    root the folder gets a tmpfs of its own (``_mount_tmpfs``)."""
+    if sandboxed and not privileged() and os.access("/dev/shm", os.W_OK | os.X_OK):
+        return tempfile.gettempdir() if tempfile.gettempdir().startswith("/dev/shm/") else "/dev/shm"
+    return None
+
+
+def _libc():
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _mount_tmpfs(folder, size_mb):
+    """Mount a tmpfs of ``size_mb`` MiB on ``folder`` (as root): the sandbox's files, bounded."""
+    import ctypes
+    options = f"size={int(size_mb)}m,mode=0711".encode()
+    if _libc().mount(b"bal-sandbox", str(folder).encode(), b"tmpfs", 2 | 4, options) != 0:  # MS_NOSUID | MS_NODEV
+        raise OSError(ctypes.get_errno(), f"cannot mount a tmpfs on {folder}")
+
+
+def _unmount(folder):
+    """Detach the sandbox's tmpfs: its files are gone with it once no process holds them."""
+    _libc().umount2(str(folder).encode(), 2)  # MNT_DETACH
+
+
+def remove_tree(path):
+    """Remove ``path`` whatever the kernel made of it: any depth, any modes, links never followed; then
+    check that it is gone (raise OSError if not). Iterative and flat: each folder's entries are moved
+    up to ``path`` itself and removed from there, so no path ever gets long and no fd stays open."""
+    path = str(path)
+    if not os.path.lexists(path):
+        return
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        os.unlink(path)
+        return
+    os.chmod(path, 0o700)
+    top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    token = secrets.token_hex(8)  # moved names no entry the kernel made can already have
+    try:
+        moved = 0
+        while True:
+            entries = list(os.scandir(top))
+            if not entries:
+                break
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False):
+                    os.unlink(entry.name, dir_fd=top)
+                    continue
+                os.chmod(entry.name, 0o700, dir_fd=top)  # a folder, not a link: chmod does not follow
+                sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+                try:
+                    for inner in list(os.scandir(sub)):
+                        moved += 1
+                        os.rename(inner.name, f".bal-{token}-{moved}", src_dir_fd=sub, dst_dir_fd=top)
+                finally:
+                    os.close(sub)
+                os.rmdir(entry.name, dir_fd=top)
+    finally:
+        os.close(top)
+    os.rmdir(path)
+    if os.path.lexists(path):
+        raise OSError(f"the sandbox's folder {path} is still there after its removal")
+
+
+_ZMQ = {}
+
+
+def _zmq_context():
+    """One ZeroMQ context for the grader process (each context has threads of its own): messages over
+    MAX_MESSAGE dropped, a few queued, sends that give up after WRITE_DEADLINE."""
+    if "context" not in _ZMQ:
+        import zmq
+        context = zmq.Context()
+        context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        context.setsockopt(zmq.RCVHWM, 64)
+        context.setsockopt(zmq.SNDHWM, 64)
+        context.setsockopt(zmq.LINGER, 0)
+        context.setsockopt(zmq.SNDTIMEO, int(WRITE_DEADLINE * 1000))
+        context.setsockopt(zmq.RECONNECT_IVL, -1)  # connect once, to the checked socket: never again to its path
+        _ZMQ["context"] = context
+    return _ZMQ["context"]
+
+
 # ----------------------------------------------------------------------------- the sandbox
 
 class ExecResult:
@@ -576,7 +701,7 @@ class Sandbox:
     ``fetch`` and ``call`` exchange data with the learner's namespace."""
 
     def __init__(self, package_dir, hide=(), notebook_timeout=600, memory_mb=4096, max_output_mb=16,
-                 grace=5.0, replace=None, leave_out=(), sandboxed=True):
+                 grace=5.0, replace=None, leave_out=(), sandboxed=True, scratch_mb=DEFAULT_SCRATCH):
         self.package_dir = Path(package_dir)
         self.leave_out = tuple(leave_out)  # subfolders of the package the kernel's copy does not have
         self.sandboxed = sandboxed  # False: --no-sandbox, the kernel runs as the grader's user, unconfined
@@ -585,6 +710,8 @@ class Sandbox:
         self.notebook_timeout = notebook_timeout
         self.deadline = time.monotonic() + notebook_timeout
         self.memory_mb, self.max_output = memory_mb, int(max_output_mb * MiB)
+        self.scratch_mb = scratch_mb
+        self.group, self.mounted, self.uid = None, False, None  # the control group, the own tmpfs, the kernel's uid
         self.grace = grace
         self.output_bytes = 0
         self.kept_bytes = 0  # of outputs kept for the executed notebook (MAX_KEPT_OUTPUT at most)
@@ -621,8 +748,14 @@ class Sandbox:
         # As root the sandbox starts as a user id of its own (random, no groups): bubblewrap then maps
         # the kernel's user onto it, a user no other process has. As anyone else it maps onto the
         # grader's user, which the kernel cannot use outside its namespaces.
-        uid = sandbox_uid()
-        self.root = Path(tempfile.mkdtemp(prefix="bal-grade-"))
+        uid = self.uid = sandbox_uid() if self.sandboxed else None
+        self.root = Path(tempfile.mkdtemp(prefix="bal-grade-", dir=_scratch_base(self.sandboxed)))
+        if self.sandboxed:
+            # every process of the sandbox, and the files it writes, in one bounded control group
+            self.group = _cgroup.Group((self.memory_mb + self.scratch_mb) * MiB, _cpus())
+            if privileged():  # a file system of a fixed size: a full one is this sandbox's problem alone
+                _mount_tmpfs(self.root, self.scratch_mb)
+                self.mounted = True
         os.chmod(self.root, 0o711)  # the kernel's user may enter by name, not list
         home, io, ipc, log = (self.root / n for n in ("home", "io", "ipc", "log"))
         scratch = [self.root / "scratch" / n for n in ("tmp", "var-tmp", "shm")]
@@ -635,7 +768,7 @@ class Sandbox:
         shutil.copytree(kernel_package(self.package_dir, self.replace, self.leave_out), pkg / self.package_dir.name)
         for path in [pkg, *pkg.rglob("*")]:  # read-only for everyone, also for a same-uid kernel
             os.chmod(path, 0o555 if path.is_dir() else 0o444)
-        self.io = io
+        self.io, self.ipc = io, ipc
         from jupyter_client.connect import write_connection_file
         conn = str(self.root / "kernel.json")
         write_connection_file(conn, transport="ipc", ip=str(ipc / "k"), key=secrets.token_hex(16).encode(),
@@ -648,9 +781,9 @@ class Sandbox:
                "JUPYTER_RUNTIME_DIR": str(home / ".jupyter-runtime"), "MPLCONFIGDIR": str(home / ".matplotlib"),
                "MPLBACKEND": "Agg", "PYTHONPATH": str(pkg), "PYTHONNOUSERSITE": "1",
                "PYTHONDONTWRITEBYTECODE": "1", "BAYESATTN_PROGRESS": "0"}
-        rlimits = {"RLIMIT_AS": self.memory_mb * MiB, "RLIMIT_CORE": 0, "RLIMIT_FSIZE": 256 * MiB}
+        rlimits = {"RLIMIT_AS": self.memory_mb * MiB, "RLIMIT_CORE": 0, "RLIMIT_FSIZE": self.scratch_mb * MiB}
         if uid is not None:
-            rlimits["RLIMIT_NPROC"] = 512  # per uid: this kernel's own, threads included
+            rlimits["RLIMIT_NPROC"] = _cgroup.PIDS_MAX  # per uid: this kernel's own, threads included
         config = {"pid_namespace": self.sandboxed, "rlimits": rlimits, "log": str(log / "kernel.log"),
                   "cwd": str(home), "env": env,
                   "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", conn,
@@ -658,15 +791,21 @@ class Sandbox:
         command = [sys.executable, "-I", "-S", "-c", SUPERVISOR, json.dumps(config)]
         if self.sandboxed:
             command, self.stage_dir, covered = sandboxed_command(command, self.root, [home, io, ipc, log], scratch,
-                                                                  self.hide, uid, chdir=home)
+                                                                  self.hide, uid, chdir=home,
+                                                                  cgroup=self.group.procs_files)
             self.info.update(sandbox=bubblewrap_version(), hidden=covered,
                              kernel_user="an unprivileged user" + (" id of its own" if uid is not None else ""),
-                             namespaces="user, mount, pid, network, ipc, uts")
+                             namespaces="user, mount, pid, network, ipc, uts",
+                             bounds=f"cgroup {self.group.kind}: {self.memory_mb + self.scratch_mb} MiB of memory and "
+                                    f"files, {_cgroup.PIDS_MAX} processes and threads, {_cpus():g} CPU core(s) for "
+                                    "the whole sandbox; " + (f"a {self.scratch_mb} MiB file system of its own"
+                                                             if self.mounted else "its files on a tmpfs"))
         else:
             self.info.update(sandbox="none (--no-sandbox)", kernel_user="the grader's user", namespaces="none")
         with open(self.root / "sandbox.err", "wb") as err:  # what bubblewrap says if it cannot start
             self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                          start_new_session=True, cwd=str(self.root))
+        os.set_blocking(self.proc.stdin.fileno(), False)  # a stopped supervisor never blocks the grader
         try:
             self._read_line("ready", 30)
         except RuntimeError as exc:
@@ -698,21 +837,21 @@ class Sandbox:
                 self._lines += chunk
 
     def _connect(self, conn):
-        import zmq
         from jupyter_client.blocking import BlockingKernelClient
-        self.ctx = zmq.Context()
-        self.ctx.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-        self.ctx.setsockopt(zmq.RCVHWM, 64)
-        self.ctx.setsockopt(zmq.LINGER, 0)
-        self.kc = BlockingKernelClient(context=self.ctx)
+        end = time.monotonic() + min(KERNEL_START, max(1.0, self.deadline - time.monotonic()))
+        self._sockets_ready(end)
+        import zmq
+        self.kc = BlockingKernelClient(context=_zmq_context())
         self.kc.load_connection_file(conn)
         self.kc.start_channels(hb=False)  # no heartbeat: the supervisor says when the kernel exits
         self.iopub, self.shell = self.kc.iopub_channel.socket, self.kc.shell_channel.socket
         self.monitor = self.iopub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        end = time.monotonic() + min(KERNEL_START, max(1.0, self.deadline - time.monotonic()))
         while True:  # kernel_info until it answers (a busy machine may take a while)
-            msg_id = self.kc.kernel_info()
-            if self._reply_to(msg_id, min(2.0, max(0.1, end - time.monotonic()))):
+            try:
+                msg_id = self.kc.kernel_info()
+            except zmq.Again:
+                msg_id = None
+            if msg_id is not None and self._reply_to(msg_id, min(2.0, max(0.1, end - time.monotonic()))):
                 break
             self._read_supervisor()
             if self.dead or time.monotonic() >= end:
@@ -722,6 +861,27 @@ class Sandbox:
         time.sleep(0.1)  # let the iopub subscription settle, then drop the start-up messages
         while self.kc.iopub_channel.msg_ready():
             self.kc.iopub_channel.get_msg(timeout=0)
+
+    def _sockets_ready(self, end):
+        """Wait until the kernel has bound its five sockets, then make sure the grader connects to them
+        and nothing else: as root the ``ipc`` folder becomes the grader's (the kernel can no longer
+        replace an entry), and each entry must be a socket of the kernel's user, not a link or a file
+        the kernel planted to point the grader at another socket of the machine."""
+        names = [f"k-{n}" for n in range(1, 6)]
+        while not all(os.path.lexists(self.ipc / n) for n in names):
+            self._read_supervisor()
+            if self.dead or time.monotonic() >= end:
+                log = self._log_tail()
+                raise RuntimeError("the kernel did not start" + (" (it exited)" if self.dead else " in time")
+                                   + (f": {log}" if log else ""))
+            time.sleep(0.02)
+        if self.uid is not None:
+            os.chown(self.ipc, 0, 0)
+            os.chmod(self.ipc, 0o755)
+        for name in names:
+            info = os.lstat(self.ipc / name)
+            if not stat.S_ISSOCK(info.st_mode) or (self.uid is not None and info.st_uid != self.uid):
+                raise RuntimeError(f"the kernel's ipc/{name} is not a socket of its own: not connected to")
 
     def _reply_to(self, msg_id, timeout):
         """Wait up to ``timeout`` s for the shell reply to ``msg_id``; True if it came."""
@@ -749,10 +909,17 @@ class Sandbox:
         return any(line.startswith(b"exit ") for line in self._lines.split(b"\n"))
 
     def _log_tail(self):
+        """The end of the kernel's log, read as untrusted: never through a link, never from a pipe."""
         try:
-            return (self.root / "log" / "kernel.log").read_text(errors="replace")[-300:].strip()
+            fd = os.open(self.root / "log" / "kernel.log", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return ""
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return ""
+            f.seek(max(0, info.st_size - 300))
+            return f.read(300).decode(errors="replace").strip()
 
     def kill(self, reason):
         """Stop the kernel and everything it started; later requests answer "dead" with ``reason``."""
@@ -760,13 +927,13 @@ class Sandbox:
             self.dead = reason
         if self.proc is not None and self.proc.poll() is None:
             self._tell_supervisor(b"stop\n")
-            try:
-                self.proc.wait(timeout=20)
+            try:  # the supervisor kills the kernel's processes; one the kernel stopped does not answer
+                self.proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
+        if self.group is not None:  # every process of the sandbox, wherever it hid
+            self.group.kill()
         # Without a sandbox, the supervisor may have been killed (same uid): end the kernel's group here.
-        # In a sandbox the kernel's pid is one of its PID namespace, and ending bubblewrap (below) ends
-        # every process in that namespace.
         if self.kernel_pid is not None and not self.sandboxed:
             try:
                 os.killpg(self.kernel_pid, signal.SIGKILL)
@@ -777,11 +944,25 @@ class Sandbox:
             self.proc.wait()
 
     def _tell_supervisor(self, words):
-        try:
-            self.proc.stdin.write(words)
-            self.proc.stdin.flush()
-        except (OSError, ValueError):
-            pass
+        """Write to the supervisor's pipe without ever blocking: past WRITE_DEADLINE (a supervisor the
+        kernel stopped, a full pipe) the sandbox is ended from outside."""
+        end = time.monotonic() + WRITE_DEADLINE
+        while words:
+            try:
+                words = words[os.write(self.proc.stdin.fileno(), words):]
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    break
+                time.sleep(0.01)
+            except (OSError, ValueError):
+                return
+        if words and self.dead is None:
+            self.dead = "the sandbox's supervisor stopped listening: the sandbox was ended"
+        if words:
+            if self.group is not None:
+                self.group.kill()
+            if self.proc.poll() is None:
+                self.proc.kill()
 
     def close(self):
         self.kill(self.dead or "closed")
@@ -789,23 +970,14 @@ class Sandbox:
             try:
                 self.monitor.close(0)
                 self.kc.stop_channels()
-                self.ctx.destroy(0)
             except Exception:  # noqa: BLE001 - best effort
                 pass
         if self.root is not None:
-            # Folders only (our read-only copy, and whatever modes the kernel left), found without following
-            # a link, so a link the kernel planted never points a chmod elsewhere; its processes are gone.
-            stack = [str(self.root)]
-            while stack:
-                folder = stack.pop()
-                try:
-                    if not stat.S_ISDIR(os.lstat(folder).st_mode):
-                        continue
-                    os.chmod(folder, 0o700)  # before listing it: the kernel may have left it mode 000
-                    stack += [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
-                except OSError:
-                    pass
-            shutil.rmtree(self.root, ignore_errors=True)
+            if self.mounted:  # everything the kernel wrote goes with the file system, however deep
+                _unmount(self.root)
+            remove_tree(self.root)
+        if self.group is not None:
+            self.group.remove()
         if self.stage_dir is not None:  # empty folders here: the binds lived in the launcher's namespace
             shutil.rmtree(self.stage_dir, ignore_errors=True)
 
@@ -818,8 +990,12 @@ class Sandbox:
         if self.dead:
             return ExecResult("dead", self.dead)
         start = time.monotonic()
-        msg_id = self.kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
-                                 stop_on_error=False)
+        try:
+            msg_id = self.kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
+                                     stop_on_error=False)
+        except zmq.Again:  # the kernel stopped reading its requests (SNDTIMEO of the shared context)
+            self.kill("the kernel stopped taking requests: it was killed")
+            return ExecResult("dead", self.dead)
         end = min(start + timeout, self.deadline)
         interrupted, replied, idle, error, outputs = False, False, False, None, []
         poller = zmq.Poller()
@@ -847,11 +1023,13 @@ class Sandbox:
                 chunk = os.read(self.proc.stdout.fileno(), 4096)
                 self._lines += chunk
                 if self._kernel_exited() or not chunk:
-                    self.kill("the kernel died (it exited or was killed, e.g. out of memory)")
+                    self.kill(f"the kernel died: the sandbox ran out of its {self.memory_mb + self.scratch_mb} MiB "
+                              "of memory and files" if self.group is not None and self.group.out_of_memory() else
+                              "the kernel died (it exited or was killed, e.g. out of memory)")
                     return ExecResult("dead", self.dead, time.monotonic() - start)
             while self.kc.iopub_channel.msg_ready():
                 msg = self.kc.iopub_channel.get_msg(timeout=0)
-                self.output_bytes += _size(msg.get("content", {}))
+                self.output_bytes += _message_bytes(msg)
                 if msg.get("parent_header", {}).get("msg_id") != msg_id:
                     continue
                 kind, content = msg["msg_type"], msg["content"]
@@ -969,6 +1147,13 @@ def _raised(answer):
 
 def _reject(constant):
     raise ValueError(f"{constant} is not allowed")
+
+
+def _message_bytes(msg):
+    """What a message from the kernel counts against --max-output: every part of it, its binary
+    buffers (extra frames) included, not its content alone."""
+    return (_size(msg.get("content", {})) + _size(msg.get("metadata", {})) + _size(msg.get("header", {}))
+            + sum(memoryview(b).nbytes for b in msg.get("buffers", []) or []))
 
 
 def _size(obj):

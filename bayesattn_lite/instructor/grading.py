@@ -1,7 +1,7 @@
 """The autograder: run a submitted notebook in a sandbox, decide each question in the grader, write reports.
 
     python -m bayesattn_lite.instructor.grading SUBMISSION.ipynb --report REPORT.json      # one submission
-    python -m bayesattn_lite.instructor.grading DIR --csv grades.csv [--reports DIR2]        # every .ipynb in DIR
+    python -m bayesattn_lite.instructor.grading DIR --assignment ID --csv grades.csv [--reports DIR2]  # every .ipynb in DIR
         [--jobs 2] [--course course.toml] [--submitted-times times.csv | --late-from-mtime]
         [--manual manual.csv] [--release feedback/] [--roster roster.csv --canvas-csv import.csv --canvas-column C]
     python -m bayesattn_lite.instructor.grading --reports DIR2 --csv grades.csv --manual manual.csv --release feedback/
@@ -13,14 +13,19 @@
 
 What it does, for each submission:
 
-1. reads the file (never writes it): a file that is not a notebook gets a report saying so;
-2. finds the assignment (``--assignment``, else the notebook metadata ``bayesattn_lite.assignment``, else
+1. reads the file as untrusted data (never writes it; never through a link, never a pipe; its size and
+   its number of JSON values bounded before it is parsed, its cells' types checked): a file that is not
+   a notebook of its own gets a report saying so;
+2. finds the assignment (``--assignment``, which a folder needs: one assignment per folder, decided by
+   the instructor; for one notebook without it, the notebook metadata ``bayesattn_lite.assignment``, else
    an assignment id anywhere in the file name), checks that the notebook has the assignment's question
    cells, and rejects an instructor version (metadata ``version: instructor``, cells tagged ``instructor``
    or solution markers) unless ``--self-test``;
 3. executes the code cells in a fresh kernel inside a bubblewrap sandbox (``bayesattn_lite.instructor._sandbox``:
    new user, mount, PID and network namespaces, as root or not; a file system of Python, the system's
-   libraries and a temporary folder, nothing else; limits on time, memory and output); a cell that
+   libraries and a temporary folder, nothing else; memory, processes and CPU bounded for the whole
+   sandbox by a control group of its own, its files by a file system of a fixed size; time and output
+   counted by the grader, every frame of every message); a cell that
    runs too long is interrupted, and a kernel that does not stop is ended with everything it started.
    A kernel that dies is replaced (up to ``MAX_RESTARTS`` times) by a fresh one that runs the notebook
    again without the cell that killed it, so one cell cannot zero the other questions. The notebook as
@@ -43,6 +48,9 @@ What it does, for each submission:
    gradebook CSV, whatever any submission did; then merges the manual points, applies the late policy,
    writes the feedback and the LMS files (``release``, ``lms``).
 
+Grading runs in workers (``--jobs``, one by default): processes of their own, each bounded in memory
+(``--grader-memory``) and time, so that what a submission makes the grader's side cost stops at its worker;
+such a submission gets 0 with the reason (status "stopped") and the batch goes on in a fresh worker.
 A failure of the grader's own (a sandbox that does not start, a full disk) is tried once more, then
 reported as "not graded" with its reason: never a 0 of the student's.
 
@@ -62,13 +70,14 @@ import math
 import os
 import re
 import secrets
+import stat
 import sys
 import time
 import traceback
 from pathlib import Path
 
 from ..checks import _engine as check_engine
-from . import _sandbox, assignments
+from . import _cgroup, _sandbox, assignments
 from . import course as _course
 from .release import (NOT_GRADED, _write_new, gradebook_rows, gradescope_results,  # noqa: F401 - the grader's names
                       markdown, points_number, summary_line, total, write_gradebook, write_report)
@@ -79,6 +88,7 @@ DEFAULT_MEMORY = 4096  # MiB of address space for the kernel
 DEFAULT_MAX_OUTPUT = 16  # MiB the notebook may print before its kernel is killed
 MAX_NOTEBOOK = 20 * 2 ** 20  # bytes: a larger file is not executed
 MAX_CELLS = 2000  # cells: a notebook with more is not executed (the problem sets have about 30)
+MAX_JSON_VALUES = 200_000  # JSON values in one file, counted before it is parsed (a problem set has ~3,000)
 MAX_READ_CELL = 2 ** 18  # characters: a larger code cell still runs, but the grader does not parse it
 MAX_ANSWER_TEXT = 20000  # characters of a written answer kept in the report
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # bayesattn_lite/, of which this is instructor/
@@ -118,27 +128,73 @@ KERNEL_REPLACES = {"checks/__init__.py": KERNEL_CHECKS}
 
 # ----------------------------------------------------------------------------- reading
 
+class Refused(ValueError):
+    """A submitted file the grader does not open (a link, not a regular file): the sentence says why."""
+
+
 def _read(source):
     """(notebook, None) or (None, a sentence saying why it is not a readable notebook). ``source`` is a
-    path or the file's bytes."""
+    path, the file's bytes or a ``Refused``. The file is learner data: its size and its number of JSON
+    values are bounded before it is parsed, and its cells' types checked before anything reads them."""
     import nbformat
+    if isinstance(source, Refused):
+        return None, str(source)
     try:
-        raw = source if isinstance(source, bytes) else Path(source).read_bytes()
-    except OSError as exc:
-        return None, f"the file could not be read: {type(exc).__name__}: {exc}"
+        raw = source if isinstance(source, bytes) else _bytes_or_error(source, raising=True)
+    except (OSError, Refused) as exc:
+        return None, f"the file could not be read: {exc}"
     if len(raw) > MAX_NOTEBOOK:
         return None, f"the file is larger than {MAX_NOTEBOOK // 2 ** 20} MiB: not executed (clear the outputs)"
-    try:  # plain JSON first (linear time), and the cell count checked before nbformat reads it
-        data = json.loads(raw.decode("utf-8"))
-        cells = data.get("cells") if isinstance(data, dict) else None
-        if isinstance(cells, list) and len(cells) > MAX_CELLS:
-            return None, f"the notebook has {len(cells)} cells, more than {MAX_CELLS}: not executed"
-        nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"the file is not a Jupyter notebook (not UTF-8 text: {exc.reason} at byte {exc.start})"
+    values = _json_values(text)
+    if values > MAX_JSON_VALUES:
+        return None, (f"the file holds about {values} JSON values, more than {MAX_JSON_VALUES}: not parsed "
+                      "(a notebook's metadata or outputs are that large only when something is wrong)")
+    try:  # plain JSON first (linear time, bounded above), and its shape checked before nbformat reads it
+        problem = _shape_problem(json.loads(text))
+        if problem:
+            return None, "the file is not a Jupyter notebook: " + problem
+        nb = nbformat.reads(text, as_version=4)
     except Exception as exc:  # noqa: BLE001 - nbformat and the decoder raise several kinds
         return None, f"the file is not a Jupyter notebook (invalid JSON or notebook format): {str(exc)[:300]}"
-    if not isinstance(nb.get("cells"), list) or not all(isinstance(c, dict) and "source" in c for c in nb.cells):
-        return None, "the file is not a Jupyter notebook: it has no list of cells"
     return nb, None
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _json_values(text):
+    """An upper bound on the number of values in JSON ``text``, without parsing it: strings removed,
+    each value is followed by a comma or closes a bracket."""
+    rest = _JSON_STRING.sub("", text)
+    return rest.count(",") + rest.count("[") + rest.count("{") + 1
+
+
+CELL_TYPES = ("code", "markdown", "raw")
+
+
+def _shape_problem(data):
+    """What is wrong with the JSON ``data`` as a notebook ("" when nothing is), in words."""
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        return "it has no list of cells"
+    if len(data["cells"]) > MAX_CELLS:
+        return f"it has {len(data['cells'])} cells, more than {MAX_CELLS}: not executed"
+    if not isinstance(data.get("metadata", {}), dict):
+        return "its metadata is not a JSON object"
+    for n, cell in enumerate(data["cells"], 1):
+        if not isinstance(cell, dict) or cell.get("cell_type") not in CELL_TYPES:
+            return f"cell {n} is not a cell (expected an object with cell_type one of {', '.join(CELL_TYPES)})"
+        source = cell.get("source")
+        if not (isinstance(source, str) or isinstance(source, list) and all(isinstance(x, str) for x in source)):
+            return f"cell {n}'s source is {type(source).__name__}, expected text or a list of lines"
+        if not isinstance(cell.get("metadata", {}), dict):
+            return f"cell {n}'s metadata is not a JSON object"
+        if cell["cell_type"] == "code" and not isinstance(cell.get("outputs", []), list):
+            return f"cell {n}'s outputs are not a list"
+    return ""
 
 
 def identify(nb, path, override=None):
@@ -376,6 +432,7 @@ def _new_sandbox(limits, hide):
     """A kernel for one submission, not started yet."""
     return _sandbox.Sandbox(PACKAGE_DIR, hide=hide, notebook_timeout=limits["notebook_timeout"],
                             memory_mb=limits["memory"], max_output_mb=limits["max_output"],
+                            scratch_mb=limits.get("scratch", _sandbox.DEFAULT_SCRATCH),
                             replace=KERNEL_REPLACES, leave_out=KERNEL_LEAVES_OUT,
                             sandboxed=limits["sandboxed"])
 
@@ -383,22 +440,26 @@ def _new_sandbox(limits, hide):
 class _NextSandbox:
     """For a batch: the next submission's kernel starts in a thread while this one is graded, so that a
     kernel's start (about 0.6 s, mostly its Python importing ipykernel) is not waited for. At most one
-    kernel waits, idle and in its own sandbox, and no more start than there are submissions left."""
+    kernel waits, idle and in its own sandbox, and only when another submission follows (``more``). A
+    kernel that started while a submission ran may not have started at all (the running kernel had its
+    CPU share): its start is tried again, now, and only that failure counts."""
 
-    def __init__(self, count):
-        self.left = count
+    def __init__(self):
+        self.more = False
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self.waiting = None
 
     def take(self, limits, hide):
-        """A sandbox for this submission (or the error its start raised); the next one starts meanwhile."""
+        """A sandbox for this submission; the next one starts meanwhile."""
         waiting, self.waiting = self.waiting, None
-        if waiting is None:
-            self.left -= 1  # this one starts now, by ``with``
-        if self.left > 0:
-            self.left -= 1
+        if self.more:
             self.waiting = self.pool.submit(lambda: _new_sandbox(limits, hide).start())
-        return waiting.result() if waiting is not None else _new_sandbox(limits, hide)
+        if waiting is not None:
+            try:
+                return waiting.result()
+            except Exception:  # noqa: BLE001 - it left nothing behind; start one again, on its own
+                pass
+        return _new_sandbox(limits, hide)
 
     def close(self):
         """End the kernel still waiting, if any, once the ones before it have ended."""
@@ -543,7 +604,7 @@ def _question_entry(q, result, nb, mode, original):
 def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, self_test=False,
           notebook_timeout=DEFAULT_NOTEBOOK_TIMEOUT, memory=DEFAULT_MEMORY, max_output=DEFAULT_MAX_OUTPUT,
           hide=(), folder=None, sandboxed=True, next_sandbox=None, course=None, seed_offset=None,
-          submitted=None, executed=None):
+          submitted=None, executed=None, scratch=_sandbox.DEFAULT_SCRATCH):
     """The report of one submission as a dict. ``source`` is a path or the file's bytes (then ``name``
     is its name). ``course`` (``course.load``) sets points, partial credit, mode and late policy;
     ``seed_offset`` replays a report's check inputs; ``submitted`` (a datetime) is when it was handed in;
@@ -560,6 +621,7 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
               "automatic_max": 0, "manual_pending": 0, "questions": [],
               "problems": [] if problem is None else [problem], "reference_calls": [],
               "limits": {"timeout": timeout, "notebook_timeout": notebook_timeout, "memory_mib": memory,
+                         "scratch_mib": scratch,
                          "max_output_mib": max_output}}
     if problem:
         report["status"] = "unreadable"
@@ -571,6 +633,11 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
                                   "pass --assignment")
         report["seconds"] = round(time.monotonic() - started, 1)
         return report
+    named = (nb or {}).get("metadata", {}).get("bayesattn_lite", {}) if nb else {}
+    named = named.get("assignment") if isinstance(named, dict) else None
+    if assignment_id and named is not None and named != assignment_id:
+        report["problems"].append(f"its metadata names the assignment {str(named)[:60]!r}: graded as "
+                                  f"{assignment_id}, the assignment the instructor gave")
     assignment, mode = course.assignment(aid), course.mode(aid)
     report["assignment"], report["title"], report["mode"] = aid, assignment.title, mode
     report["max_score"] = sum(q.points for q in assignment.questions)
@@ -588,7 +655,7 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
             report["problems"] += structure_problems(nb, assignment)
     if nb is not None:
         report["reference_calls"] = _reference_calls(nb, aid, folder)
-        limits = {"timeout": timeout, "notebook_timeout": notebook_timeout, "memory": memory,
+        limits = {"timeout": timeout, "notebook_timeout": notebook_timeout, "memory": memory, "scratch": scratch,
                   "max_output": max_output, "sandboxed": sandboxed, "seed_offset": seed_offset}
         results, problems, report["isolation"] = _run(nb, assignment, limits, hide, next_sandbox)
         report["problems"] += problems
@@ -671,8 +738,9 @@ class _PackageGuard:
 def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **options):
     """Grade every file of ``paths``; write one report each into ``reports_dir`` (with the notebook as
     it ran) and the gradebook ``csv_path``. Every file is read before the first is run, so a submission
-    cannot change another. ``jobs`` > 1 grades that many at once, each in its own process and sandbox;
-    ``submitted`` maps a path to when it was handed in (for the late policy)."""
+    cannot change another. In the sandbox, ``jobs`` grading workers (processes of their own, each
+    bounded: see ``_Worker``) grade them, one submission at a time each; ``submitted`` maps a path to
+    when it was handed in (for the late policy)."""
     # without a sandbox the kernel could write the package: it is checked and restored after each one
     guard = None if options.get("sandboxed", True) else _PackageGuard()
     if guard is not None and jobs > 1:
@@ -683,23 +751,12 @@ def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **option
         source = _bytes_or_error(path)
         name, out = _printable(path), reports_dir / f"{_stem(path, used)}.json"
         tasks.append((name, source, out, (submitted or {}).get(path), os.path.abspath(path)))
-    reports = []
-    if jobs > 1:
-        import multiprocessing
-        context = multiprocessing.get_context("spawn")  # never fork a process that has torch's threads
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_one_thread) as pool:
-            for report in pool.map(_attempt, tasks, [options] * len(tasks), [None] * len(tasks)):
-                reports.append(_finish(report, None))
-    else:
-        next_sandbox = _NextSandbox(len(paths)) if options.get("sandboxed", True) else None
-        try:
-            for task in tasks:
-                reports.append(_finish(_attempt(task, options, next_sandbox), guard))
-        finally:
-            if next_sandbox is not None:
-                next_sandbox.close()
+    reports = [_finish(report) for report in _grade_tasks(tasks, options, jobs, guard)]
     for report in reports:  # again, now that no kernel is left: what a submission wrote is overwritten
-        write_report(report, Path(report["report"]))
+        try:
+            write_report(report, Path(report["report"]))
+        except OSError as exc:  # one report that cannot be written never costs the batch its gradebook
+            report["problems"].append(f"its report could not be written: {exc}")
     write_gradebook(reports, csv_path)
     return reports
 
@@ -712,10 +769,165 @@ def _stem(path, used):
     return stem
 
 
-def _one_thread():
-    """A grading worker of --jobs: one thread for torch, since the sandboxes use the other cores."""
-    import torch
-    torch.set_num_threads(1)
+# ----------------------------------------------------------------------------- grading workers
+
+DEFAULT_GRADER_MEMORY = 3072  # MiB for one grading worker: the grader's side of one submission at a time
+
+
+class _Worker:
+    """A process that grades submissions one at a time, in a control group of its own. What a
+    submission makes the grader's side cost (a notebook to parse, the kernel's messages, the checks'
+    work on its answers) only this process pays, up to ``memory`` MiB, and within a deadline; past
+    either, the worker is ended with its sandboxes and files, that submission gets 0 with the reason,
+    and a fresh worker grades the rest. Its temporary files (the sandboxes' folders) live in a folder
+    of its own, removed, and checked to be gone, when it ends however it ends."""
+
+    def __init__(self, options, jobs, memory):
+        import multiprocessing
+        import tempfile
+        base = "/dev/shm" if not _sandbox.privileged() and os.access("/dev/shm", os.W_OK) else None
+        self.folder = tempfile.mkdtemp(prefix="bal-worker-", dir=base)
+        os.chmod(self.folder, 0o711)  # the sandboxes' users enter their own folders below, by name
+        context = multiprocessing.get_context("spawn")  # never fork a process that has torch's threads
+        self.conn, theirs = context.Pipe()
+        self.group = _cgroup.Group(memory * 2 ** 20, float(os.cpu_count() or 1))
+        self.proc = context.Process(target=_worker_main, args=(theirs, options, jobs, self.folder), daemon=True)
+        self.proc.start()
+        theirs.close()
+        self.group.add(self.proc.pid)
+        self.task = self.deadline = None
+
+    def send(self, index, task, more, seconds):
+        self.task, self.deadline = (index, task), time.monotonic() + seconds
+        self.conn.send((task, more))
+
+    def end(self, at_once=False):
+        """End the process, every sandbox it left, and their files and groups; checked."""
+        try:
+            if not at_once:
+                self.conn.send(None)
+                self.proc.join(timeout=10)
+        except (OSError, ValueError):
+            pass
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.group.remove()
+        _cgroup.remove_leftovers(self.proc.pid)
+        for point in _mounts_below(self.folder):
+            _sandbox._unmount(point)
+        _sandbox.remove_tree(self.folder)
+
+
+def _mounts_below(folder):
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    points = [line.split()[4] for line in lines]
+    return sorted((p for p in points if p.startswith(folder + "/")), key=len, reverse=True)
+
+
+def _worker_main(conn, options, jobs, folder):
+    """A grading worker: submissions in, reports out, until told to stop."""
+    import tempfile
+    tempfile.tempdir = folder
+    if jobs > 1:  # one thread for torch, since the sandboxes use the other cores
+        import torch
+        torch.set_num_threads(1)
+    next_sandbox = _NextSandbox()
+    try:
+        while True:
+            message = conn.recv()
+            if message is None:
+                break
+            task, next_sandbox.more = message
+            conn.send((_attempt(task, options, next_sandbox), _peak_memory_mib()))
+    finally:
+        next_sandbox.close()
+
+
+def _grade_tasks(tasks, options, jobs, guard=None):
+    """The reports of ``tasks``: in workers in the sandbox; in this process without one (trusted
+    notebooks, the package checked by ``guard`` after each), or with BAYESATTN_GRADER_IN_PROCESS=1 (for
+    tests that patch the grader: nothing then bounds the grader's side)."""
+    if options.get("sandboxed", True) and os.environ.get("BAYESATTN_GRADER_IN_PROCESS") != "1":
+        return in_workers(tasks, options, jobs)
+    options = {k: v for k, v in options.items() if k != "grader_memory"}
+    next_sandbox = _NextSandbox() if options.get("sandboxed", True) else None
+    reports = []
+    try:
+        for n, task in enumerate(tasks):
+            if next_sandbox is not None:
+                next_sandbox.more = n + 1 < len(tasks)
+            reports.append(_restored(_attempt(task, options, next_sandbox), guard))
+    finally:
+        if next_sandbox is not None:
+            next_sandbox.close()
+    return reports
+
+
+def in_workers(tasks, options, jobs):
+    """The reports of ``tasks`` (``_attempt``'s), graded by ``jobs`` workers, in the tasks' order."""
+    from multiprocessing.connection import wait
+    options = dict(options)
+    memory = options.pop("grader_memory", DEFAULT_GRADER_MEMORY)
+    per_task = options.get("notebook_timeout", DEFAULT_NOTEBOOK_TIMEOUT) * (MAX_RESTARTS + 2) + 120
+    reports, pending = [None] * len(tasks), list(enumerate(tasks))[::-1]
+    workers = [_Worker(options, jobs, memory) for _ in range(min(jobs, len(tasks)))]
+    peak = 0
+    try:
+        while pending or any(w.task for w in workers):
+            for w in workers:
+                if w.task is None and pending:
+                    w.send(*pending.pop(), bool(pending), per_task)
+            busy = [w for w in workers if w.task]
+            wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=1.0)
+            for n, w in enumerate(workers):
+                if w.task is None:
+                    continue
+                index, task = w.task
+                why = None
+                try:
+                    if w.conn.poll():
+                        reports[index], used = w.conn.recv()
+                        peak, w.task = max(peak, used), None
+                        continue
+                except (EOFError, OSError):
+                    pass
+                if not w.proc.is_alive():
+                    why = (f"grading it ended the grader's worker (over its {memory:g} MiB of memory, "
+                           "e.g. a notebook or kernel messages too large to read)"
+                           if w.group.out_of_memory() else "grading it ended the grader's worker")
+                elif time.monotonic() > w.deadline:
+                    why = f"grading it ran past the grader's {per_task:g} s for one submission"
+                if why:
+                    reports[index] = _stopped(task, options, why)
+                    w.task = None
+                    w.end(at_once=True)
+                    workers[n] = _Worker(options, jobs, memory) if pending else w
+    finally:
+        for w in workers:
+            w.end()
+    _WORKER_PEAK["mib"] = max(_WORKER_PEAK.get("mib", 0), peak)
+    return reports
+
+
+_WORKER_PEAK = {}
+
+
+def _stopped(task, options, why):
+    """The report of a submission whose grading had to be stopped: every question 0 with the reason."""
+    name, _, out, submitted, where = task
+    report = _attempt((name, Refused(why), out, submitted, where), {**options, "sandboxed": False}, None)
+    report["status"] = "stopped"
+    report["problems"] = [f"{why}: every question gets 0. Look at the notebook before you release grades."]
+    for q in report["questions"]:
+        if not q.get("manual"):
+            q["feedback"] = "not checked: " + why
+    if "isolation" in report:
+        del report["isolation"]
+    return report
 
 
 def _attempt(task, options, next_sandbox):
@@ -727,7 +939,7 @@ def _attempt(task, options, next_sandbox):
     course_file = options.pop("course_file", None)
     for attempt in (1, 2):
         try:
-            if isinstance(source, Exception):
+            if isinstance(source, Exception) and not isinstance(source, Refused):
                 raise source
             report = grade(source, name=name, next_sandbox=next_sandbox if attempt == 1 else None,
                            course=_course_of(course_file), submitted=submitted,
@@ -748,15 +960,19 @@ def _course_of(path):
     return _course.load(path)
 
 
-def _finish(report, guard):
-    """After a submission: restore the package if it ran without a sandbox, write its report, say it."""
-    if guard is not None:
-        changed = guard.restore()
-        if changed:
-            report["status"] = "tampered"
-            report["score"] = 0
-            report["problems"].append("the submission changed the grader's package on disk ("
-                                      + ", ".join(changed) + "): restored, and the submission gets 0")
+def _restored(report, guard):
+    """After a submission ran without a sandbox: the package put back as it was, and 0 if it had changed."""
+    changed = guard.restore() if guard is not None else []
+    if changed:
+        report["status"] = "tampered"
+        report["score"] = 0
+        report["problems"].append("the submission changed the grader's package on disk ("
+                                  + ", ".join(changed) + "): restored, and the submission gets 0")
+    return report
+
+
+def _finish(report):
+    """After a submission: write its report, say it."""
     try:
         write_report(report, Path(report["report"]))
     except OSError as exc:
@@ -838,6 +1054,10 @@ def _arguments():
     parser.add_argument("--notebook-timeout", type=_positive, default=DEFAULT_NOTEBOOK_TIMEOUT,
                         help="seconds allowed per submission, checks included")
     parser.add_argument("--memory", type=_positive, default=DEFAULT_MEMORY, help="MiB of memory for the kernel")
+    parser.add_argument("--grader-memory", type=_positive, default=DEFAULT_GRADER_MEMORY,
+                        help="MiB for the grader's side of one submission (its worker process)")
+    parser.add_argument("--scratch", type=_positive, default=_sandbox.DEFAULT_SCRATCH,
+                        help="MiB of files one sandbox may write")
     parser.add_argument("--max-output", type=_positive, default=DEFAULT_MAX_OUTPUT,
                         help="MiB a notebook may print before its kernel is killed")
     parser.add_argument("--assignment", choices=sorted(assignments.ASSIGNMENTS), help="override the detection")
@@ -878,7 +1098,10 @@ def _after_grading(args, reports, csv_path):
     if args.manual is not None:
         release.merge_manual(reports, release.read_manual(args.manual))
         for r in reports:
-            release.write_report(r, Path(r["report"]))
+            try:
+                release.write_report(r, Path(r["report"]))
+            except OSError as exc:
+                r["problems"].append(f"its report could not be written: {exc}")
     if csv_path is not None:
         release.write_gradebook(reports, csv_path)
     if args.release is not None:
@@ -912,7 +1135,9 @@ def main(argv=None):
     folder = (args.folder or assignments.FOLDER).resolve()  # the instructor versions
     options = {"assignment_id": args.assignment, "timeout": args.timeout, "self_test": args.self_test, "folder": folder,
                "notebook_timeout": args.notebook_timeout, "memory": int(args.memory), "max_output": args.max_output,
-               "sandboxed": not args.no_sandbox, "course_file": args.course}
+               "sandboxed": not args.no_sandbox, "course_file": args.course, "scratch": int(args.scratch)}
+    if not args.no_sandbox:
+        options["grader_memory"] = args.grader_memory
     if args.submission is None and args.regrade is None:
         if not args.reports:
             parser.error("without a submission, give --reports DIR (to merge manual points and release feedback), "
@@ -934,12 +1159,17 @@ def main(argv=None):
     batch = args.submission.is_dir()
     if batch and not args.csv:
         parser.error("grading a folder needs --csv GRADES.csv")
+    if batch and not args.assignment:  # decided by the instructor, never by what a notebook says of itself
+        parser.error("grading a folder needs --assignment (one assignment per folder), e.g. --assignment "
+                     + sorted(assignments.ASSIGNMENTS)[0])
     if not batch and not args.report:
         parser.error("grading one notebook needs --report REPORT.json")
     if batch:
         reports_dir = args.reports or args.csv.with_name(args.csv.stem + "_reports")
         hide = [folder, args.submission, reports_dir, args.csv]
-        paths = sorted(p for p in args.submission.iterdir() if p.suffix == ".ipynb" and p.is_file())
+        # links and other files that are not notebooks of their own get a row saying so, not a grade
+        paths = sorted(p for p in args.submission.iterdir() if p.suffix == ".ipynb" and not
+                       (p.is_dir() and not p.is_symlink()))
         try:
             reports = grade_many(paths, reports_dir, args.csv, hide=hide, jobs=args.jobs,
                                  submitted=_submitted_times(args, paths), **options)
@@ -950,24 +1180,24 @@ def main(argv=None):
         warnings = {w for r in reports for w in r.get("isolation", {}).get("warnings", [])}
         for w in sorted(warnings):
             print(f"warning: {w}", file=sys.stderr)
+        stopped = sum(r.get("status") == "stopped" for r in reports)
+        if stopped:
+            print(f"{stopped} submission(s) stopped the grader's worker and got 0: look at them (status 'stopped')",
+                  file=sys.stderr)
         failed = ungraded(reports)
         if failed:
             print(f"{failed} submission(s) could not be graded: see their rows (status 'not graded' or "
                   "'grader error') and grade them again with --regrade", file=sys.stderr)
         print(f"{len(reports)} submission(s); gradebook: {args.csv}; reports: {reports_dir}; "
-              f"grader peak memory: {_peak_memory_mib()} MiB")
+              f"grader peak memory: {max(_peak_memory_mib(), _WORKER_PEAK.get('mib', 0))} MiB")
         return 1 if failed else 0
     hide = [folder, args.submission, args.report.parent if args.report.parent != Path(".") else None]
     guard = _PackageGuard() if args.no_sandbox else None
-    options.pop("course_file")
     submitted = _submitted_times(args, [args.submission]).get(args.submission)
-    report = _attempt((str(args.submission), _bytes_or_error(args.submission), args.report, submitted,
-                       os.path.abspath(args.submission)),
-                      {**options, "hide": hide, "course_file": args.course}, None)
+    task = (str(args.submission), _bytes_or_error(args.submission), args.report, submitted,
+            os.path.abspath(args.submission))
+    report = _grade_tasks([task], {**options, "hide": hide}, 1, guard)[0]
     report["submission"] = _printable(args.submission)
-    if guard is not None and guard.restore():
-        report["status"], report["score"] = "tampered", 0
-        report["problems"].append("the submission changed the grader's package on disk: restored; 0 points")
     try:
         write_report(report, args.report)
         if args.gradescope:
@@ -983,11 +1213,30 @@ def main(argv=None):
     return 1 if ungraded([report]) else 0
 
 
-def _bytes_or_error(path):
+def _bytes_or_error(path, raising=False):
+    """A submitted file's bytes, read as untrusted: never through a link, never from a pipe or a device,
+    never a file with a second name (a hard link to a classmate's), never more than MAX_NOTEBOOK + 1
+    bytes. A ``Refused`` (the submission's doing) or the OSError (the grader's failure) otherwise,
+    returned (raised with ``raising``)."""
     try:
-        return Path(path).read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
-        return exc
+        failure = exc
+        if os.path.islink(path):
+            failure = Refused("the submission is a link to another file, not a notebook of its own: not opened")
+        if raising:
+            raise failure from None
+        return failure
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        why = ("the submission is not a regular file: not opened" if not stat.S_ISREG(info.st_mode) else
+               "the submission is a second name (hard link) of another file: not opened" if info.st_nlink > 1
+               else None)
+        if why is None:
+            return f.read(MAX_NOTEBOOK + 1)
+    if raising:
+        raise Refused(why)
+    return Refused(why)
 
 
 def _release_reports(folder):
@@ -1011,7 +1260,8 @@ def _regrade(args, options):
         submitted = datetime.fromisoformat(submitted)
     task = (old["submission"], _bytes_or_error(path), args.regrade, submitted, path)
     hide = [options["folder"], path.parent, args.regrade.parent]
-    report = _attempt(task, {**options, "hide": hide, "seed_offset": offset}, None)
+    options = {**options, "hide": hide, "seed_offset": offset}
+    report = _grade_tasks([task], options, 1)[0]
     kept = {q["id"]: q for q in old.get("questions", [])}
     for q in report["questions"]:
         mine = kept.get(q["id"], {})
