@@ -999,7 +999,7 @@ class Sandbox:
         end = min(start + timeout, self.deadline)
         interrupted, replied, idle, error, outputs = False, False, False, None, []
         poller = zmq.Poller()
-        for sock in (self.iopub, self.shell, self.monitor):
+        for sock in (self.iopub, self.shell, self.kc.stdin_channel.socket, self.monitor):
             poller.register(sock, zmq.POLLIN)
         poller.register(self.proc.stdout, zmq.POLLIN)
         while not (replied and idle):
@@ -1042,8 +1042,11 @@ class Sandbox:
                 self.kill(f"the notebook printed more than {self.max_output / MiB:g} MiB: the kernel was killed "
                           "(print less, e.g. shapes or a few values)")
                 return ExecResult("dead", self.dead, time.monotonic() - start)
+            while self.kc.stdin_channel.msg_ready():  # never asked for (allow_stdin=False), counted all the same
+                self.output_bytes += _message_bytes(self.kc.stdin_channel.get_msg(timeout=0))
             while self.kc.shell_channel.msg_ready():
                 msg = self.kc.shell_channel.get_msg(timeout=0)
+                self.output_bytes += _message_bytes(msg)
                 if msg.get("parent_header", {}).get("msg_id") == msg_id:
                     replied = True
                     if msg["content"].get("status") == "error" and error is None:
