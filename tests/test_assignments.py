@@ -179,6 +179,18 @@ def test_instructor_solutions_pass_and_student_stubs_fail(assignment):
         assert not stub and "NotImplementedError" in stub.message, (q.id, stub.message)
 
 
+def test_the_instructor_experiment_passes_its_checks_and_its_numbers_read_back_from_a_table_do_not():
+    """Problem set 3's run_condition as the instructor version writes it (a budget of 5 steps instead of 150:
+    the checks judge the runs, not the budget): reproducible, and the same numbers as a table are not."""
+    namespace = load_solutions(ASSIGNMENTS["ps3_experiment"])
+    namespace["STEPS"] = 5
+    run_condition = namespace["run_condition"]
+    results = {c: {s: run_condition(c, s) for s in (0, 1, 2)} for c in ("transformer", "lstm")}
+    assert checks.check_reproducible(run_condition, results) and checks.check_seeds(results, run_condition)
+    for fake in (lambda c, s: results[c][s], lambda c, s: results[c].get(s, 0.5)):
+        assert not checks.check_reproducible(fake, results) and not checks.check_seeds(results, fake)
+
+
 # ----------------------------------------------------------------------------- reference calls
 
 @pytest.mark.parametrize("assignment", ALL, ids=lambda a: a.id)
@@ -220,6 +232,160 @@ def test_reference_calls_are_found(assignment_id, source, expected):
     assert len(found) == len(expected), found
     for got, want in zip(found, expected):
         assert got.startswith(want), (got, want)
+
+
+# the holes of issue 35 (item 5): each of these answered a question without being reported
+@pytest.mark.parametrize("assignment_id, source, expected", [
+    # a cell magic: IPython runs the body after the %% line as Python
+    ("ps1_derivations", "%%time\nfrom bayesattn_lite import attention\ng = attention.gradients(x, y, p)",
+     ["line 3: attention.gradients"]),
+    ("ps1_derivations", "\n%%capture out\n%%timeit -n 1 -r 1\nimport torch\nloss.backward()",
+     ["line 5: .backward()"]),
+    ("ps3_experiment", "%%prun\nrate = chain.h_min", ["line 2: .h_min"]),
+    ("ps1_derivations", "%%writefile helper.py\nimport bayesattn_lite.attention as a\nf = a.gradients",
+     ["line 3: attention.gradients"]),  # a module written to disk, imported later
+    ("ps1_derivations", "%%bash\npython -c 'from bayesattn_lite import attention'", ["line 1: a %%bash cell"]),
+    ("ps1_derivations", "%%html\n<b>bold</b> <i>", []),  # shown, not run
+    # a line magic's code, shell lines and magics around the code
+    ("ps1_derivations", "from bayesattn_lite import attention\n%time g = attention.gradients(x, y, p)",
+     ["line 2: attention.gradients"]),
+    ("ps1_derivations", "from bayesattn_lite import attention\n%timeit -n 1 -r 1 g = attention.gradients(x, y, p)",
+     ["line 2: attention.gradients"]),
+    ("ps1_derivations", "from bayesattn_lite import attention\nfor i in range(2):\n    !ls\n    files = !ls\n"
+                        "    %pip list\n    g = attention.gradients(x, y, p)", ["line 6: attention.gradients"]),
+    ("ps1_derivations", "from bayesattn_lite import attention\nx = (1 +\ng = attention.gradients(x, y, p)",
+     ["line 2: not valid Python", "line 3: attention.gradients"]),  # the rest of a broken cell is read
+    # a re-export: the reference reached through another module of the package
+    ("ps1_derivations", "from bayesattn_lite import checks as c\ng = c.problem_sets.attention.gradients(x, y, p)",
+     ["line 2: attention.gradients (answers q1/q3: every gradient of the head, reached as checks.problem_sets."]),
+    ("ps1_derivations", "from bayesattn_lite.checks.problem_sets import attention as a\ng = a.score_gradient(al, b)",
+     ["line 2: attention.score_gradient"]),
+    ("ps1_derivations", "from bayesattn_lite.checks.problem_sets import *\ng = attention.error_signal(z, y, W)",
+     ["line 2: attention.error_signal"]),
+    ("ps1_derivations", "import bayesattn_lite.gradcheck as g\ngrad = g.torch.autograd.grad(l, q)",
+     ["line 2: torch.autograd.grad"]),
+    # dynamic imports of the package, with the names they bind
+    ("ps1_derivations", "import importlib\nm = importlib.import_module('bayesattn_lite.attention')\ng = m.gradients(1)",
+     ["line 2: importlib.import_module('bayesattn_lite.attention')", "line 3: attention.gradients"]),
+    ("ps1_derivations", "m = __import__('bayesattn_lite')\ng = m.attention.gradients(1)",
+     ["line 1: __import__('bayesattn_lite')", "line 2: attention.gradients"]),
+    ("ps1_derivations", "from importlib import import_module as load\nm = load('torch.autograd')",
+     ["line 2: importlib.import_module('torch.autograd') (autograd"]),
+    ("ps3_experiment", "import importlib\nnp = importlib.import_module('numpy')", []),  # not the package
+    # getattr with a constant name is an attribute
+    ("ps1_derivations", "step = getattr(loss, 'backward')\nstep()", ["line 1: .backward()"]),
+    ("ps1_derivations", "from bayesattn_lite import attention\nf = getattr(attention, 'gradients')\ng = f(x, y, p)",
+     ["line 2: attention.gradients", "line 3: attention.gradients"]),
+    ("ps2_dynamics", "import bayesattn_lite as b\nK = getattr(getattr(b, 'attention'), 'score_kernel')(x, q, k)",
+     ["line 2: attention.score_kernel"]),
+    ("ps2_dynamics", "from bayesattn_lite import attention\nq = getattr(attention, 'forward')(x, p)['q']", []),
+])
+def test_the_scans_holes_are_closed(assignment_id, source, expected):
+    test_reference_calls_are_found(assignment_id, source, expected)
+
+
+def test_magics_and_shell_lines_do_not_hide_code_without_ipython_either(monkeypatch):
+    """Where IPython cannot turn a cell's magics into calls, the magic and shell lines become neutral lines
+    and the rest is still read."""
+    import ast as python_ast
+    monkeypatch.setattr(assignments, "_parse", python_ast.parse)
+    source = ("from bayesattn_lite import attention\n!pip list\nout = !ls\n%matplotlib inline\n"
+              "%time g = attention.gradients(x, y, p)\nhelp = attention.score_gradient?\nx = attention.error_signal(1)")
+    found = assignments.reference_calls(source, "ps1_derivations")
+    assert [f.split(" (")[0] for f in found] == ["line 5: attention.gradients", "line 7: attention.error_signal"], found
+
+
+# numerical differentiation in an answer of problem set 1's derivations: reported (instructors.md says it is no answer)
+ANSWER = "def biased_qk_gradients(q, k, v, u, tau, slope):\n"
+
+
+@pytest.mark.parametrize("source, expected", [
+    (ANSWER + "    h = 1e-6\n    return (L(q + h) - L(q - h)) / (2 * h)", ["line 3: (L(q + h) - L(q - h)) / (2 * h) (a finite"]),
+    (ANSWER + "    return (L(q + 1e-20j)).imag / 1e-20", ["line 2: 1e-20j (a complex step"]),
+    (ANSWER + "    z = torch.complex(q, 1e-20 * torch.ones_like(q))\n    return L(z).imag",
+     ["line 2: torch.complex (a complex step"]),
+    (ANSWER + "    return np.gradient(L(q))", ["line 2: numpy.gradient (finite differences"]),
+    (ANSWER + "    return gradcheck.finite_difference(L, q, 0)", ["line 2: gradcheck.finite_difference (answers q1"]),
+    ("def value_update_basis(W_O, eps=1e-5):\n    g = torch.zeros(3)\n    for i in range(3):\n"
+     "        W_O[i] += eps\n        a = L(W_O)\n        W_O[i] -= 2 * eps\n        g[i] = (a - L(W_O)) / (2 * eps)\n"
+     "    return g", ["line 7: (a - L(W_O)) / (2 * eps) (a finite difference"]),
+    (ANSWER + "    return (f(q, slope) - f(k, slope)) / (q - k)", ["line 2: (f(q, slope) - f(k, slope)) / (q - k)"]),
+    # derived answers are not flagged: a normalisation, a mean, a scale
+    (ANSWER + "    d = (q - q.mean(0)) / (q.std(0) + 1e-12)\n    return (d - k) / tau, (k - d) / math.sqrt(2)", []),
+    ("def helper(x):\n    return (f(x + 1e-6) - f(x)) / 1e-6", []),  # not an answer cell (by itself)
+])
+def test_numerical_differentiation_in_an_answer_is_reported(source, expected):
+    prefix = "import numpy as np\nimport torch\nfrom bayesattn_lite import gradcheck\n"
+    found = assignments.reference_calls(prefix + source, "ps1_derivations")
+    assert len(found) == len(expected), found
+    for got, want in zip(found, expected):
+        line, rest = want.split(": ", 1)  # the lines of ``source``, after the three of ``prefix``
+        assert got.startswith(f"line {int(line.split()[1]) + 3}: {rest}"), (got, want)
+        assert "numerical differentiation" in got or "answers q1: numerical differentiation" in got, got
+    assert assignments.reference_calls(prefix + source, "ps2_dynamics") == []  # set 2 measures small steps
+
+
+def test_a_name_bound_in_one_cell_is_resolved_in_another():
+    """A dynamic import, a getattr or a renaming in one cell, the call in a later one (a cell magic's body)."""
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import importlib\nm = importlib.import_module('bayesattn_lite.checks')"),
+        nbformat.v4.new_code_cell("ps = getattr(m, 'problem_sets')\nA = ps.attention"),
+        nbformat.v4.new_code_cell("%%time\ng = A.gradients(x, y, p)")])
+    found = assignments.notebook_reference_calls(nb, "ps1_derivations")
+    assert found[0].startswith("cell 1, line 2: importlib.import_module('bayesattn_lite.checks')"), found
+    assert found[1:] == ["cell 3, line 2: attention.gradients (answers q1/q3: every gradient of the head, reached as "
+                         "checks.problem_sets.attention.gradients)"], found
+
+
+def test_numerical_differentiation_is_found_in_the_helpers_an_answer_uses():
+    """A finite difference in another cell is reported when the answer's function uses it (through any number
+    of cells), not in a scratch cell the answer does not use."""
+    assignment = ASSIGNMENTS["ps1_derivations"]
+    nb = nbformat.read(assignment.student_path, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("def biased_qk_gradients"))
+    cell.source = "def biased_qk_gradients(q, k, v, u, tau, slope):\n    return numeric(q), numeric(k)"
+    nb.cells += [nbformat.v4.new_code_cell("def numeric(x):\n    return central(lambda y: y.sum(), x)"),
+                 nbformat.v4.new_code_cell("def central(f, x, h=1e-6):\n    return (f(x + h) - f(x - h)) / (2 * h)"),
+                 nbformat.v4.new_code_cell("def check_mine(f, x, h=1e-6):\n    return (f(x + h) - f(x - h)) / (2 * h)")]
+    found = assignments.notebook_reference_calls(nb, "ps1_derivations")
+    assert len(found) == 1 and found[0].startswith(f"cell {len(nb.cells) - 1}, line 2: (f(x + h) - f(x - h))"), found
+
+
+@pytest.mark.parametrize("assignment", ALL, ids=lambda a: a.id)
+def test_the_instructor_solutions_use_no_numerical_differentiation(assignment):
+    nb = nbformat.read(assignment.instructor_path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and assignments.SOLUTION_TAG in cell.metadata.get("tags", []):
+            assert assignments.reference_calls(cell.source, assignment.id, answer=True) == [], cell.source[:80]
+
+
+def test_a_huge_cell_is_not_parsed_and_the_others_are_still_scanned():
+    """A 13 MB cell of 1,1,1,... would build an AST of gigabytes: the scan notes it without parsing it,
+    at once, and reads the notebook's other cells."""
+    import time
+    import tracemalloc
+    huge = "x = [" + "1," * 6_500_000 + "]"
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from bayesattn_lite import attention"), nbformat.v4.new_code_cell(huge),
+        nbformat.v4.new_code_cell("g = attention.gradients(x, y, p)")])
+    tracemalloc.start()
+    start = time.perf_counter()
+    alone = assignments.reference_calls(huge, "ps1_derivations")
+    found = assignments.notebook_reference_calls(nb, "ps1_derivations")
+    seconds, peak = time.perf_counter() - start, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(alone) == 1 and "13,000,006 characters, over the 262,144" in alone[0] and "not scanned" in alone[0]
+    assert found == [f"cell 2, {alone[0]}", "cell 3, line 1: attention.gradients (answers q1/q3: every gradient of "
+                     "the head)"], found
+    assert seconds < 2 and peak < 64 * 2 ** 20, (seconds, peak)
+
+
+def test_a_cell_nested_too_deeply_costs_the_scan_of_no_other_cell():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("x = " + "-" * 100_000 + "1"),
+        nbformat.v4.new_code_cell("from bayesattn_lite import attention\ng = attention.gradients(x, y, p)")])
+    found = assignments.notebook_reference_calls(nb, "ps1_derivations")
+    assert found[0] == "cell 1, line 1: nested too deeply to read: not scanned" and "cell 2, line 2: attention" in found[1]
 
 
 def test_a_submission_that_calls_the_reference_is_reported_with_its_cell():

@@ -676,6 +676,88 @@ def test_experiment_checks():
     assert checks.check_seeds(results, experiment) and not checks.check_seeds(results, lambda c, s: results[c][s])
 
 
+RESULTS = {"a": {0: 1.0, 1: 1.1, 2: 1.2}, "b": {0: 2.0, 1: 2.1, 2: 2.2}}
+
+
+def stand_in_experiment(condition, seed):
+    """A number for any condition of RESULTS and any seed, the same every time, different for each seed."""
+    return {"a": 1.0, "b": 2.0}[condition] + 0.1 * seed
+
+
+# the holes of issue 35 (item 5): each scored 3 of 10 points without running anything
+FAKE_EXPERIMENTS = {
+    "a constant": (lambda c, s: 0.5, {c: {s: 0.5 for s in range(3)} for c in "ab"}, "does not change with the seed"),
+    "a constant per condition": (lambda c, s: {"a": 0.5, "b": 0.7}[c],
+                                 {"a": {s: 0.5 for s in range(3)}, "b": {s: 0.7 for s in range(3)}},
+                                 "does not change with the seed"),
+    "a constant beside a made-up table": (lambda c, s: 0.5, RESULTS, "a lookup with a made-up default"),
+    "a lookup with a made-up default": (lambda c, s: RESULTS[c].get(s, 0.3), RESULTS, "a lookup with a made-up default"),
+    "a lookup with a random default": (lambda c, s: RESULTS[c].get(s, float(np.random.rand())), RESULTS,
+                                       "a table read back"),
+    "string seeds": (lambda c, s: {"0": 1.0, "1": 1.1, "2": 1.2}.get(str(s), 0.3),
+                     {c: {"0": 1.0, "1": 1.1, "2": 1.2} for c in "ab"}, "a string"),
+}
+
+
+@pytest.mark.parametrize("offset", [0, 7, 40_961])
+@pytest.mark.parametrize("attack", sorted(FAKE_EXPERIMENTS))
+def test_a_fake_experiment_fails_both_experiment_questions(attack, offset, monkeypatch):
+    """Problem set 3's q2 and q3 certify that run_condition runs: a constant, a table with a default for the
+    seeds it lacks, string seeds fail both, with the mistake named (the hint only in the practice words)."""
+    monkeypatch.setattr(_engine, "SEED_OFFSET", offset)
+    run_condition, results, named = FAKE_EXPERIMENTS[attack]
+    for result in (checks.check_reproducible(run_condition, results), checks.check_seeds(results, run_condition)):
+        assert not result and named in result.message and named in result.practice, (attack, result.message)
+        assert "Hint:" not in result.message and result.mistakes == ()
+
+
+def test_the_experiment_check_runs_its_own_fresh_integer_seeds_and_a_regrade_replays_them(monkeypatch):
+    calls = []
+
+    def experiment(condition, seed):
+        calls.append((condition, seed))
+        return stand_in_experiment(condition, seed)
+
+    monkeypatch.setattr(_engine, "SEED_OFFSET", 12_345)
+    assert checks.check_reproducible(experiment, RESULTS)
+    first, calls[:] = list(calls), []
+    assert all(type(seed) is int and condition in RESULTS for condition, seed in first)
+    fresh = [(c, s) for c, s in first if s not in RESULTS[c]]
+    assert len(first) - len(fresh) == 2  # two entries of results run again
+    assert fresh[0] == fresh[1] and len({s for _, s in fresh}) == 2  # one seed twice, then another
+    assert checks.check_reproducible(experiment, RESULTS) and calls == first  # a regrade: the same draws
+    assert checks.check_seeds(RESULTS, experiment) and calls == first  # q3 reads q2's runs, runs nothing
+    monkeypatch.setattr(_engine, "SEED_OFFSET", 12_346)
+    calls[:] = []
+    assert checks.check_reproducible(experiment, RESULTS) and calls != first  # another submission, other seeds
+
+
+@pytest.mark.parametrize("offset", range(4))
+def test_an_experiment_whose_measure_saturates_in_one_condition_is_an_experiment(offset, monkeypatch):
+    """A measure may be the same for every seed of one condition (a task solved every time); the other
+    condition's spread shows the numbers depend on the seed. Whichever condition the check draws, it passes."""
+    monkeypatch.setattr(_engine, "SEED_OFFSET", offset)
+    results = {"solved": {s: 1.0 for s in range(3)}, "not solved": {s: 0.5 + 0.1 * s for s in range(3)}}
+    run = lambda c, s: 1.0 if c == "solved" else 0.5 + 0.1 * s  # noqa: E731
+    assert checks.check_reproducible(run, results) and checks.check_seeds(results, run)
+
+
+def test_an_experiment_that_is_not_seeded_fails_reproducibility_only():
+    draws = np.random.default_rng()
+    run = lambda c, s: stand_in_experiment(c, s) + draws.random()  # noqa: E731
+    result = checks.check_reproducible(run, RESULTS)
+    assert not result and "not reproducible" in result.message and result.mistakes == ("not_reproducible",)
+    assert "seed everything" in result.practice and "seed everything" not in result.message
+    assert checks.check_seeds(RESULTS, run)  # the seeds question is about the seeds, not the seeding
+
+
+@pytest.mark.parametrize("bad, phrase", [("0.5", "expected one number"), (torch.zeros(2), "expected one number"),
+                                         (float("nan"), "nan")])
+def test_run_condition_must_return_one_finite_number(bad, phrase):
+    result = checks.check_reproducible(lambda c, s: bad, RESULTS)
+    assert not result and phrase in result.message
+
+
 # ----------------------------------------------------------------------------- the grader's random inputs
 
 @pytest.mark.parametrize("offset", [1, 40_961, 2**31 - 1])

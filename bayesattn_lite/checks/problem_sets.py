@@ -7,11 +7,13 @@ what is wrong in words."""
 import dataclasses
 import functools
 import math
+import numbers
 
 import numpy as np
 import torch
 
 from .. import attention
+from . import _engine
 from ._engine import (DTYPE, SIZES, CheckResult, Flaw, Output, Spec, generator, input_note, is_causal, make_case,
                       peaked_attention, rng, run, type_name, without_answer)
 
@@ -313,9 +315,39 @@ def check_tempered_score_change(fn):
 
 
 # ----------------------------------------------------------------------------- problem set 3: an experiment of your own
+#
+# check_reproducible and check_seeds certify that ``run_condition`` runs an experiment: the check calls it
+# itself, on two entries of ``results`` (it must give their numbers again) and on one condition of
+# ``results`` for integer seeds of its own that ``results`` does not have, drawn with the inputs' seed
+# offset (the grader's per-submission offset, replayed by a regrade): the first of them twice (the same
+# number both times), and the numbers must change with the seed. A constant, a table read back with a
+# default for unknown seeds, a table keyed by strings (whose seeds no integer seed can be compared with):
+# none is an experiment, and the seeds of ``results`` must be integers.
+# The experiment is the learner's own design (task, models, budget, measure), so the package has no
+# reference run to compare its numbers with: the reference is the learner's own ``results``, rerun. A run
+# trains a model (seconds each, and the grader calls it in the learner's kernel), so the draws are few:
+_RERUNS = 2      # entries of `results` run again
+_FRESH = 2       # seeds `results` lacks, for one condition (the first one run twice)
+_MORE = 2        # further fresh seeds, drawn only when the first ones all gave the same number
+
+
+def _number(value):
+    """``value`` as a float when it is one number (an int, a float, a numpy scalar, a tensor or array of
+    one element), else None: a string of digits is not a measurement."""
+    if value is None or isinstance(value, (str, bytes, bool, np.bool_)):
+        return None
+    if isinstance(value, torch.Tensor) and (value.numel() != 1 or value.dtype == torch.bool):
+        return None
+    if isinstance(value, np.ndarray) and (value.size != 1 or value.dtype.kind not in "iuf"):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None
+
 
 def _results_problem(results):
-    """None when ``results`` is {condition: {seed: finite number}} with >= 2 conditions, else why not."""
+    """None when ``results`` is {condition: {integer seed: finite number}} with >= 2 conditions, else why not."""
     if not isinstance(results, dict) or len(results) < 2:
         return ("expected `results` to be a dict {condition: {seed: number}} with at least two conditions "
                 f"to compare, got {type(results).__name__} of length {len(results) if hasattr(results, '__len__') else '?'}.")
@@ -323,84 +355,161 @@ def _results_problem(results):
         if not isinstance(by_seed, dict) or not by_seed:
             return f"results[{condition!r}]: expected a non-empty dict {{seed: number}}, got {type(by_seed).__name__}."
         for seed, value in by_seed.items():
-            try:
-                value = float(value)
-            except (TypeError, ValueError):
+            if not isinstance(seed, numbers.Integral) or isinstance(seed, (bool, np.bool_)):
+                what = "a string" if isinstance(seed, str) else f"a {type(seed).__name__}"
+                return (f"results[{condition!r}] has the seed {seed!r}, {what}: a seed is an integer (0, 1, 2, ...). "
+                        "Hint: the grader calls run_condition with integer seeds of its own, as "
+                        "train.seed_everything(seed) and torch.manual_seed(seed) take them; use integer seeds in "
+                        "`results` too.")
+            number = _number(value)
+            if number is None:
                 return f"results[{condition!r}][{seed!r}]: expected a number, got {type(value).__name__}."
-            if not math.isfinite(value):
-                return f"results[{condition!r}][{seed!r}] is {value}: a run diverged or a metric is undefined."
+            if not math.isfinite(number):
+                return f"results[{condition!r}][{seed!r}] is {number}: a run diverged or a metric is undefined."
     return None
+
+
+def _same(a, b):
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _call(run_condition, condition, seed):
+    """(the number ``run_condition(condition, seed)`` returns, None), or (None, why there is none)."""
+    where = f"run_condition({condition!r}, {seed!r})"
+    try:
+        got = run_condition(condition, seed)
+    except Exception as exc:  # noqa: BLE001 - a verdict, never a traceback
+        return None, f"{where} raised {type(exc).__name__}: {str(exc)[:200]}"
+    value = _number(got)
+    if value is None:
+        return None, f"{where} returned {type_name(got)}: expected one number, your measure."
+    if not math.isfinite(value):
+        return None, f"{where} gave {value}: a run diverged or a metric is undefined."
+    return value, None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Experiment:
+    """What running ``run_condition`` showed: why it is no experiment (both questions fail), why it does not
+    reproduce ``results`` (the reproducibility question fails), or neither, and what was run."""
+
+    fake: str = ""
+    problem: str = ""
+    mistakes: tuple = ()
+    summary: str = ""
+
+
+def _draws(results):
+    """The entries of ``results`` to rerun, the condition to run for fresh seeds, and those seeds (ints that
+    ``results`` does not have), all drawn with the inputs' seed offset."""
+    entries = [(condition, seed) for condition, by_seed in results.items() for seed in by_seed]
+    draw = rng(2100)
+    reruns = [entries[i] for i in sorted(draw.choice(len(entries), size=min(_RERUNS, len(entries)), replace=False))]
+    condition = list(results)[int(draw.integers(len(results)))]
+    used, fresh = {int(seed) for _, seed in entries}, []
+    while len(fresh) < _FRESH + _MORE:
+        seed = int(draw.integers(0, 10_000 + 2 * len(used)))  # at least half of the range is free
+        if seed not in used:
+            used.add(seed)
+            fresh.append(seed)
+    return reruns, condition, fresh
+
+
+def _run_experiment(run_condition, results):
+    reruns, condition, fresh = _draws(results)
+    problem, mistakes, reproduced = "", (), []
+    for c, seed in reruns:
+        value, why = _call(run_condition, c, int(seed))
+        recorded = _number(results[c][seed])
+        if why is None and not math.isclose(value, recorded, rel_tol=1e-5, abs_tol=1e-8):
+            why, mistakes = (f"run_condition({c!r}, {seed!r}) gave {value:.6g} now and {recorded:.6g} in `results`: "
+                             "the experiment is not reproducible. Hint: seed everything the run uses (the model's "
+                             "initialisation, the data, the optimizer), e.g. with train.seed_everything(seed) or "
+                             "explicit generators, and keep one thread."), ("not_reproducible",)
+        if why:
+            problem = why
+            break
+        reproduced.append(f"{recorded:.6g} ({c!r}, seed {seed!r})")
+    unseen = "a seed `results` does not have"
+    values = []
+    for n, seed in enumerate(fresh):
+        if n >= _FRESH and any(not _same(v, values[0]) for v in values):
+            break
+        value, why = _call(run_condition, condition, seed)
+        if why:  # after a rerun that failed too, the function does not run: that failure is the verdict
+            return _Experiment(fake=problem or f"{why} ({unseen}): it should run the experiment for any seed, "
+                               "not read a table.")
+        values.append(value)
+        if n == 0:
+            again, why = _call(run_condition, condition, seed)
+            if why or not _same(value, again):
+                if problem:  # it reproduces neither: an experiment that is not seeded
+                    return _Experiment(problem=problem, mistakes=mistakes)
+                return _Experiment(fake=(
+                    f"run_condition({condition!r}, {seed}) ({unseen}) gave {value:.6g}, then "
+                    f"{'an error' if why else f'{again:.6g}'}, while it gives back the numbers of `results` exactly: "
+                    "a table read back, with made-up numbers for other seeds, is not an experiment."))
+    seeds = ", ".join(str(s) for s in fresh[:len(values)])
+    if all(_same(v, values[0]) for v in values):
+        if not any(_same(values[0], _number(r)) for r in results[condition].values()):
+            return _Experiment(fake=(
+                f"for {len(values)} seeds `results` does not have ({seeds}), run_condition({condition!r}, seed) gave "
+                f"the same number every time, {values[0]:.6g}, which is none of the numbers `results` has for "
+                f"{condition!r}: a lookup with a made-up default is not an experiment. Hint: run_condition must train "
+                "and measure for any seed; the grader calls it with seeds of its own."))
+        if all(_same(_number(v), _number(next(iter(by_seed.values())))) for by_seed in results.values()
+               for v in by_seed.values()):
+            return _Experiment(fake=(
+                f"run_condition({condition!r}, seed) gave {values[0]:.6g} for every seed tried ({seeds}, and those of "
+                "`results`), and every condition of `results` has one number for all its seeds: a number that does "
+                "not change with the seed is not an experiment with several seeds. Hint: seed the initialisation "
+                "and the batches with `seed`; if your measure saturates (an accuracy of 1.0 for every seed), take a "
+                "smaller budget or a finer measure."))
+    if problem:
+        return _Experiment(problem=problem, mistakes=mistakes)
+    return _Experiment(summary=(
+        "run_condition reproduces " + " and ".join(reproduced) + f", and runs for seeds `results` does not have "
+        f"({condition!r}: " + ", ".join(f"seed {s} {v:.6g}" for s, v in zip(fresh, values)) + ", the first twice the same)."))
+
+
+# check_reproducible and check_seeds run the same experiment; in the grader a run trains a model in the
+# learner's kernel, so check_seeds reads the verdict check_reproducible left here (the grader's stand-ins
+# for one learner function of one kernel compare equal), for the same results and seed offset
+_last_experiment = {}
+
+
+def _experiment(run_condition, results, again=False):
+    """The ``_Experiment`` of ``run_condition`` and ``results``: run now when ``again`` or not run last."""
+    key = (run_condition, repr(results), _engine.SEED_OFFSET)
+    if again or _last_experiment.get("key") != key:
+        _last_experiment.clear()
+        _last_experiment.update(key=key, verdict=_run_experiment(run_condition, results))
+    return _last_experiment["verdict"]
 
 
 @_names_the_mistake
 def check_reproducible(run_condition, results):
-    """``run_condition(condition, seed)`` rerun for two (condition, seed) entries of ``results`` (drawn
-    with the inputs' seed offset) gives the same numbers, and runs for a seed ``results`` does not have:
-    a table of numbers with a lookup for ``run_condition`` is no experiment."""
+    """``run_condition(condition, seed)`` is an experiment behind ``results``: rerun on two entries of
+    ``results`` it gives their numbers, and on seeds of the check's own (integers ``results`` lacks, drawn
+    with the inputs' seed offset) it runs, gives the same number twice for the same seed and numbers that
+    change with the seed: a constant, or a table read back with a default, is no experiment."""
     problem = _results_problem(results)
     if problem:
         return CheckResult("reproducible", False, problem)
     if not callable(run_condition):
         return CheckResult("reproducible", False, "expected `run_condition` to be a function (condition, seed) -> number.")
-    entries = [(condition, seed) for condition, by_seed in results.items() for seed in by_seed]
-    draw = rng(0)
-    chosen = [entries[i] for i in sorted(draw.choice(len(entries), size=min(2, len(entries)), replace=False))]
-    for condition, seed in chosen:
-        try:
-            again = float(run_condition(condition, seed))
-        except Exception as exc:  # noqa: BLE001
-            return CheckResult("reproducible", False, f"run_condition({condition!r}, {seed!r}) raised "
-                               f"{type(exc).__name__}: {str(exc)[:200]}")
-        recorded = float(results[condition][seed])
-        if not math.isclose(again, recorded, rel_tol=1e-5, abs_tol=1e-8):
-            return CheckResult("reproducible", False, (
-                f"run_condition({condition!r}, {seed!r}) gave {again:.6g} now and {recorded:.6g} in `results`: "
-                "seed everything the run uses (the model's initialisation, the data, the optimizer), e.g. with "
-                "train.seed_everything(seed) or explicit generators, and keep one thread."))
-    problem = _not_an_experiment(run_condition, results)
-    if problem:
-        return CheckResult("reproducible", False, problem)
-    return CheckResult("reproducible", True, "run_condition reproduces " + " and ".join(
-        f"{results[c][s]:.6g} ({c!r}, seed {s!r})" for c, s in chosen) + ", and runs for a new seed.")
-
-
-def _not_an_experiment(run_condition, results):
-    """Why ``run_condition`` is not the experiment behind ``results`` (it fails for a seed that
-    ``results`` does not have, drawn with the inputs' seed offset), or None."""
-    entries = [(condition, seed) for condition, by_seed in results.items() for seed in by_seed]
-    seeds = [seed for _, seed in entries]
-    if not all(isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds):
-        return None
-    condition = entries[0][0]
-    fresh = max(seeds) + 1 + int(rng(1).integers(1000))
-    try:
-        value = _run_once(run_condition, condition, fresh)
-    except Exception as exc:  # noqa: BLE001
-        return (f"run_condition({condition!r}, {fresh}) (a seed `results` does not have) raised "
-                f"{type(exc).__name__}: {str(exc)[:200]}: it should run the experiment for any seed, not read a table.")
-    return None if math.isfinite(value) else f"run_condition({condition!r}, {fresh}) gave {value}."
-
-
-# check_reproducible and check_seeds both run the experiment for the same fresh seed; in the grader a
-# run trains a model in the learner's kernel, so the second check reads the first one's value here
-_last_run = {}
-
-
-def _run_once(run_condition, condition, seed):
-    """``float(run_condition(condition, seed))``, remembered for the next call with the same arguments
-    (the grader's stand-ins for one learner function of one kernel compare equal)."""
-    key = (run_condition, condition, seed)
-    if _last_run.get("key") != key:
-        _last_run.clear()
-        _last_run.update(key=key, value=float(run_condition(condition, seed)))
-    return _last_run["value"]
+    verdict = _experiment(run_condition, results, again=True)
+    if verdict.fake or verdict.problem:
+        return CheckResult("reproducible", False, verdict.fake or verdict.problem, mistakes=verdict.mistakes)
+    return CheckResult("reproducible", True, verdict.summary)
 
 
 @_names_the_mistake
 def check_seeds(results, run_condition=None):
-    """At least three seeds per condition, the same seeds in every condition; with ``run_condition``
-    (the grader passes it), the numbers must come from it: it runs for a seed ``results`` lacks."""
-    problem = _results_problem(results) or (run_condition is not None and _not_an_experiment(run_condition, results))
+    """At least three integer seeds per condition, the same seeds in every condition; with ``run_condition``
+    (the grader passes it), the numbers must come from an experiment (``check_reproducible``'s runs: it runs
+    for seeds ``results`` lacks and its numbers change with the seed)."""
+    problem = _results_problem(results)
     if problem:
         return CheckResult("seeds", False, problem)
     seeds = [set(by_seed) for by_seed in results.values()]
@@ -412,6 +521,12 @@ def check_seeds(results, run_condition=None):
     if any(s != seeds[0] for s in seeds):
         return CheckResult("seeds", False, "expected the same seeds in every condition (paired runs), got "
                            + ", ".join(f"{c!r}: {sorted(s)}" for c, s in zip(results, seeds)) + ".")
+    if run_condition is not None:
+        if not callable(run_condition):
+            return CheckResult("seeds", False, "expected `run_condition` to be a function (condition, seed) -> number.")
+        fake = _experiment(run_condition, results).fake
+        if fake:
+            return CheckResult("seeds", False, fake)
     return CheckResult("seeds", True, f"{len(seeds[0])} paired seeds in each of {len(seeds)} conditions.")
 
 

@@ -22,14 +22,20 @@ Every checked question holds its ``bayesattn_lite.checks`` function and the name
 it is called on; the grader (``bayesattn_lite.instructor.grading``) runs exactly that. A written question
 (``check=None``) is the Markdown cells tagged ``answer-<id>``, graded by the instructor with ``Question.rubric``.
 ``notebook_reference_calls`` lists where a submission calls what would answer a question for it (the
-package's reference functions, autograd in a derivation), for the grader's report.
+package's reference functions, autograd in a derivation, numerical differentiation in set 1's answers),
+for the grader's report.
 """
 
 import argparse
 import ast
 import copy
+import functools
+import importlib
+import importlib.util
+import inspect
 import re
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,6 +157,7 @@ REFERENCES = {
         "bayesattn_lite.attention.score_gradient": "q1: the advantage law",
         "bayesattn_lite.attention.error_signal": "q1/q3: the error signal",
         "bayesattn_lite.gradcheck.autograd_gradients": "q1: autograd gradients",
+        "bayesattn_lite.gradcheck.finite_difference": "q1: numerical differentiation",
     },
     "ps2_dynamics": {
         "bayesattn_lite.attention.score_kernel": "q3: the score-space kernel",
@@ -164,29 +171,167 @@ REFERENCES = {
         "bayesattn_lite.tasks.StickyMarkovChain.bayes_metrics": "q5: the chain's Bayes loss",
     },
 }
-_AUTOGRAD = ("torch.autograd", "torch.func", "functorch")  # a derivation answered by differentiating numerically
+PACKAGE = "bayesattn_lite"
+_AUTOGRAD = ("torch.autograd", "torch.func", "functorch", "jax.grad", "jax.jacrev", "jax.jacfwd", "jax.vjp", "jax.jvp",
+             "jax.hessian", "jax.value_and_grad")  # a derivation answered by differentiating automatically
 _AUTOGRAD_ASSIGNMENTS = {"ps1_derivations", "ps2_dynamics"}
 # attributes that name a reference whatever object they are read from (methods of the package's classes)
 _REFERENCE_ATTRIBUTES = {"ps3_experiment": {"h_min", "row_entropies", "bayes_metrics"}}
+# Where numerical differentiation (finite differences, a complex step) answers a derivation question, it is
+# no answer (book/assignments/instructors.md): flagged in the cells that define a checked question's function
+# and the functions those use. Not in set 2, whose written questions measure changes under small steps.
+_NUMERICAL_ASSIGNMENTS = {"ps1_derivations"}
+_FINITE_DIFFERENCES = ("numpy.gradient", "torch.gradient", "scipy.optimize.approx_fprime", "scipy.optimize.check_grad",
+                       "scipy.misc.derivative", "scipy.differentiate", "numdifftools")
+_COMPLEX = ("torch.complex", "torch.cfloat", "torch.cdouble", "torch.chalf", "torch.view_as_complex", "numpy.complex",
+            "numpy.csingle", "numpy.cdouble", "numpy.clongdouble", "cmath")
+_SMALL = 1e-2  # a constant this small that divides a difference is a step size
+
+MAX_CELL = 2 ** 18  # characters (grading.MAX_READ_CELL): a larger code cell is not parsed (its AST could take GBs)
+# cell magics whose body IPython runs as Python in the kernel; another magic's body is scanned when it parses
+# (%%writefile of a module), noted when it does not, except the display magics, which run no code here
+_PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
+_DISPLAY_CELL_MAGICS = {"html", "markdown", "md", "latex", "javascript", "js", "svg"}
+_PYTHON_LINE_MAGICS = {"time", "timeit", "prun", "debug"}  # line magics whose argument runs as Python
+_IMPORTERS = ("importlib.import_module", "importlib.__import__", "builtins.__import__")
+
+
+def _getattr_constant(node):
+    """True for ``getattr(x, "name")``, which the scan reads as ``x.name``."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            and node.args[1].value.isidentifier())
+
+
+def _attribute(node):
+    """(the object, the attribute's name) of ``x.name`` or ``getattr(x, "name")``; (None, None) otherwise."""
+    if isinstance(node, ast.Attribute):
+        return node.value, node.attr
+    if _getattr_constant(node):
+        return node.args[0], node.args[1].value
+    return None, None
+
+
+def _importer(node, aliases):
+    """True for a call of ``importlib.import_module``, ``__import__`` (under any name)."""
+    return isinstance(node, ast.Call) and (isinstance(node.func, ast.Name) and node.func.id == "__import__"
+                                           or _dotted(node.func, aliases) in _IMPORTERS)
+
+
+def _imported(node, aliases):
+    """The module a dynamic import with a constant name returns (``__import__("a.b")`` returns ``a``, or
+    ``a.b`` with a ``fromlist``), or None."""
+    if not (_importer(node, aliases) and node.args and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)) or node.args[0].value.startswith("."):
+        return None
+    name = node.args[0].value
+    if _dotted(node.func, aliases) == "importlib.import_module":
+        return name
+    fromlist = node.args[3] if len(node.args) > 3 else next((k.value for k in node.keywords if k.arg == "fromlist"), None)
+    empty = fromlist is None or isinstance(fromlist, ast.Constant) and not fromlist.value or \
+        isinstance(fromlist, (ast.List, ast.Tuple)) and not fromlist.elts
+    return name.split(".")[0] if empty else name
 
 
 def _dotted(node, aliases):
-    """'bayesattn_lite.attention.score_kernel' for an expression attention.score_kernel, resolving imports."""
+    """'bayesattn_lite.attention.score_kernel' for an expression attention.score_kernel, resolving imports,
+    ``getattr(x, "name")`` (as ``x.name``) and dynamic imports of a constant name."""
     parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    head = aliases.get(node.id)
+    while True:
+        value, attr = _attribute(node)
+        if value is None:
+            break
+        parts.append(attr)
+        node = value
+    if isinstance(node, ast.Name):
+        head = aliases.get(node.id)
+    elif isinstance(node, ast.Call):
+        head = _imported(node, aliases)
+    else:
+        head = None
     return ".".join([head] + parts[::-1]) if head else None
 
 
+def _module(name):
+    """The module ``name`` if it is already imported, or a module of the package below the instructor's
+    side (imported now: down the tiers, as they allow; the kernel that runs a submission has no
+    ``instructor`` to reach a reference through); else None. Nothing outside the package is imported."""
+    if name in sys.modules:
+        return sys.modules[name]
+    if name != PACKAGE and not name.startswith(PACKAGE + ".") or name.startswith(f"{PACKAGE}.instructor"):
+        return None
+    try:
+        return importlib.import_module(name) if importlib.util.find_spec(name) is not None else None
+    except Exception:  # noqa: BLE001 - a name that is no module of the package (or fails to import)
+        return None
+
+
+def _walk(name):
+    """(the object the dotted ``name`` under the package finally points to, None), attribute by attribute
+    (statically: no property or module __getattr__ runs), importing the package's submodules on the way;
+    or (None, the name it has outside the package) once it reaches a module that is not the package's
+    (``bayesattn_lite.gradcheck.torch.autograd`` -> ``torch.autograd``); (None, None) when it names nothing."""
+    parts = name.split(".")
+    obj = _module(parts[0])
+    for i, part in enumerate(parts[1:], start=1):
+        if isinstance(obj, types.ModuleType) and obj.__name__.split(".")[0] != PACKAGE:
+            return None, ".".join([obj.__name__] + parts[i:])
+        try:
+            obj = inspect.getattr_static(obj, part)
+        except AttributeError:
+            obj = _module(f"{obj.__name__}.{part}") if isinstance(obj, types.ModuleType) else None
+        if obj is None:
+            return None, None
+    return obj, None
+
+
+@functools.cache
+def _reference_objects(assignment_id):
+    """[(the object, its name in REFERENCES)] of ``assignment_id``."""
+    found = []
+    for name in REFERENCES.get(assignment_id, {}):
+        obj, _ = _walk(name)
+        if obj is not None:
+            found.append((obj, name))
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical(name, assignment_id):
+    """The name of what the dotted ``name`` finally points to, so that a re-export is caught: a reference
+    of ``assignment_id`` reached through another module of the package (``checks.problem_sets.attention.
+    gradients``) has its name in REFERENCES, a module or function its own; ``name`` itself otherwise."""
+    if not name or not name.startswith(PACKAGE + "."):
+        return name
+    obj, outside = _walk(name)
+    if outside:
+        return outside
+    for candidate in (obj, inspect.getattr_static(obj, "__wrapped__", None)):
+        for ref, ref_name in _reference_objects(assignment_id):
+            if candidate is not None and candidate is ref:
+                return ref_name
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    return f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else name
+
+
+def _public_names(module_name):
+    """The names ``from module_name import *`` binds, for a module of the package or one already imported."""
+    module = _module(module_name)
+    if module is None:
+        return []
+    names = getattr(module, "__all__", None)
+    if not isinstance(names, (list, tuple)):
+        names = [n for n in vars(module) if not n.startswith("_")]
+    return [n for n in names if isinstance(n, str)]
+
+
 def _aliases(tree, known=None):
-    """Every name an import (or a plain renaming ``A = attention``) binds, mapped to the full dotted
-    name it stands for. ``from m import *`` binds the names of ``REFERENCES`` that live in ``m``."""
+    """Every name an import (or a plain renaming ``A = attention``, ``m = importlib.import_module(...)``,
+    ``f = getattr(m, "name")``) binds, mapped to the full dotted name it stands for. ``from m import *``
+    binds the public names of ``m`` (for the package's modules and those already imported)."""
     aliases = dict(known or {})
-    everything = {name for refs in REFERENCES.values() for name in refs}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
@@ -194,7 +339,7 @@ def _aliases(tree, known=None):
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for a in node.names:
                 if a.name == "*":
-                    aliases.update({n.rsplit(".", 1)[1]: n for n in everything if n.rsplit(".", 1)[0] == node.module})
+                    aliases.update({n: f"{node.module}.{n}" for n in _public_names(node.module)})
                 else:
                     aliases[a.asname or a.name] = f"{node.module}.{a.name}"
     for node in ast.walk(tree):  # after the imports: A = attention, f = A.score_kernel
@@ -215,70 +360,343 @@ def _parse(source):
     return ast.parse(source)
 
 
-def reference_calls(source, assignment_id, context="", context_aliases=None):
-    """The uses, in ``source`` (Python code, IPython magics allowed), of what answers a question of
-    ``assignment_id`` by itself: the package's reference functions (``REFERENCES``), autograd in the
-    derivation sets, a dynamic import of the package. One string per use, ``"line N: what (why)"``.
-    ``context``: code of other cells (a notebook's install cell) whose imports the names may come from;
-    ``context_aliases``: the same, already read (``_aliases``), so a notebook's imports are read once.
+def _parses(text):
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
-    Static (AST) detection: it sees imports, aliases and attribute access, not code built at run time
-    (``exec`` of a string, an object reached through ``globals()``), which it reports as such."""
-    try:
-        tree = _parse(source)
-    except SyntaxError as exc:
-        return [f"line {exc.lineno}: not valid Python, not scanned ({exc.msg})"]
-    aliases = dict(context_aliases or {})
-    try:
-        aliases = _aliases(_parse(context), aliases) if context else aliases
-    except SyntaxError:  # the context only lends its imports: an invalid one lends none
-        pass
-    aliases = _aliases(tree, aliases)
-    references = REFERENCES.get(assignment_id, {})
-    attributes = _REFERENCE_ATTRIBUTES.get(assignment_id, set())
+
+def _python_argument(text):
+    """The Python code a magic's argument holds after its options (``-n 1 -r 3 f(x)`` -> ``f(x)``), or ''."""
+    text = text.strip()
+    for _ in range(6):
+        if _parses(text):
+            return text
+        if not text.startswith("-"):
+            return ""
+        text = (text.split(None, 1)[1:] or [""])[0]  # the option
+        if text and not text.startswith("-") and not _parses(text):
+            text = (text.split(None, 1)[1:] or [""])[0]  # its value
+    return ""
+
+
+def _strip_cell_magics(source):
+    """(``source`` with its cell magics, ``%%time`` and the like on the first line as IPython reads them,
+    replaced by their Python argument or a blank line, the body kept in place; their names). Line numbers
+    stay those of the cell."""
+    lines, names, i = source.split("\n"), [], 0
+    while True:
+        while i < len(lines) and not lines[i].strip():
+            i += 1
+        if i == len(lines) or not lines[i].startswith("%%"):
+            return "\n".join(lines), names
+        name, _, argument = lines[i][2:].partition(" ")
+        names.append(name.strip())
+        lines[i] = _python_argument(argument)
+        i += 1
+
+
+_SHELL_OR_MAGIC = re.compile(r"^(?P<indent>[ \t]*)(?P<target>[\w.]+(?:[ \t]*,[ \t]*[\w.]+)*[ \t]*=[ \t]*)?"
+                             r"(?:%{1,2}(?P<magic>\w+)(?P<argument>.*)|!.*|[^#\n]*\?)$")
+
+
+def _neutral(source):
+    """``source`` with IPython's line magics and shell lines (``%pip ...``, ``!ls``, ``x = !ls``, ``obj?``)
+    turned into neutral lines (a magic that runs Python keeps its code), for when the cell does not parse."""
+    def line(match):
+        code = _python_argument(match["argument"]) if match["magic"] in _PYTHON_LINE_MAGICS else ""
+        if match["target"]:
+            return f"{match['indent']}{match['target']}{code or 'None'}"
+        return f"{match['indent']}{code or 'pass'}"
+    return "\n".join(_SHELL_OR_MAGIC.sub(line, text) for text in source.split("\n"))
+
+
+def _line_magic_code(tree):
+    """Statements of the Python that IPython's line magics (``%time f(x)``, as
+    ``get_ipython().run_line_magic('time', 'f(x)')``) run, at their lines."""
     found = []
     for node in ast.walk(tree):
-        what = None
-        if isinstance(node, (ast.Attribute, ast.Name)):
-            name = _dotted(node, aliases)
-            if name in references:
-                what = f"{name.replace('bayesattn_lite.', '')} (answers {references[name]})"
-            elif name and assignment_id in _AUTOGRAD_ASSIGNMENTS and name.startswith(_AUTOGRAD):
-                what = f"{name} (autograd: the question asks for a derivation)"
-            elif isinstance(node, ast.Attribute) and node.attr in attributes:
-                what = f".{node.attr} (a method of the package that answers {assignment_id})"
-            elif isinstance(node, ast.Attribute) and node.attr == "backward" and \
-                    assignment_id in _AUTOGRAD_ASSIGNMENTS:
-                what = ".backward() (autograd: the question asks for a derivation)"
-            elif isinstance(node, ast.Attribute) and node.attr in ("__dict__", "__getattribute__") and \
-                    _looked_up(node.value, aliases, assignment_id):
-                what = f".{node.attr} of {_looked_up(node.value, aliases, assignment_id)} (a name looked up at " \
-                       "run time: not scanned)"
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                node.func.id in ("exec", "eval", "__import__", "globals"):
-            what = f"{node.func.id}() (code built at run time: not scanned)"
-        elif isinstance(node, ast.Call) and _dotted(node.func, aliases) == "importlib.import_module":
-            what = "importlib.import_module() (a dynamic import: not scanned)"
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars") \
-                and node.args and _looked_up(node.args[0], aliases, assignment_id):
-            what = f"{node.func.id}() on {_looked_up(node.args[0], aliases, assignment_id)} (a name looked up at run " \
-                   "time: not scanned)"
-        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and \
-                str(node.slice.value).startswith("bayesattn_lite") and ast.unparse(node.value) == "sys.modules":
-            what = "sys.modules[...] of the package (a module looked up at run time: not scanned)"
-        if what and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
-            found.append((node.lineno, what))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "run_line_magic" and len(node.args) == 2 and \
+                all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args) and \
+                node.args[0].value in _PYTHON_LINE_MAGICS:
+            code = _python_argument(node.args[1].value)
+            if code:
+                body = ast.parse(code).body
+                for statement in body:
+                    ast.increment_lineno(statement, node.lineno - 1)
+                found += body
+    return found
+
+
+def _tree(source):
+    """(the AST of a code cell as IPython runs it, [(line, note for the report)]): cell magics stripped
+    (their body read as Python), line magics and shell lines as IPython turns them, the code of ``%time``
+    and the like added; a cell that still does not parse is read without its magic and shell lines, then
+    without each line that does not parse (noted). The tree is None when the cell is not read at all (too
+    large, a body in another language), with a note that says so. Line numbers are the cell's."""
+    if len(source) > MAX_CELL:
+        return None, [(1, f"a cell of {len(source):,} characters, over the {MAX_CELL:,} the grader parses: "
+                          "not scanned")]
+    source, magics = _strip_cell_magics(source)
+    lines = source.split("\n")
+    blank = next((n for n, line in enumerate(lines) if line.strip()), len(lines))
+    source = "\n".join(lines[blank:])  # IPython drops the leading blank lines: count them here
+    other = next((m for m in magics if m not in _PYTHON_CELL_MAGICS), None)
+    notes = []
+    try:
+        tree = _parse(source)
+        tree.body += _line_magic_code(tree)
+    except (SyntaxError, ValueError) as exc:  # ValueError: a null byte
+        if other in _DISPLAY_CELL_MAGICS:
+            return ast.Module(body=[], type_ignores=[]), []
+        if other is not None:
+            return None, [(1, f"a %%{other} cell, not Python: not scanned")]
+        tree, notes = _recovered(source, exc)
+    if tree is not None:
+        ast.increment_lineno(tree, blank)
+    return tree, [(line + blank, note) for line, note in notes]
+
+
+def _recovered(source, error):
+    """The tree of a cell that does not parse: without its magic and shell lines, then without each line
+    that still does not parse (at most 20), with a note of the first such line; None when that fails."""
+    lines, first = _neutral(source).split("\n"), None
+    for _ in range(20):
+        try:
+            tree = ast.parse("\n".join(lines))
+        except (SyntaxError, ValueError) as exc:
+            first = first or exc
+            n = (getattr(exc, "lineno", None) or 1) - 1
+            if not 0 <= n < len(lines) or not lines[n].strip():
+                break
+            lines[n] = ""
+            continue
+        return tree, [] if first is None else [(first.lineno or 1, _invalid(first))]
+    return None, [(getattr(error, "lineno", None) or 1, _invalid(error))]
+
+
+def _invalid(error):
+    return f"not valid Python, not scanned ({getattr(error, 'msg', None) or error})"
+
+
+def _answer_names(assignment_id):
+    """The functions a checked question of ``assignment_id`` calls, where numerical differentiation is flagged."""
+    assignment = ASSIGNMENTS.get(assignment_id)
+    if assignment_id not in _NUMERICAL_ASSIGNMENTS or assignment is None:
+        return set()
+    return {name for q in assignment.questions if not q.written for name in q.names}
+
+
+def _definitions(tree):
+    """{a name the cell defines at the top level (def, class, assignment): the names its definition uses}."""
+    defined = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = {node.name}
+        elif isinstance(node, ast.Assign):
+            names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+        else:
+            continue
+        used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for name in names:
+            defined.setdefault(name, set()).update(used)
+    return defined
+
+
+def _value(node):
+    """The number a constant expression (``1e-6``, ``-1e-6``, ``10 ** -6``, ``1 / 1000``) stands for, or None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value) if abs(node.value) < 1e300 else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _value(node.operand)
+        return None if value is None else -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Pow, ast.Mult, ast.Div)):
+        left, right = _value(node.left), _value(node.right)
+        if left is None or right is None or isinstance(node.op, ast.Pow) and (abs(right) > 400 or left <= 0):
+            return None
+        try:
+            return left ** right if isinstance(node.op, ast.Pow) else left * right if isinstance(node.op, ast.Mult) \
+                else left / right
+        except (OverflowError, ZeroDivisionError):
+            return None
+    return None
+
+
+def _small(node, small_names):
+    """True when ``node`` is a step size: a constant of at most _SMALL, or a name bound to one."""
+    if isinstance(node, ast.Name):
+        return node.id in small_names
+    value = _value(node)
+    return value is not None and 0 < abs(value) <= _SMALL
+
+
+def _factors(node):
+    """The factors of a product (``2 * h`` -> 2, h); of a power, its base (``h ** 2`` -> h)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _factors(node.left) + _factors(node.right)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        return _factors(node.left)
+    return [node]
+
+
+def _step_names(tree):
+    """Names bound to a small constant (``h = 1e-6``, a default ``eps=1e-5``) or added to a point
+    (``x[i] += h``): the step sizes of a finite difference."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and _small(node.value, set()):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)) and \
+                isinstance(node.target, ast.Subscript) and isinstance(node.value, ast.Name):
+            names.add(node.value.id)  # x[i] += h
+        elif isinstance(node, ast.arguments):
+            positional = node.posonlyargs + node.args
+            pairs = list(zip(positional[len(positional) - len(node.defaults):], node.defaults))
+            pairs += [(a, d) for a, d in zip(node.kwonlyargs, node.kw_defaults) if d is not None]
+            names |= {a.arg for a, d in pairs if _small(d, set())}
+    return names
+
+
+def _numerical(tree, aliases, assignment_id):
+    """[(line, what)]: numerical differentiation in a cell: a complex step (``1j``, ``complex(...)``, a
+    complex dtype), a finite difference ``(f(x + h) - f(x)) / h`` or a library's finite differences."""
+    steps, found = _step_names(tree), []
+    for node in ast.walk(tree):
+        used, kind = None, "a complex step"
+        if isinstance(node, ast.Constant) and isinstance(node.value, complex):
+            used = repr(node.value)
+        elif isinstance(node, ast.Name) and node.id == "complex" and isinstance(node.ctx, ast.Load):
+            used = "complex"
+        elif isinstance(node, ast.keyword) and node.arg == "dtype" and isinstance(node.value, ast.Constant) and \
+                "complex" in str(node.value.value):
+            used = f"dtype={node.value.value!r}"
+        elif isinstance(node, (ast.Attribute, ast.Name)):
+            name = _canonical(_dotted(node, aliases), assignment_id) or ""
+            if name.startswith(_COMPLEX + _FINITE_DIFFERENCES):
+                used, kind = name, "a complex step" if name.startswith(_COMPLEX) else "finite differences"
+        elif _finite_difference(node, steps):
+            used, kind = ast.unparse(node)[:80], "a finite difference"
+        if used:
+            found.append((getattr(node, "lineno", 1), f"{used} ({kind}: numerical differentiation, the question "
+                                                      "asks for the derived gradient)"))
+    return found
+
+
+def _finite_difference(node, steps):
+    """True for ``(A - B) / D`` where D is a step (``h``, ``2 * eps``, ``1e-6``) or A and B call one function
+    at two points that a name of D moves apart (``(f(x + h) - f(x - h)) / (2 * h)``)."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.BinOp)
+            and isinstance(node.left.op, ast.Sub)):
+        return False
+    if any(_small(factor, steps) for factor in _factors(node.right)):
+        return True
+    a, b = node.left.left, node.left.right
+    if not (isinstance(a, ast.Call) and isinstance(b, ast.Call) and ast.dump(a.func) == ast.dump(b.func)
+            and ast.dump(a) != ast.dump(b)):
+        return False
+    moving = {n.id for call in (a, b) for arg in call.args + [k.value for k in call.keywords]
+              for n in ast.walk(arg) if isinstance(n, ast.Name)}
+    return any(isinstance(n, ast.Name) and n.id in moving for n in ast.walk(node.right))
+
+
+def _reference(node, aliases, assignment_id):
+    """What ``node`` (a name, ``x.name`` or ``getattr(x, "name")``) uses that answers a question, or None."""
+    references = REFERENCES.get(assignment_id, {})
+    written = _dotted(node, aliases)
+    name = _canonical(written, assignment_id)
+    base, attr = _attribute(node)
+    if name in references:
+        via = "" if written == name else f", reached as {written.removeprefix(PACKAGE + '.')}"
+        return f"{name.removeprefix(PACKAGE + '.')} (answers {references[name]}{via})"
+    if name and assignment_id in _AUTOGRAD_ASSIGNMENTS and name.startswith(_AUTOGRAD):
+        return f"{name} (autograd: the question asks for a derivation)"
+    if attr in _REFERENCE_ATTRIBUTES.get(assignment_id, set()):
+        return f".{attr} (a method of the package that answers {assignment_id})"
+    if attr == "backward" and assignment_id in _AUTOGRAD_ASSIGNMENTS:
+        return ".backward() (autograd: the question asks for a derivation)"
+    if attr in ("__dict__", "__getattribute__") and _looked_up(base, aliases, assignment_id):
+        return f".{attr} of {_looked_up(base, aliases, assignment_id)} (a name looked up at run time: not scanned)"
+    return None
+
+
+def _dynamic_import(node, aliases, assignment_id):
+    """What a dynamic import (``importlib.import_module``, ``__import__``) brings in, when it matters."""
+    name = "importlib.import_module" if _dotted(node.func, aliases) == "importlib.import_module" else "__import__"
+    module = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+    if not isinstance(module, str):
+        return f"{name}() (a dynamic import: not scanned)"
+    if module.split(".")[0] == PACKAGE:
+        return f"{name}({module!r}) (a dynamic import of the package)"
+    if assignment_id in _AUTOGRAD_ASSIGNMENTS and (module + ".").startswith(tuple(a + "." for a in _AUTOGRAD)):
+        return f"{name}({module!r}) (autograd: the question asks for a derivation)"
+    return None
+
+
+def reference_calls(source, assignment_id, context="", context_aliases=None, answer=None):
+    """The uses, in ``source`` (Python code, IPython magics allowed), of what answers a question of
+    ``assignment_id`` by itself: the package's reference functions (``REFERENCES``, under any name or
+    module path of the package that re-exports them), autograd in the derivation sets, numerical
+    differentiation in an answer of set 1, a dynamic import of the package. One string per use,
+    ``"line N: what (why)"``. ``context``: code of other cells (a notebook's install cell) whose imports the
+    names may come from; ``context_aliases``: the same, already read (``_aliases``), so a notebook's imports
+    are read once. ``answer``: whether the cell is part of a checked question's answer (numerical
+    differentiation is looked for there); by default, whether it defines a checked question's function.
+
+    Static (AST) detection: it sees imports, aliases, attribute access and ``getattr`` with a constant name,
+    not code built at run time (``exec`` of a string, an object reached through ``globals()``), which it
+    reports as such. A cell over ``MAX_CELL`` characters is not parsed (noted)."""
+    try:
+        found = _uses(source, assignment_id, context, context_aliases, answer)
+    except (RecursionError, MemoryError):  # nested deeper than Python compiles: it cannot run either
+        found = [(1, "nested too deeply to read: not scanned")]
     # an attribute chain a.b.c is visited at every level: keep the longest match per line and name
     unique = sorted(set(found))
     return [f"line {line}: {what}" for line, what in unique
             if not any(l2 == line and w2 != what and w2.startswith(what.split(" (")[0] + ".") for l2, w2 in unique)]
 
 
+def _uses(source, assignment_id, context, context_aliases, answer):
+    """[(line, what)]: ``reference_calls`` before it is sorted and written."""
+    tree, found = _tree(source)
+    if tree is None:
+        return found
+    aliases = dict(context_aliases or {})
+    if context:
+        context_tree, _ = _tree(context)
+        aliases = _aliases(context_tree, aliases) if context_tree is not None else aliases
+    aliases = _aliases(tree, aliases)
+    for node in ast.walk(tree):
+        what = None
+        if isinstance(node, (ast.Attribute, ast.Name)) or _getattr_constant(node):
+            what = _reference(node, aliases, assignment_id)
+        elif _importer(node, aliases):
+            what = _dynamic_import(node, aliases, assignment_id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("exec", "eval", "globals"):
+            what = f"{node.func.id}() (code built at run time: not scanned)"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars") \
+                and node.args and _looked_up(node.args[0], aliases, assignment_id):
+            what = f"{node.func.id}() on {_looked_up(node.args[0], aliases, assignment_id)} (a name looked up at run " \
+                   "time: not scanned)"
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and \
+                str(node.slice.value).startswith(PACKAGE) and ast.unparse(node.value) == "sys.modules":
+            what = "sys.modules[...] of the package (a module looked up at run time: not scanned)"
+        if what and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
+            found.append((node.lineno, what))
+    names = _answer_names(assignment_id)
+    if names and (answer if answer is not None else bool(names & set(_definitions(tree)))):
+        found += _numerical(tree, aliases, assignment_id)
+    return found
+
+
 def _looked_up(node, aliases, assignment_id):
     """"the package", or "autograd" where the assignment asks for a derivation, when ``node`` names a
     module whose attributes could answer a question; None otherwise."""
-    name = _dotted(node, aliases) or ""
-    if name.startswith("bayesattn_lite"):
+    name = _canonical(_dotted(node, aliases), assignment_id) or ""
+    if name.split(".")[0] == PACKAGE:
         return "the package"
     if assignment_id in _AUTOGRAD_ASSIGNMENTS and (name == "torch" or name.startswith(_AUTOGRAD)):
         return "autograd"
@@ -288,7 +706,9 @@ def _looked_up(node, aliases, assignment_id):
 def notebook_reference_calls(nb, assignment_id, folder=None):
     """``reference_calls`` over the code cells of a submitted notebook, except the cells the course
     gives unchanged (a code cell of the instructor version in ``folder``, default ``FOLDER``, without
-    the ``solution`` tag, same source). One string per use, ``"cell N, line L: what (why)"``."""
+    the ``solution`` tag, same source). One string per use, ``"cell N, line L: what (why)"``. The answer
+    cells, where numerical differentiation is looked for, are those that define a checked question's
+    function or a function such a definition uses (through any number of cells)."""
     import nbformat
     given = set()
     assignment = ASSIGNMENTS.get(assignment_id)
@@ -297,29 +717,65 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
         instructor = nbformat.read(instructor_path, as_version=4)
         given = {c.source.strip() for c in instructor.cells
                  if c.cell_type == "code" and SOLUTION_TAG not in c.get("metadata", {}).get("tags", [])}
-    # the names may come from an import in any cell (the install cell imports the package): the
-    # notebook's imports are read once, not once per cell (that was quadratic in the number of cells)
-    imports = "\n".join(_import_lines(cell.source) for cell in nb.cells if cell.cell_type == "code")
-    try:
-        context_aliases = _aliases(_parse(imports))
-    except SyntaxError:  # pragma: no cover - unparsed import statements always parse
-        context_aliases = {}
+    # the names may come from an import or a renaming in any cell (the install cell imports the package):
+    # the notebook's cells are read once for them, not once per cell (that was quadratic in the number of
+    # cells), one cell's statements at a time (all of them at once could make a tree of gigabytes)
+    cells = [(n, cell) for n, cell in enumerate(nb.cells, start=1) if cell.cell_type == "code"]
+    facts = {n: _cell_facts(cell.source) for n, cell in cells}
+    context_aliases = {}
+    for binding in [f[0] for f in facts.values()] + [f[1] for f in facts.values()]:  # the imports first
+        context_aliases = _aliases(ast.parse(binding), context_aliases) if binding else context_aliases
+    answers = _answer_cells(facts, _answer_names(assignment_id))
     found = []
-    for n, cell in enumerate(nb.cells, start=1):
-        if cell.cell_type != "code" or cell.source.strip() in given:
+    for n, cell in cells:
+        if cell.source.strip() in given:
             continue
-        found += [f"cell {n}, {use}" for use in reference_calls(cell.source, assignment_id,
+        found += [f"cell {n}, {use}" for use in reference_calls(cell.source, assignment_id, answer=n in answers,
                                                                  context_aliases=context_aliases)]
     return found
 
 
-def _import_lines(source):
-    """The import statements of a cell, as source (nothing for a cell that does not parse)."""
+def _answer_cells(facts, names):
+    """The cells that define one of ``names`` or a function their definitions use, transitively."""
+    defined = {}
+    for n, (_, _, definitions) in facts.items():
+        for name, used in definitions.items():
+            defined.setdefault(name, []).append((n, used))
+    cells, todo, seen = set(), list(names), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for n, used in defined.get(name, ()):
+            cells.add(n)
+            todo += used
+    return cells
+
+
+def _renaming(node):
+    """True for ``A = attention``, ``f = getattr(m, "name")``, ``m = importlib.import_module(...)``: a statement
+    that binds a name the scan may resolve in another cell."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+        return False
+    value = node.value
+    return isinstance(value, (ast.Name, ast.Attribute)) or _getattr_constant(value) or (
+        isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))
+        and (getattr(value.func, "id", None) or value.func.attr) in ("import_module", "__import__"))
+
+
+def _cell_facts(source):
+    """(its imports, its renamings: the statements of a cell that bind names other cells may use, as
+    source; its ``_definitions``); nothing for a cell that is not read."""
     try:
-        tree = _parse(source)
-    except SyntaxError:
-        return ""
-    return "\n".join(ast.unparse(node) for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)))
+        tree, _ = _tree(source)
+        if tree is None:
+            return "", "", {}
+        nodes = list(ast.walk(tree))
+        return ("\n".join(ast.unparse(node) for node in nodes if isinstance(node, (ast.Import, ast.ImportFrom))),
+                "\n".join(ast.unparse(node) for node in nodes if _renaming(node)), _definitions(tree))
+    except (RecursionError, MemoryError):  # reported by reference_calls
+        return "", "", {}
 
 
 # ----------------------------------------------------------------------------- stubs
