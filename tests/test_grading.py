@@ -546,7 +546,9 @@ def test_a_cell_that_ignores_sigint_is_killed_and_the_submission_gets_a_report(b
 def test_300_mb_of_output_is_capped(batch):
     report = batch["reports"]["c_output_lines"]
     assert report["score"] == 0
-    assert any("printed more than" in p or "output too large" in p for p in report["problems"]), report["problems"]
+    # the grader kills it at the cap, or a kernel that buffered the lines faster ran out of its memory first
+    assert any(w in p for p in report["problems"] for w in ("printed more than", "output too large", "ran out of its")), \
+        report["problems"]
     peak = re.search(r"grader peak memory: (\d+) MiB", batch["done"].stdout)
     assert peak and int(peak.group(1)) < 700, batch["done"].stdout[-500:]
 

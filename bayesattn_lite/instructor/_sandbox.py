@@ -904,6 +904,24 @@ class Sandbox:
         if self._kernel_exited() or self.proc.poll() is not None:
             self.dead = self.dead or "the kernel exited"
 
+    def _exits_within(self, seconds):
+        """Whether the supervisor says, within ``seconds``, that the kernel exited."""
+        import select
+        end = time.monotonic() + seconds
+        while not self._kernel_exited() and time.monotonic() < end:
+            if select.select([self.proc.stdout], [], [], max(0.0, end - time.monotonic()))[0]:
+                chunk = os.read(self.proc.stdout.fileno(), 4096)
+                if not chunk:
+                    return True
+                self._lines += chunk
+        return self._kernel_exited()
+
+    def _death(self):
+        """Why the kernel died, as far as the grader can tell."""
+        if self.group is not None and self.group.out_of_memory():
+            return f"the kernel died: the sandbox ran out of its {self.memory_mb + self.scratch_mb} MiB of memory and files"
+        return "the kernel died (it exited or was killed, e.g. out of memory)"
+
     def _kernel_exited(self):
         """True when the supervisor has said ``exit <status>`` (its lines are words, never paths)."""
         return any(line.startswith(b"exit ") for line in self._lines.split(b"\n"))
@@ -1014,18 +1032,16 @@ class Sandbox:
                 self._tell_supervisor(b"int\n")  # it sends the kernel SIGINT
                 end = min(now + self.grace, self.deadline)
             events = dict(poller.poll(max(1, int(1000 * min(0.5, end - now)))))
-            if self.monitor in events:
+            if self.monitor in events:  # the connection broke: the kernel died, or ZeroMQ dropped a large frame
                 self.monitor.recv_multipart()
-                self.kill(f"the kernel sent a message over {MAX_MESSAGE // MiB} MiB (output too large): "
-                          "it was killed")
+                self.kill(self._death() if self._exits_within(0.5) else
+                          f"the kernel sent a message over {MAX_MESSAGE // MiB} MiB (output too large): it was killed")
                 return ExecResult("dead", self.dead, time.monotonic() - start)
             if self.proc.stdout.fileno() in events or self.proc.stdout in events:
                 chunk = os.read(self.proc.stdout.fileno(), 4096)
                 self._lines += chunk
                 if self._kernel_exited() or not chunk:
-                    self.kill(f"the kernel died: the sandbox ran out of its {self.memory_mb + self.scratch_mb} MiB "
-                              "of memory and files" if self.group is not None and self.group.out_of_memory() else
-                              "the kernel died (it exited or was killed, e.g. out of memory)")
+                    self.kill(self._death())
                     return ExecResult("dead", self.dead, time.monotonic() - start)
             while self.kc.iopub_channel.msg_ready():
                 msg = self.kc.iopub_channel.get_msg(timeout=0)

@@ -71,6 +71,7 @@ import os
 import re
 import secrets
 import stat
+import subprocess
 import sys
 import time
 import traceback
@@ -430,11 +431,15 @@ def _isolation(info):
 
 def _new_sandbox(limits, hide):
     """A kernel for one submission, not started yet."""
-    return _sandbox.Sandbox(PACKAGE_DIR, hide=hide, notebook_timeout=limits["notebook_timeout"],
-                            memory_mb=limits["memory"], max_output_mb=limits["max_output"],
-                            scratch_mb=limits.get("scratch", _sandbox.DEFAULT_SCRATCH),
-                            replace=KERNEL_REPLACES, leave_out=KERNEL_LEAVES_OUT,
-                            sandboxed=limits["sandboxed"])
+    return _sandbox.Sandbox(**_sandbox_arguments(limits, hide))
+
+
+def _sandbox_arguments(limits, hide):
+    """``_sandbox.Sandbox``'s arguments for ``limits`` (``grade``'s: notebook_timeout, memory, ...)."""
+    return {"package_dir": PACKAGE_DIR, "hide": hide, "replace": KERNEL_REPLACES, "leave_out": KERNEL_LEAVES_OUT,
+            "notebook_timeout": limits.get("notebook_timeout", DEFAULT_NOTEBOOK_TIMEOUT),
+            "memory_mb": limits.get("memory", DEFAULT_MEMORY), "max_output_mb": limits.get("max_output", DEFAULT_MAX_OUTPUT),
+            "scratch_mb": limits.get("scratch", _sandbox.DEFAULT_SCRATCH), "sandboxed": limits.get("sandboxed", True)}
 
 
 class _NextSandbox:
@@ -783,18 +788,23 @@ class _Worker:
     of its own, removed, and checked to be gone, when it ends however it ends."""
 
     def __init__(self, options, jobs, memory):
-        import multiprocessing
+        import socket
+        import subprocess
         import tempfile
+        from multiprocessing.connection import Connection
         base = "/dev/shm" if not _sandbox.privileged() and os.access("/dev/shm", os.W_OK) else None
         self.folder = tempfile.mkdtemp(prefix="bal-worker-", dir=base)
         os.chmod(self.folder, 0o711)  # the sandboxes' users enter their own folders below, by name
-        context = multiprocessing.get_context("spawn")  # never fork a process that has torch's threads
-        self.conn, theirs = context.Pipe()
+        ours, theirs = socket.socketpair()
         self.group = _cgroup.Group(memory * 2 ** 20, float(os.cpu_count() or 1))
-        self.proc = context.Process(target=_worker_main, args=(theirs, options, jobs, self.folder), daemon=True)
-        self.proc.start()
+        # a new interpreter (never a fork of this one, which has torch's threads), this package first on its path
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE_DIR.parent), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen([sys.executable, "-m", "bayesattn_lite.instructor._worker", str(theirs.fileno()),
+                                      self.folder], pass_fds=[theirs.fileno()], env=env)
         theirs.close()
         self.group.add(self.proc.pid)
+        self.conn = Connection(ours.detach())
+        self.conn.send((jobs, options, _sandbox_arguments(options, options.get("hide", ()))))
         self.task = self.deadline = None
 
     def send(self, index, task, more, seconds):
@@ -806,12 +816,13 @@ class _Worker:
         try:
             if not at_once:
                 self.conn.send(None)
-                self.proc.join(timeout=10)
-        except (OSError, ValueError):
+                self.proc.wait(timeout=10)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
             pass
-        if self.proc.is_alive():
+        if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.join()
+            self.proc.wait()
+        self.conn.close()
         self.group.remove()
         _cgroup.remove_leftovers(self.proc.pid)
         for point in _mounts_below(self.folder):
@@ -828,14 +839,14 @@ def _mounts_below(folder):
     return sorted((p for p in points if p.startswith(folder + "/")), key=len, reverse=True)
 
 
-def _worker_main(conn, options, jobs, folder):
-    """A grading worker: submissions in, reports out, until told to stop."""
-    import tempfile
-    tempfile.tempdir = folder
+def serve(conn, options, jobs, early):
+    """A grading worker's loop (``_worker``): submissions in, reports out, until told to stop. ``early``
+    is its first kernel, started while this module imported."""
     if jobs > 1:  # one thread for torch, since the sandboxes use the other cores
         import torch
         torch.set_num_threads(1)
     next_sandbox = _NextSandbox()
+    next_sandbox.waiting = early
     try:
         while True:
             message = conn.recv()
@@ -881,8 +892,7 @@ def in_workers(tasks, options, jobs):
             for w in workers:
                 if w.task is None and pending:
                     w.send(*pending.pop(), bool(pending), per_task)
-            busy = [w for w in workers if w.task]
-            wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=1.0)
+            wait([w.conn for w in workers if w.task], timeout=1.0)  # a report, or a worker's end (EOF)
             for n, w in enumerate(workers):
                 if w.task is None:
                     continue
@@ -895,7 +905,7 @@ def in_workers(tasks, options, jobs):
                         continue
                 except (EOFError, OSError):
                     pass
-                if not w.proc.is_alive():
+                if w.proc.poll() is not None:
                     why = (f"grading it ended the grader's worker (over its {memory:g} MiB of memory, "
                            "e.g. a notebook or kernel messages too large to read)"
                            if w.group.out_of_memory() else "grading it ended the grader's worker")
@@ -1278,4 +1288,7 @@ def _regrade(args, options):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # the module under its own name, not __main__'s copy: what a worker sends back (Refused, reports) is
+    # pickled by the name the worker imports
+    from bayesattn_lite.instructor import grading
+    sys.exit(grading.main())
