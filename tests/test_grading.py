@@ -382,6 +382,7 @@ def batch(course, tmp_path_factory):
     before = {p.name: _digest(p) for p in subs.iterdir() if p.is_file()}
     checks_before = _digest(grader_checks)
     (work / "tmp").mkdir()  # the grader's temporary folders (its sandboxes), to check that none is left
+    groups_before = _control_groups()
     env = {**os.environ, "PYTHONPATH": str(course), "TMPDIR": str(work / "tmp")}
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "bayesattn_lite.instructor.grading", str(subs), "--csv", str(csv_path),
@@ -395,8 +396,15 @@ def batch(course, tmp_path_factory):
         rows = list(csv.DictReader(f))
     data = {p.stem: json.loads(p.read_text()) for p in reports.glob("*.json")}
     modes = {p.name: oct(p.stat().st_mode & 0o7777) for p in (victim, victim / "secret.txt")}
-    return {"done": done, "seconds": seconds, "victim_modes": modes, "rows": rows, "reports": data, "subs": subs, "before": before,
+    return {"done": done, "seconds": seconds, "groups": (groups_before, _control_groups()), "victim_modes": modes, "rows": rows, "reports": data, "subs": subs, "before": before,
             "checks_before": checks_before, "grader_checks": grader_checks, "folder": folder}
+
+
+def _control_groups():
+    """The grader's control groups (sandboxes' and workers'), wherever they are below its own."""
+    found = _sandbox._cgroup.kind()
+    bases = [] if found is None else found[1].values() if found[0] == "v1" else [found[1]]
+    return sorted(str(p) for base in bases for p in Path(base).rglob("bal-*") if p.is_dir())
 
 
 def _score(batch, name):
@@ -525,6 +533,8 @@ def test_no_process_of_a_submission_survives_and_reports_stay_written(batch):
             pass
     assert alive == []
     assert not list((batch["subs"].parent / "tmp").iterdir()), "a sandbox's folder was left behind"
+    before, after = batch["groups"]
+    assert after == before, "a control group was left behind"
     report = batch["reports"]["c_background"]  # read after the batch ended and 1.5 s more
     assert report["submission"].endswith("c_background.ipynb") and report["score"] == 0
 

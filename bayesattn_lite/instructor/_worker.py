@@ -16,8 +16,11 @@ from . import _sandbox
 def main(fd, folder):
     conn = Connection(int(fd))
     tempfile.tempdir = folder
-    jobs, options, first = conn.recv()
+    jobs, options, first, groups = conn.recv()
     _sandbox._PROBED["error"] = ""  # the grader probed the sandbox before it started this worker
+    # the sandboxes' control groups beside this worker's own, not inside it: its memory bound is the
+    # grader's side alone, and the grader finds what a worker it had to kill left behind
+    _sandbox._cgroup._KIND["kind"] = groups
     starting = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     early = starting.submit(lambda: _sandbox.Sandbox(**first).start())
     from . import grading  # the first kernel starts meanwhile

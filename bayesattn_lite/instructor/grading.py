@@ -804,7 +804,7 @@ class _Worker:
         theirs.close()
         self.group.add(self.proc.pid)
         self.conn = Connection(ours.detach())
-        self.conn.send((jobs, options, _sandbox_arguments(options, options.get("hide", ()))))
+        self.conn.send((jobs, options, _sandbox_arguments(options, options.get("hide", ())), _cgroup.kind()))
         self.task = self.deadline = None
 
     def send(self, index, task, more, seconds):
