@@ -69,7 +69,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
-from .release import NOT_GRADED, _csv_text, _line, _write_new
+from .release import NOT_GRADED, _csv_text, _one_line, _write_new
 
 # the wheel that the learner notebooks install (a GitHub release of the course): the package is on PyPI
 # only if the course switches that on (CONTRIBUTING.md), and an unpinned PyPI name could be anybody's
@@ -156,7 +156,7 @@ def canvas_import_csv(reports, roster, column, path):
     each student's score, matched by the Canvas user id in the report's submission file name. A student
     with two graded files (two notebooks in one submission) gets the higher score. Returns the reports'
     submission names that name no student of the roster (not Canvas names, or not on the roster), each on
-    one line (``_line``), for the console. Every cell goes through ``_cell``, the roster's too: its names come
+    one line (``_one_line``), for the console. Every cell goes through ``_cell``, the roster's too: its names come
     from outside the grader."""
     if not isinstance(column, str) or not column.strip():
         raise ValueError(f"expected the Canvas assignment column, e.g. 'Problem set 1 (12345)', got {column!r}")
@@ -165,7 +165,7 @@ def canvas_import_csv(reports, roster, column, path):
     for r in reports:
         parsed = parse_canvas_name(r["submission"])
         if parsed is None or parsed.user_id not in on_roster:
-            unmatched.append(_line(r["submission"]))
+            unmatched.append(_one_line(r["submission"]))
         elif r.get("status") not in NOT_GRADED and r.get("score") is not None:
             scores[parsed.user_id] = max(scores.get(parsed.user_id, r["score"]), r["score"])
     rows = [s.row() + [_score_text(scores[s.user_id]) if s.user_id in scores else ""] for s in roster]

@@ -47,7 +47,7 @@ def _safe(text):
     return _UNSAFE.sub(lambda m: m[0].encode("unicode_escape").decode(), str(text).replace("\r\n", "\n"))
 
 
-def _line(text):
+def _one_line(text):
     """``text`` safe on one line (a console line, a CSV cell): a newline would forge a line of its own."""
     return _safe(text).replace("\n", "\\n")
 
@@ -57,7 +57,7 @@ def _cell(value):
     on one line, and text that starts like a formula gets a ' first (OWASP's "CSV injection"): shown as text."""
     if value is None or isinstance(value, (int, float)):
         return value
-    text = _line(value)
+    text = _one_line(value)
     return "'" + text if text.startswith(_FORMULA) else text
 
 
@@ -92,7 +92,7 @@ def _guarded(what, render, report, fallback):
         problems = report.setdefault("problems", [])
         if why not in problems:  # a report is written more than once in a batch
             problems.append(why)
-        print(_line(f"{report.get('submission', '?')}: {why}"), file=sys.stderr)
+        print(_one_line(f"{report.get('submission', '?')}: {why}"), file=sys.stderr)
         return fallback(why)
 
 
@@ -222,7 +222,7 @@ def gradescope_results(report):
 def summary_line(report):
     """The report on one console line: a name with an ESC sequence, a CR or a newline cannot rewrite the
     instructor's terminal or forge another submission's line."""
-    return _line(_guarded("summary line", _summary, report, str))
+    return _one_line(_guarded("summary line", _summary, report, str))
 
 
 def _summary(report):
