@@ -855,12 +855,15 @@ class Sandbox:
                 break
             self._read_supervisor()
             if self.dead or time.monotonic() >= end:
-                log = self._log_tail()
-                raise RuntimeError("the kernel did not start" + (" (it exited)" if self.dead else " in time")
-                                   + (f": {log}" if log else ""))
+                raise self._not_started()
         time.sleep(0.1)  # let the iopub subscription settle, then drop the start-up messages
         while self.kc.iopub_channel.msg_ready():
             self.kc.iopub_channel.get_msg(timeout=0)
+
+    def _not_started(self):
+        log = self._log_tail()
+        return RuntimeError("the kernel did not start" + (" (it exited)" if self.dead else " in time")
+                            + (f": {log}" if log else ""))
 
     def _sockets_ready(self, end):
         """Wait until the kernel has bound its five sockets, then make sure the grader connects to them
@@ -871,9 +874,7 @@ class Sandbox:
         while not all(os.path.lexists(self.ipc / n) for n in names):
             self._read_supervisor()
             if self.dead or time.monotonic() >= end:
-                log = self._log_tail()
-                raise RuntimeError("the kernel did not start" + (" (it exited)" if self.dead else " in time")
-                                   + (f": {log}" if log else ""))
+                raise self._not_started()
             time.sleep(0.02)
         if self.uid is not None:
             os.chown(self.ipc, 0, 0)

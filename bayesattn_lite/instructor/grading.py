@@ -90,7 +90,7 @@ DEFAULT_MAX_OUTPUT = 16  # MiB the notebook may print before its kernel is kille
 MAX_NOTEBOOK = 20 * 2 ** 20  # bytes: a larger file is not executed
 MAX_CELLS = 2000  # cells: a notebook with more is not executed (the problem sets have about 30)
 MAX_JSON_VALUES = 200_000  # JSON values in one file, counted before it is parsed (a problem set has ~3,000)
-MAX_READ_CELL = 2 ** 18  # characters: a larger code cell still runs, but the grader does not parse it
+MAX_READ_CELL = assignments.MAX_CELL  # characters: a larger code cell still runs, but the grader does not parse it
 MAX_ANSWER_TEXT = 20000  # characters of a written answer kept in the report
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # bayesattn_lite/, of which this is instructor/
 
@@ -792,8 +792,7 @@ class _Worker:
         import subprocess
         import tempfile
         from multiprocessing.connection import Connection
-        base = "/dev/shm" if not _sandbox.privileged() and os.access("/dev/shm", os.W_OK) else None
-        self.folder = tempfile.mkdtemp(prefix="bal-worker-", dir=base)
+        self.folder = tempfile.mkdtemp(prefix="bal-worker-", dir=_sandbox._scratch_base(True))
         os.chmod(self.folder, 0o711)  # the sandboxes' users enter their own folders below, by name
         ours, theirs = socket.socketpair()
         self.group = _cgroup.Group(memory * 2 ** 20, float(os.cpu_count() or 1))
