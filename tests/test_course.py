@@ -130,7 +130,10 @@ names = ["markov_floors"]
     ("[ps2_dynamics]\ndeadline = \"2027-02-01\"\n", "ps2_dynamics.deadline", "a TOML date-time with an offset"),
     ("[ps2_dynamics]\ndeadline = 2027-02-01T23:59:00\n", "ps2_dynamics.deadline", "with an offset"),
     ("[ps2_dynamics]\nmode = \"strict\"\n", "ps2_dynamics.mode", "one of ['practice', 'graded']"),
-    ("[ps2_dynamics]\nweight = 2\n", "ps2_dynamics.weight", "mode, deadline or a question"),
+    ("[ps2_dynamics]\nweight = 2\n", "ps2_dynamics.weight", "mode, deadline, variant or a question"),
+    ("[ps2_dynamics]\nvariant = -1\n", "ps2_dynamics.variant", "an integer >= 0"),
+    ("[ps2_dynamics]\nvariant = \"abc\"\n", "ps2_dynamics.variant", "an integer >= 0"),
+    ("[ps2_dynamics]\nvariant = true\n", "ps2_dynamics.variant", "an integer >= 0"),
     ("[grading]\nx = 1\n", "grading", "[course], [late] or an assignment id"),
 ])
 def test_every_mistake_is_a_value_error_naming_the_file_and_the_key(tmp_path, text, key, expected):

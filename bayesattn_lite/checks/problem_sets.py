@@ -18,57 +18,98 @@ from ._engine import (DTYPE, SIZES, CheckResult, Flaw, Output, Spec, generator, 
                       peaked_attention, rng, run, type_name, without_answer)
 
 
+# ----------------------------------------------------------------------------- forms of a question
+#
+# A question with several forms can be handed out to a class in another form than the published one
+# (instructor/variants.py, a class variant), so that the published solutions do not answer it. A form is
+# the reference's knobs that make the right answer in it; every mistake is named relative to it.
+
+def _form(forms, form):
+    if form not in forms:
+        raise ValueError(f"form: expected one of {list(forms)}, got {form!r}")
+    return forms[form]
+
+
 # ----------------------------------------------------------------------------- problem set 1: temperature and ALiBi
 
-def _biased_alpha(inp, tau_in_softmax=True, bias_sign=1, bias=True, causal=True, sqrt=True):
-    """alpha_ij = softmax_j(q_i . k_j / (tau sqrt(d_k)) - m (i - j)) over j <= i (an ALiBi head)."""
+BIASED_FORMS = {  # the published head first
+    "causal": {},                                                # s = q.k / (tau sqrt(d_k)) - m (i - j), j <= i
+    "bidirectional": {"causal": False, "distance": "absolute"},  # an encoder's ALiBi: - m |i - j| over every j
+    "mup": {"dk_power": 2.0},                                    # muP's scale: q.k / (tau d_k)
+}
+_BIASED_SCORE = {"causal": "q_i . k_j / (tau sqrt(d_k)) - m (i - j) over j <= i",
+                 "bidirectional": "q_i . k_j / (tau sqrt(d_k)) - m |i - j| over every j",
+                 "mup": "q_i . k_j / (tau d_k) - m (i - j) over j <= i"}
+
+
+def _biased_alpha(inp, tau_in_softmax=True, bias_sign=1, bias=True, causal=True, sqrt=True, dk_power=1.0,
+                  distance="signed"):
+    """alpha_ij = softmax_j(q_i . k_j / (tau d_k^(dk_power/2)) - m (i - j)) over j <= i (an ALiBi head);
+    distance="absolute" penalises |i - j|, causal=False lets every query see every key."""
     q, k, tau, slope = inp["q"], inp["k"], inp["tau"], inp["slope"]
     T, d_k = q.shape
-    scale = (tau if tau_in_softmax else 1.0) * (math.sqrt(d_k) if sqrt else 1.0)
-    distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)  # i - j
-    s = q @ k.T / scale - (bias_sign * slope * distance if bias else 0.0)
+    scale = (tau if tau_in_softmax else 1.0) * (d_k ** (dk_power / 2) if sqrt else 1.0)
+    offset = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)  # i - j
+    s = q @ k.T / scale - (bias_sign * slope * (offset.abs() if distance == "absolute" else offset) if bias else 0.0)
     if causal:
         s = s.masked_fill(~attention.causal_mask(T), float("-inf"))
     return torch.softmax(s, dim=-1)
 
 
 def _biased_qk(inp, which, sign=1, tau_in_softmax=True, tau_in_chain=True, bias_sign=1, bias=True, causal=True,
-               sqrt=True):
-    alpha = _biased_alpha(inp, tau_in_softmax, bias_sign, bias, causal, sqrt)
+               sqrt=True, dk_power=1.0, distance="signed"):
+    alpha = _biased_alpha(inp, tau_in_softmax, bias_sign, bias, causal, sqrt, dk_power, distance)
     b = inp["u"] @ inp["v"].T  # b_ij = u_i . v_j
     ds = alpha * (b - (alpha * b).sum(-1, keepdim=True))  # dL/ds: the advantage law, bias or not
     q, k = inp["q"], inp["k"]
-    scale = (inp["tau"] if tau_in_chain else 1.0) * (math.sqrt(q.shape[1]) if sqrt else 1.0)
+    scale = (inp["tau"] if tau_in_chain else 1.0) * (q.shape[1] ** (dk_power / 2) if sqrt else 1.0)
     return sign * (ds @ k if which == "q" else ds.T @ q) / scale
 
 
-def _biased_flaws():
-    return [
+def _biased_flaws(form="causal"):
+    truth = BIASED_FORMS[form]
+    score = _BIASED_SCORE[form]
+    scale = "tau d_k" if truth.get("dk_power") == 2.0 else "tau sqrt(d_k)"
+    penalty = "m |i - j|" if truth.get("distance") == "absolute" else "m (i - j) with i - j >= 0"
+    flaws = [
         Flaw("sign", -1, "wrong sign: dL/ds_ij = alpha_ij (b_ij - E_alpha_i[b]) with b_ij = u_i . v_j "
                          "(the advantage law with A = E[b] - b: dL/ds = -alpha A)."),
-        Flaw("tau_in_softmax", False, "the temperature is missing from the attention weights: alpha is the "
-                                      "softmax of q.k / (tau sqrt(d_k)) - m (i - j), not of q.k / sqrt(d_k)."),
-        Flaw("tau_in_chain", False, "the chain rule through the score lost its 1/tau: ds_ij/dq_i = "
-                                    "k_j / (tau sqrt(d_k)), so dq = dL/ds @ k / (tau sqrt(d_k)). "
+        Flaw("tau_in_softmax", False, f"the temperature is missing from the attention weights: alpha is the "
+                                      f"softmax of {score}, with the 1/tau."),
+        Flaw("tau_in_chain", False, f"the chain rule through the score lost its 1/tau: ds_ij/dq_i = "
+                                    f"k_j / ({scale}), so dq = dL/ds @ k / ({scale}). "
                                     "The temperature is in alpha *and* in the derivative of the score."),
-        Flaw("bias_sign", -1, "the ALiBi bias has the wrong sign: it *penalises* distance, "
-                              "s_ij = ... - m (i - j) with i - j >= 0, so far keys get less attention."),
+        Flaw("bias_sign", -1, f"the ALiBi bias has the wrong sign: it *penalises* distance, "
+                              f"s_ij = ... - {penalty}, so far keys get less attention."),
         Flaw("bias", False, "the positional bias is missing from alpha. The bias does not depend on q or k, "
                             "so it has no derivative of its own, but it changes alpha, hence every gradient."),
-        Flaw("causal", False, "no causal mask: query i attends only to keys j <= i (ALiBi heads are causal). "
-                              "Set the scores above the diagonal to -inf before the softmax."),
-        Flaw("sqrt", False, "the 1/sqrt(d_k) is missing (in alpha and in the chain rule)."),
+        Flaw("sqrt", False, f"the 1/{scale.removeprefix('tau ')} is missing (in alpha and in the chain rule)."),
     ]
+    if truth.get("causal", True):
+        flaws.append(Flaw("causal", False, "no causal mask: query i attends only to keys j <= i (ALiBi heads are "
+                                           "causal). Set the scores above the diagonal to -inf before the softmax."))
+    else:
+        flaws += [Flaw("causal", True, "a causal mask: this head is bidirectional (an encoder's), every query "
+                                       "attends to every key, before and after it, with the penalty - m |i - j|."),
+                  Flaw("distance", "signed", "the bias uses i - j, not the distance |i - j|: a key after the "
+                                             "query (j > i) gets a bonus instead of a penalty.")]
+    if truth.get("dk_power") == 2.0:
+        flaws.append(Flaw("dk_power", 1.0, "the scale is 1/sqrt(d_k), the usual one, but this head (muP's "
+                                           "scaling) divides by d_k: s = q.k / (tau d_k), in alpha and in the "
+                                           "chain rule."))
+    return flaws
 
 
-_BIASED_Q = Output("dq", ("T", "d_k"), "dq = dL/ds @ k / (tau sqrt(d_k)), dL/ds = alpha (b - E_alpha[b]), "
-                   "alpha = softmax(q k^T / (tau sqrt(d_k)) - m (i - j)) over j <= i",
-                   lambda inp, **kn: _biased_qk(inp, "q", **kn), _biased_flaws())
-_BIASED_K = Output("dk", ("T", "d_k"), "dk = (dL/ds)^T @ q / (tau sqrt(d_k)) (the transpose: key j collects "
-                   "from every query i)", lambda inp, **kn: _biased_qk(inp, "k", **kn), _biased_flaws())
-
-
-def _biased_spec():
+def _biased_spec(form="causal"):
+    truth = _form(BIASED_FORMS, form)
+    scale = "tau d_k" if truth.get("dk_power") == 2.0 else "tau sqrt(d_k)"
+    flaws = _biased_flaws(form)
+    outputs = [
+        Output("dq", ("T", "d_k"), f"dq = dL/ds @ k / ({scale}), dL/ds = alpha (b - E_alpha[b]), "
+               f"alpha = softmax of s_ij = {_BIASED_SCORE[form]}",
+               lambda inp, **kn: _biased_qk(inp, "q", **{**truth, **kn}), flaws),
+        Output("dk", ("T", "d_k"), f"dk = (dL/ds)^T @ q / ({scale}) (the transpose: key j collects "
+               "from every query i)", lambda inp, **kn: _biased_qk(inp, "k", **{**truth, **kn}), flaws)]
     signature = {"q": ("T", "d_k"), "k": ("T", "d_k"), "v": ("T", "d_v"), "u": ("T", "d_v"), "tau": (),
                  "slope": ()}
     taus, slopes = (0.5, 2.0, 1.5, 3.0, 0.7), (0.25, 0.5, 1.0, 0.125, 0.75)
@@ -80,9 +121,9 @@ def _biased_spec():
                   "v": torch.randn(T, d_v, generator=gen, dtype=DTYPE),
                   "u": torch.randn(T, d_v, generator=gen, dtype=DTYPE),
                   "tau": torch.tensor(taus[n], dtype=DTYPE), "slope": torch.tensor(slopes[n], dtype=DTYPE)}
-        expected = [_biased_qk(inputs, "q"), _biased_qk(inputs, "k")]
+        expected = [out.compute(inputs) for out in outputs]
         cases.append(make_case(signature, inputs, expected, f"T={T}, tau={taus[n]}, m={slopes[n]}"))
-    return Spec("biased_qk_gradients", signature, [_BIASED_Q, _BIASED_K], cases,
+    return Spec("biased_qk_gradients", signature, outputs, cases,
                 "q, k are (T, d_k), v, u (T, d_v); tau and slope are numbers (0-d tensors).")
 
 
@@ -101,10 +142,12 @@ def _names_the_mistake(check):
 
 
 @_names_the_mistake
-def check_biased_qk_gradients(fn):
-    """Check ``fn(q, k, v, u, tau, slope) -> (dq, dk)`` for a causal head with a temperature and an ALiBi
-    bias, s_ij = q_i . k_j / (tau sqrt(d_k)) - slope (i - j), and the error signal u = dL/dg."""
-    return run(_biased_spec(), fn)
+def check_biased_qk_gradients(fn, form="causal"):
+    """Check ``fn(q, k, v, u, tau, slope) -> (dq, dk)`` for a head with a temperature and an ALiBi bias and
+    the error signal u = dL/dg: the published form is causal, s_ij = q_i . k_j / (tau sqrt(d_k)) - slope (i - j);
+    a class variant's ``form`` is one of ``BIASED_FORMS`` (bidirectional: - slope |i - j| over every j;
+    mup: q_i . k_j / (tau d_k))."""
+    return run(_biased_spec(form), fn)
 
 
 # ----------------------------------------------------------------------------- problem set 1: rank of dW_V
@@ -254,8 +297,16 @@ def check_second_order_attention_change(fn):
 
 # ----------------------------------------------------------------------------- problem set 2: tempered score kernel
 
+TEMPERED_FORMS = {  # the published head first
+    "both": {},                  # a step on W_Q and W_K, s = q.k / (tau sqrt(d_k))
+    "frozen_keys": {"route": "Q"},  # W_K frozen: the step moves W_Q only
+    "mup": {"dk_power": 2.0},    # muP's scale: s = q.k / (tau d_k)
+}
+
+
 def _tempered_change(inp, sign=1, tau_power=2, dk_power=1.0, route="both", exact=False):
-    """First-order Delta s of one step of size eta on W_Q and W_K, s = q . k / (tau sqrt(d_k))."""
+    """First-order Delta s of one step of size eta on W_Q and W_K (route: on one of them), s = q . k /
+    (tau d_k^(dk_power/2))."""
     x, W_Q, W_K, ds, eta, tau = (inp[n] for n in ("x", "W_Q", "W_K", "ds", "eta", "tau"))
     q, k = x @ W_Q.T, x @ W_K.T
     d_k = q.shape[1]
@@ -269,26 +320,47 @@ def _tempered_change(inp, sign=1, tau_power=2, dk_power=1.0, route="both", exact
     return change / chain
 
 
-_TEMPERED = Output(
-    "delta_s", ("T", "T"),
-    "Delta s_{i'j'} = -eta / tau^2 sum_ij K[i', j', i, j] dL/ds_ij, K = [(x_i.x_i')(k_j.k_j') + "
-    "(x_j.x_j')(q_i.q_i')] / d_k",
-    _tempered_change,
-    [Flaw("sign", -1, "wrong sign: a gradient *descent* step, W <- W - eta dL/dW."),
-     Flaw("tau_power", 1, "the temperature appears once; it appears twice: once in dL/dW_Q (the chain rule "
-                          "through s) and once when the moved weights move s, so the kernel scales as 1/tau^2."),
-     Flaw("tau_power", 0, "the temperature is missing: s = q.k / (tau sqrt(d_k)) puts 1/tau in dL/dW and "
-                          "again in Delta s, a factor 1/tau^2 in all."),
-     Flaw("dk_power", 0.5, "the 1/sqrt(d_k) appears once; like the temperature it appears twice (in dL/dW and "
-                           "in Delta s), so the kernel has 1/d_k."),
-     Flaw("route", "Q", "only the W_Q route: the step moves W_K too, adding (x_j.x_j')(q_i.q_i') / d_k."),
-     Flaw("route", "K", "only the W_K route: the step moves W_Q too, adding (x_i.x_i')(k_j.k_j') / d_k."),
-     Flaw("exact", True, "you computed the exact change of the scores, which includes the second-order term "
-                         "Delta q . Delta k (order eta^2): return the first-order (linear in eta) change only.")],
-)
+def _tempered_flaws(form="both"):
+    truth = TEMPERED_FORMS[form]
+    score = "q.k / (tau d_k)" if truth.get("dk_power") == 2.0 else "q.k / (tau sqrt(d_k))"
+    flaws = [
+        Flaw("sign", -1, "wrong sign: a gradient *descent* step, W <- W - eta dL/dW."),
+        Flaw("tau_power", 1, "the temperature appears once; it appears twice: once in dL/dW_Q (the chain rule "
+                             "through s) and once when the moved weights move s, so the kernel scales as 1/tau^2."),
+        Flaw("tau_power", 0, f"the temperature is missing: s = {score} puts 1/tau in dL/dW and "
+                             "again in Delta s, a factor 1/tau^2 in all."),
+        Flaw("exact", True, "you computed the exact change of the scores, which includes the second-order term "
+                            "Delta q . Delta k (order eta^2): return the first-order (linear in eta) change only.")]
+    if truth.get("dk_power") == 2.0:
+        flaws.append(Flaw("dk_power", 1.0, "the kernel has the usual head's 1/d_k, but this head divides its "
+                                           "score by d_k (muP's scaling), and like the temperature that 1/d_k "
+                                           "appears twice (in dL/dW and in Delta s): 1/d_k^2."))
+    else:
+        flaws.append(Flaw("dk_power", 0.5, "the 1/sqrt(d_k) appears once; like the temperature it appears twice "
+                                           "(in dL/dW and in Delta s), so the kernel has 1/d_k."))
+    if truth.get("route") == "Q":
+        flaws += [Flaw("route", "both", "W_K moved too, but it is frozen in this head: the step moves W_Q "
+                                        "only, so only the W_Q route (x_i.x_i')(k_j.k_j') counts."),
+                  Flaw("route", "K", "you moved W_K, which is frozen in this head: the step moves W_Q only, "
+                                     "the route (x_i.x_i')(k_j.k_j').")]
+    else:
+        flaws += [Flaw("route", "Q", "only the W_Q route: the step moves W_K too, adding (x_j.x_j')(q_i.q_i') / d_k."),
+                  Flaw("route", "K", "only the W_K route: the step moves W_Q too, adding (x_i.x_i')(k_j.k_j') / d_k.")]
+    return flaws
 
 
-def _tempered_spec():
+def _tempered_formula(form):
+    truth = TEMPERED_FORMS[form]
+    d_k = "d_k^2" if truth.get("dk_power") == 2.0 else "d_k"
+    routes = ("(x_i.x_i')(k_j.k_j')" if truth.get("route") == "Q"
+              else "[(x_i.x_i')(k_j.k_j') + (x_j.x_j')(q_i.q_i')]")
+    return f"Delta s_{{i'j'}} = -eta / tau^2 sum_ij K[i', j', i, j] dL/ds_ij, K = {routes} / {d_k}"
+
+
+def _tempered_spec(form="both"):
+    truth = _form(TEMPERED_FORMS, form)
+    output = Output("delta_s", ("T", "T"), _tempered_formula(form),
+                    lambda inp, **kn: _tempered_change(inp, **{**truth, **kn}), _tempered_flaws(form))
     signature = {"x": ("T", "d_x"), "W_Q": ("d_k", "d_x"), "W_K": ("d_k", "d_x"), "ds": ("T", "T"), "eta": (),
                  "tau": ()}
     taus = (0.5, 2.0, 1.5, 3.0, 0.7)
@@ -302,16 +374,18 @@ def _tempered_spec():
                   "W_Q": torch.randn(d_k, d_x, generator=gen, dtype=DTYPE),
                   "W_K": torch.randn(d_k, d_x, generator=gen, dtype=DTYPE),
                   "ds": ds, "eta": torch.tensor(0.3 + 0.2 * n, dtype=DTYPE), "tau": torch.tensor(taus[n], dtype=DTYPE)}
-        cases.append(make_case(signature, inputs, [_tempered_change(inputs)], f"T={T}, tau={taus[n]}"))
-    return Spec("tempered_score_change", signature, [_TEMPERED], cases,
+        cases.append(make_case(signature, inputs, [output.compute(inputs)], f"T={T}, tau={taus[n]}"))
+    return Spec("tempered_score_change", signature, [output], cases,
                 "x is (T, d_x), W_Q and W_K (d_k, d_x) as nn.Linear stores them, ds (T, T); eta, tau numbers.")
 
 
 @_names_the_mistake
-def check_tempered_score_change(fn):
+def check_tempered_score_change(fn, form="both"):
     """Check ``fn(x, W_Q, W_K, ds, eta, tau) -> (T, T)``: the first-order change of the scores
-    s = q . k / (tau sqrt(d_k)) after one gradient step of size eta on W_Q and W_K (ds = dL/ds)."""
-    return run(_tempered_spec(), fn)
+    s = q . k / (tau sqrt(d_k)) after one gradient step of size eta on W_Q and W_K (ds = dL/ds); a class
+    variant's ``form`` is one of ``TEMPERED_FORMS`` (frozen_keys: the step moves W_Q only; mup: s = q . k /
+    (tau d_k))."""
+    return run(_tempered_spec(form), fn)
 
 
 # ----------------------------------------------------------------------------- problem set 3: an experiment of your own

@@ -2,6 +2,7 @@
 
     python -m bayesattn_lite.instructor.assignments            # rewrite every student version from its instructor version
     python -m bayesattn_lite.instructor.assignments --check    # exit 1 if a committed student version is out of date
+    python -m bayesattn_lite.instructor.assignments --course private.toml --out class/   # a class variant
 
 Both rewrite the points table of the instructor version's first cell from the course's configuration
 (``book/assignments/course.toml``, ``instructor/course.py``) first, so students read the points the grader awards.
@@ -60,6 +61,7 @@ class Question:
     # partial credit, set in the course's configuration (instructor/course.py, book/assignments/course.toml):
     per_output: bool = False  # the points split evenly over the check's outputs, each right one earns its share
     mistakes: tuple = ()      # (knob, points): a submission whose only mistake is this named Flaw earns these points
+    form: str = ""            # a class variant's form of the question (instructor/variants.py); "": the published one
 
     @property
     def written(self):
@@ -814,7 +816,7 @@ def stub_source(source, cell_type="code"):
 
 def student_version(nb, assignment_id):
     """A new notebook: ``nb`` (an instructor version) with solutions stubbed, instructor cells dropped,
-    outputs cleared."""
+    outputs cleared; a class variant's forms stay in its metadata."""
     student = copy.deepcopy(nb)
     cells = []
     for cell in student.cells:
@@ -836,6 +838,9 @@ def student_version(nb, assignment_id):
         "language_info": {"name": "python"},
         "bayesattn_lite": {"assignment": assignment_id, "version": "student"},
     }
+    forms = nb.metadata.get("bayesattn_lite", {}).get("variant")
+    if forms:
+        student.metadata["bayesattn_lite"]["variant"] = forms
     return student
 
 
@@ -851,7 +856,9 @@ def solved_submission(assignment, folder=None):
                                 if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line)
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    nb.metadata["bayesattn_lite"] = {"assignment": assignment.id, "version": "student"}
+    forms = nb.metadata.get("bayesattn_lite", {}).get("variant")  # a class variant's, as its handout says
+    nb.metadata["bayesattn_lite"] = {"assignment": assignment.id, "version": "student",
+                                     **({"variant": forms} if forms else {})}
     return nb
 
 
@@ -887,35 +894,49 @@ def with_points_table(nb, assignment):
     return changed
 
 
-def configured(assignment_id, folder=None):
-    """The problem set as the course configures it: ``course.toml`` in ``folder`` (default ``FOLDER``),
-    else the registry's defaults."""
+def configured(assignment_id, folder=None, course_path=None):
+    """The problem set as the course configures it: ``course_path``, else ``course.toml`` in ``folder``
+    (default ``FOLDER``), else the registry's defaults."""
     from . import course  # course.py builds on this module
-    path = Path(folder or FOLDER) / "course.toml"
-    return (course.load(path) if path.exists() else course.defaults()).assignment(assignment_id)
+    path = Path(course_path) if course_path else Path(folder or FOLDER) / "course.toml"
+    return (course.load(path) if course_path or path.exists() else course.defaults()).assignment(assignment_id)
 
 
-def render(assignment, folder=None):
-    """The student notebook of ``assignment`` (its instructor version in ``folder``, default
-    ``FOLDER``) as the text the generator writes, its points table from the folder's ``course.toml``."""
+def _instructor_notebook(assignment, folder=None, course_path=None):
+    """The instructor version with its points table from the configuration and, for a class variant
+    (``variant`` in the configuration), its questions edited into the class's forms, outputs cleared
+    (the published run's outputs would show the published form)."""
     import nbformat
+    from . import variants
     nb = nbformat.read(Path(folder or FOLDER) / assignment.instructor_path.name, as_version=4)
     if nb.metadata.get("bayesattn_lite", {}).get("assignment") != assignment.id:
         raise ValueError(f"{assignment.instructor_path.name}: expected metadata bayesattn_lite.assignment = "
                          f"{assignment.id!r}, got {nb.metadata.get('bayesattn_lite')!r}")
-    with_points_table(nb, configured(assignment.id, folder))
-    student = student_version(nb, assignment.id)
+    configured_set = configured(assignment.id, folder, course_path)
+    with_points_table(nb, configured_set)
+    forms = {q.id: q.form for q in configured_set.questions if q.form}
+    if forms:
+        nb = variants.handout(nb, assignment.id, forms)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def render(assignment, folder=None, course_path=None):
+    """The student notebook of ``assignment`` (its instructor version in ``folder``, default ``FOLDER``) as
+    the text the generator writes, its points table (and class variant) from the course's configuration."""
+    import nbformat
+    student = student_version(_instructor_notebook(assignment, folder, course_path), assignment.id)
     for n, cell in enumerate(student.cells):  # stable ids: regenerating gives the same bytes
         cell["id"] = f"{assignment.id}-{n}".replace("_", "-")
     return nbformat.writes(student) + "\n"
 
 
-def render_instructor(assignment, folder=None):
-    """The instructor version's text with its points table rewritten from the configuration (the rest as is)."""
+def render_instructor(assignment, folder=None, course_path=None):
+    """The instructor version's text with its points table (and class variant) from the configuration."""
     import nbformat
-    nb = nbformat.read(Path(folder or FOLDER) / assignment.instructor_path.name, as_version=4)
-    with_points_table(nb, configured(assignment.id, folder))
-    return nbformat.writes(nb) + "\n"
+    return nbformat.writes(_instructor_notebook(assignment, folder, course_path)) + "\n"
 
 
 def main(argv=None):
@@ -925,6 +946,10 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if one is out of date")
     parser.add_argument("--folder", type=Path, help="the problem sets' folder (default: book/assignments of "
                         "the checkout the package sits in, else of the current directory)")
+    parser.add_argument("--course", type=Path, help="the course configuration (default: course.toml in the "
+                        "folder); with a class variant (variant = <seed>), the notebooks are in the class's forms")
+    parser.add_argument("--out", type=Path, help="where to write the notebooks (default: the folder; a class "
+                        "variant needs a folder of its own, for the grader's --folder)")
     args = parser.parse_args(argv)
     # an installed package has no book/ beside it: then the course's checkout is where we are
     folder = args.folder or (FOLDER if FOLDER.is_dir() else Path.cwd() / "book" / "assignments")
@@ -933,14 +958,20 @@ def main(argv=None):
     unknown = [i for i in args.ids if i not in ASSIGNMENTS]
     if unknown:
         parser.error(f"unknown assignment(s) {unknown}: expected some of {sorted(ASSIGNMENTS)}")
+    out = args.out or folder
     stale = []
     for aid in args.ids or ASSIGNMENTS:
         a = ASSIGNMENTS[aid]
         try:  # the instructor version first: its points table, then the student version made from it
-            texts = [(folder / a.instructor_path.name, render_instructor(a, folder)),
-                     (folder / a.student_path.name, render(a, folder))]
+            if any(q.form for q in configured(aid, folder, args.course).questions) and \
+                    out.resolve() == folder.resolve():
+                parser.error(f"{aid}: the course configuration sets a class variant; write it with --out DIR, "
+                             f"not over the published notebooks in {folder}")
+            texts = [(out / a.instructor_path.name, render_instructor(a, folder, args.course)),
+                     (out / a.student_path.name, render(a, folder, args.course))]
         except ValueError as exc:  # a bad course.toml or a notebook without a points table
             parser.error(str(exc))
+        out.mkdir(parents=True, exist_ok=True)
         for path, text in texts:
             current = path.read_text(encoding="utf-8") if path.exists() else None
             if current == text:

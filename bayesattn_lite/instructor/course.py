@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
 
-from . import assignments
+from . import assignments, variants
 
 MODES = ("practice", "graded")
 _QUESTION_KEYS = ("title", "points", "per_output", "mistakes", "rubric", "check", "names")
@@ -41,6 +41,7 @@ class Course:
     assignments: dict = field(default_factory=dict)  # id -> configured assignments.Assignment
     modes: dict = field(default_factory=dict)        # id -> a per-assignment mode
     deadlines: dict = field(default_factory=dict)    # id -> timezone-aware datetime
+    variants: dict = field(default_factory=dict)     # id -> the class variant's private seed (variants.py)
 
     def assignment(self, aid):
         """The problem set ``aid`` with the course's points, titles and partial credit, its added questions last."""
@@ -160,10 +161,17 @@ class _Reader:
                 course.modes[aid] = self.mode(f"{aid}.mode", value)
             elif key == "deadline":
                 course.deadlines[aid] = self.deadline(f"{aid}.deadline", value)
+            elif key == "variant":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    self.fail(f"{aid}.variant", "an integer >= 0, the class variant's seed (keep it private)", value)
+                course.variants[aid] = value
             elif isinstance(value, dict):
                 questions[key] = self.question(f"{aid}.{key}", key, questions.get(key), value)
             else:
-                self.fail(f"{aid}.{key}", "mode, deadline or a question's table [" + aid + ".<question>]", value)
+                self.fail(f"{aid}.{key}", "mode, deadline, variant or a question's table [" + aid + ".<question>]",
+                          value)
+        forms = variants.choose(aid, course.variants[aid]) if aid in course.variants else {}
+        questions = {qid: dataclasses.replace(q, form=forms.get(qid, q.form)) for qid, q in questions.items()}
         course.assignments[aid] = dataclasses.replace(registry, questions=tuple(questions.values()))
 
     def deadline(self, key, value):
@@ -259,14 +267,15 @@ def _problem_set_checks():
     checks; the knowledge lives in checks/problem_sets.py, read here so the two cannot drift."""
     from ..checks import problem_sets as ps
     table = {}
-    for name, spec in (("check_biased_qk_gradients", "_biased_spec"),
-                       ("check_second_order_attention_change", "_second_order_spec"),
-                       ("check_tempered_score_change", "_tempered_spec")):
-        try:
-            outputs = getattr(ps, spec)().outputs
+    for name, spec, forms in (("check_biased_qk_gradients", "_biased_spec", "BIASED_FORMS"),
+                              ("check_second_order_attention_change", "_second_order_spec", None),
+                              ("check_tempered_score_change", "_tempered_spec", "TEMPERED_FORMS")):
+        try:  # a class variant names its mistakes relative to its form: the knobs of every form count
+            specs = [getattr(ps, spec)(form) for form in getattr(ps, forms)] if forms else [getattr(ps, spec)()]
         except Exception:  # noqa: BLE001 - the checks changed shape: we cannot tell, so we do not check
             continue
-        table[name] = ({flaw.knob for out in outputs for flaw in out.flaws}, len(outputs))
+        table[name] = ({flaw.knob for sp in specs for out in sp.outputs for flaw in out.flaws},
+                       len(specs[0].outputs))
     if hasattr(ps, "_FLOOR_FLAWS"):
         table["check_markov_floors"] = ({flaw[0] for flaw in ps._FLOOR_FLAWS}, 2)
     table["check_value_update_basis"] = (set(), 1)

@@ -78,7 +78,7 @@ import traceback
 from pathlib import Path
 
 from ..checks import _engine as check_engine
-from . import _cgroup, _sandbox, assignments
+from . import _cgroup, _sandbox, assignments, variants
 from . import course as _course
 from .release import (NOT_GRADED, _write_new, gradebook_rows, gradescope_results,  # noqa: F401 - the grader's names
                       markdown, points_number, summary_line, total, write_gradebook, write_report)
@@ -322,6 +322,25 @@ def written_answer(nb, question, original=frozenset()):
 
 
 @functools.lru_cache(maxsize=None)
+def class_forms(assignment):
+    """{question id: form} of a class variant (instructor/variants.py); {} for the published problem set."""
+    return {q.id: q.form for q in assignment.questions if getattr(q, "form", "")}
+
+
+def handout_mismatch(course, folder):
+    """Why the student versions in ``folder`` are not the ones this course hands out (a class variant's
+    forms differ), or "" when they are: the grader would grade against one form what students did in another."""
+    for aid in assignments.ASSIGNMENTS:
+        nb, _ = _read(Path(folder) / f"{aid}{assignments.STUDENT_SUFFIX}.ipynb")
+        expected = class_forms(course.assignment(aid))
+        if nb is not None and variants.recorded(nb) != expected:
+            return (f"{folder}/{aid}{assignments.STUDENT_SUFFIX}.ipynb is handed out in the forms "
+                    f"{variants.recorded(nb) or 'published'}, the course configuration gives {expected or 'published'}: "
+                    "write the class's notebooks with python -m bayesattn_lite.instructor.assignments --course FILE "
+                    "--out DIR and grade with --folder DIR")
+    return ""
+
+
 def original_cells(folder, aid):
     """The sources of the student version handed out (stripped), to tell the cells a student added;
     read once per grader process, not once per submission."""
@@ -383,7 +402,8 @@ def _decide(sandbox, question, timeout):
         objects, problem = _learner_objects(sandbox, question.names, timeout)
         if problem:
             return check_engine.CheckResult(name, False, problem)
-        result = question.check(*objects)
+        form = getattr(question, "form", "")  # a class variant's form (instructor/variants.py)
+        result = question.check(*objects, **({"form": form} if form else {}))
         if not isinstance(result, check_engine.CheckResult):  # an instructor's own check may return a bool
             result = check_engine.CheckResult(name, bool(result) is True, str(getattr(result, "message", result)))
     except Exception as exc:  # noqa: BLE001 - a learner's object may make a check fail in any way
@@ -645,6 +665,14 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
                                   f"{assignment_id}, the assignment the instructor gave")
     assignment, mode = course.assignment(aid), course.mode(aid)
     report["assignment"], report["title"], report["mode"] = aid, assignment.title, mode
+    forms = class_forms(assignment)
+    if forms:
+        report["variant"] = forms
+    if nb is not None and variants.recorded(nb) != forms:
+        report["problems"].append(f"handed out in the forms {str(variants.recorded(nb) or 'published')[:120]}, "
+                                  f"not this class's "
+                                  f"{forms or 'published'}: graded in the class's forms (was the notebook from "
+                                  "another handout?)")
     report["max_score"] = sum(q.points for q in assignment.questions)
     report["automatic_max"] = sum(q.points for q in assignment.questions if not _written(q))
     results = {}
@@ -1141,11 +1169,15 @@ def main(argv=None):
     if args.jobs < 1:
         parser.error(f"--jobs must be 1 or more, got {args.jobs}")
     try:
-        _course.load(args.course)  # a mistake in it is said before any grading starts
+        course = _course.load(args.course)  # a mistake in it is said before any grading starts
     except (OSError, ValueError) as exc:
         print(f"cannot read the course configuration: {exc}", file=sys.stderr)
         return 2
     folder = (args.folder or assignments.FOLDER).resolve()  # the instructor versions
+    mismatch = handout_mismatch(course, folder)
+    if mismatch:
+        print(f"cannot grade: {mismatch}", file=sys.stderr)
+        return 2
     options = {"assignment_id": args.assignment, "timeout": args.timeout, "self_test": args.self_test, "folder": folder,
                "notebook_timeout": args.notebook_timeout, "memory": int(args.memory), "max_output": args.max_output,
                "sandboxed": not args.no_sandbox, "course_file": args.course, "scratch": int(args.scratch)}
