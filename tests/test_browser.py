@@ -5,7 +5,8 @@ error), every figure has loaded (``naturalWidth > 0``; a chapter shows at least 
 its notebook has image outputs), no output shows an error or a traceback, the Colab launch button
 opens this notebook's path in the repository of ``_config.yml``, no widget control is on the page
 (without a kernel a slider moves nothing) and every widget of the notebook is replaced by a line saying
-where it runs (``widgets.KERNEL_ONLY``), with its static figure directly above it. On every numbered chapter
+where it runs (``widgets.KERNEL_ONLY``), with its static figure directly above it. No page scrolls
+sideways at 1440, 1280, 1024 or 390 px (only a code block or a table may scroll, inside its own box). On every numbered chapter
 (01-09): at least three exercises (sphinx-exercise admonitions), every solution collapsed (a closed
 dropdown whose text and code cells show only once the reader opens it) and no install cell. The
 search page finds every chapter by a word of its title. A full-page screenshot of each page goes to
@@ -252,6 +253,20 @@ SIDEWAYS = """() => [...document.querySelectorAll('div.cell pre')]
   .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
   .map(pre => pre.innerText.split('\\n')[0].slice(0, 60))"""
 
+# Whether the page scrolls sideways at the window's width, and if so the elements that run past the
+# window outside any box that scrolls or clips on its own (a code block, a table, a drawer), read after
+# two frames so that the layout has followed a resize.
+WIDTHS = (1440, 1280, 1024, 390)  # wide and laptop screens, a small laptop (right-hand contents a drawer), a phone
+FITS = """() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {
+  const W = window.innerWidth, wide = document.documentElement.scrollWidth;
+  const boxed = el => { for (let a = el.parentElement; a && a !== document.body; a = a.parentElement)
+    if (['auto', 'scroll', 'hidden', 'clip'].includes(getComputedStyle(a).overflowX)) return true; return false; };
+  const past = wide <= W ? [] : [...document.querySelectorAll('main *')]
+    .filter(el => el.getBoundingClientRect().right > W + 1 && !boxed(el))
+    .map(el => `${el.tagName.toLowerCase()}.${[...el.classList].join('.')} to ${Math.round(el.getBoundingClientRect().right)} px`);
+  done({wide, W, past: past.slice(0, 3)});
+})))"""
+
 # The Colab install guard is the first code cell of every notebook; the book hides it (remove-cell).
 INSTALL_CELL_VISIBLE = """() => document.body.innerText.includes('find_spec("bayesattn_lite")')"""
 
@@ -386,6 +401,12 @@ def test_page_reads_well(open_page, shots, page_name):
         problems.append(f"JavaScript errors: {real_js_errors[:3]}")
 
     page.screenshot(path=str(shots / f"{page_name.replace('/', '__')}.png"), full_page=True)
+    for width in WIDTHS:  # the same page, math typeset, at each width: nothing may push it wider than the window
+        page.set_viewport_size({"width": width, "height": 900})
+        fit = page.evaluate(FITS)
+        if fit["wide"] > fit["W"]:
+            problems.append(f"the page scrolls sideways at {width} px: it is {fit['wide']} px wide "
+                            f"(running past the window: {fit['past'] or 'no single element'})")
     page.close()
     assert not problems, f"{page_name}:\n  " + "\n  ".join(problems)
 
