@@ -2,7 +2,8 @@
 
 Every page of the table of contents exists; no page shows a Python traceback or an error output;
 the intro's notation table carries math for MathJax; every chapter has a Colab launch link to its
-own notebook in the repository; every page carries the licence notice (CC BY 4.0 text, MIT code).
+learner copy (``learner/``, book/_ext/learner_launch.py) or, for a page without one, its own notebook, and
+no Colab link to the full chapter; every page carries the licence notice (CC BY 4.0 text, MIT code).
 """
 
 import sys
@@ -12,6 +13,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+from learner_launch import learner_copy  # noqa: E402 - the book's own extension says where the buttons go
 
 
 def pages():
@@ -36,9 +39,12 @@ def problems():
         if "CC BY 4.0" not in html or "MIT" not in html:
             yield f"{page}: no licence notice in the footer (html.extra_footer in _config.yml)"
         if (ROOT / f"{page}.ipynb").exists():
-            colab = f"colab.research.google.com/github/{repo}/blob/{config['repository']['branch']}/{page}.ipynb"
-            if colab not in html:
-                yield f"{page}: no Colab launch link to {colab}"
+            colab = f"colab.research.google.com/github/{repo}/blob/{config['repository']['branch']}/"
+            notebook = learner_copy(ROOT, page) or f"{page}.ipynb"
+            if colab + notebook not in html:
+                yield f"{page}: no Colab launch link to {colab + notebook}"
+            if notebook != f"{page}.ipynb" and colab + f"{page}.ipynb" in html:
+                yield f"{page}: a Colab link to the full chapter {page}.ipynb beside its learner copy's"
     intro = (HTML / "book" / "intro.html").read_text()
     if "<table" not in intro or r"\(" not in intro or "d_k" not in intro:
         yield "intro: the notation table with math is missing"

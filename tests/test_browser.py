@@ -3,7 +3,8 @@
 On every page: MathJax has typeset the math (no raw ``$$`` or ``\\(`` left in the text, no MathJax
 error), every figure has loaded (``naturalWidth > 0``; a chapter shows at least as many figures as
 its notebook has image outputs), no output shows an error or a traceback, the Colab launch button
-opens this notebook's path in the repository of ``_config.yml``, no widget control is on the page
+opens the chapter's learner copy (else the page's own notebook) in the repository of ``_config.yml``
+and every Colab link of the page opens that same notebook, no widget control is on the page
 (without a kernel a slider moves nothing) and every widget of the notebook is replaced by a line saying
 where it runs (``widgets.KERNEL_ONLY``), with its static figure directly above it. No page scrolls
 sideways at 1440, 1280, 1024 or 390 px (only a code block or a table may scroll, inside its own box). On every numbered chapter
@@ -42,6 +43,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+from learner_launch import learner_copy  # noqa: E402 - where the book's launch buttons point
+
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load(Path(os.environ.get("BAYESATTN_TOC", ROOT / "_toc.yml")).read_text())  # another toc: a draft
 REQUIRED = os.environ.get("BAYESATTN_REQUIRE_BROWSER") == "1"
@@ -312,9 +316,11 @@ def notebook_images(page_name):
 
 
 def colab_url(page_name):
+    """The notebook a page's Colab button opens: a chapter's learner copy (book/_ext/learner_launch.py),
+    else the page's own notebook."""
     repo = CONFIG["repository"]["url"].rstrip("/").removeprefix("https://github.com/")
     book_path = str(CONFIG["repository"].get("path_to_book") or "").strip("/")
-    path = f"{book_path}/{page_name}.ipynb" if book_path else f"{page_name}.ipynb"
+    path = learner_copy(ROOT, page_name) or (f"{book_path}/{page_name}.ipynb" if book_path else f"{page_name}.ipynb")
     return f"{CONFIG['launch_buttons']['colab_url'].rstrip('/')}/github/{repo}/blob/{CONFIG['repository']['branch']}/{path}", path
 
 
@@ -372,6 +378,8 @@ def test_page_reads_well(open_page, shots, page_name):
                               ".filter(h => h.includes('colab.research.google.com'))")
         if expected_url not in links:
             problems.append(f"no Colab launch button to {expected_url} (found {links})")
+        if len(set(links)) > 1:  # one route: the rocket and the page's box open the same notebook
+            problems.append(f"Colab links to different notebooks: {sorted(set(links))}")
         if not (ROOT / path).exists():
             problems.append(f"the Colab button opens {path}, which is not in the repository")
         elif REQUIRED and not git_tracks(path):
