@@ -7,7 +7,8 @@ opens the chapter's learner copy (else the page's own notebook) in the repositor
 and every Colab link of the page opens that same notebook, no widget control is on the page
 (without a kernel a slider moves nothing) and every widget of the notebook is replaced by a line saying
 where it runs (``widgets.KERNEL_ONLY``), with its static figure directly above it. No page scrolls
-sideways at 1440, 1280, 1024 or 390 px (only a code block or a table may scroll, inside its own box). On every numbered chapter
+sideways at 1440, 1280, 1024 or 390 px (only a code block or a table may scroll, inside its own box),
+and no entry of the right-hand contents runs past its column. On every numbered chapter
 (01-09): at least three exercises (sphinx-exercise admonitions), every solution collapsed (a closed
 dropdown whose text and code cells show only once the reader opens it) and no install cell. The
 search page finds every chapter by a word of its title. A full-page screenshot of each page goes to
@@ -268,7 +269,12 @@ FITS = """() => new Promise(done => requestAnimationFrame(() => requestAnimation
   const past = wide <= W ? [] : [...document.querySelectorAll('main *')]
     .filter(el => el.getBoundingClientRect().right > W + 1 && !boxed(el))
     .map(el => `${el.tagName.toLowerCase()}.${[...el.classList].join('.')} to ${Math.round(el.getBoundingClientRect().right)} px`);
-  done({wide, W, past: past.slice(0, 3)});
+  // the right-hand contents (a column from 1200 px on) scroll inside it: an entry past its edge is cut
+  const side = document.querySelector('.bd-sidebar-secondary');
+  const edge = side ? side.getBoundingClientRect().right : W;
+  const cut = !side || W < 1200 ? [] : [...side.querySelectorAll('a')]
+    .filter(a => a.getBoundingClientRect().right > edge + 1).map(a => a.innerText.slice(0, 40));
+  done({wide, W, past: past.slice(0, 3), cut: cut.slice(0, 3)});
 })))"""
 
 # The Colab install guard is the first code cell of every notebook; the book hides it (remove-cell).
@@ -415,6 +421,8 @@ def test_page_reads_well(open_page, shots, page_name):
         if fit["wide"] > fit["W"]:
             problems.append(f"the page scrolls sideways at {width} px: it is {fit['wide']} px wide "
                             f"(running past the window: {fit['past'] or 'no single element'})")
+        if fit["cut"]:
+            problems.append(f"the right-hand contents run past their column at {width} px: {fit['cut']}")
     page.close()
     assert not problems, f"{page_name}:\n  " + "\n  ".join(problems)
 
