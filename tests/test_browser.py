@@ -8,7 +8,7 @@ and every Colab link of the page opens that same notebook, no widget control is 
 (without a kernel a slider moves nothing) and every widget of the notebook is replaced by a line saying
 where it runs (``widgets.KERNEL_ONLY``), with its static figure directly above it. No page scrolls
 sideways at 1440, 1280, 1024 or 390 px (only a code block or a table may scroll, inside its own box),
-and no entry of the right-hand contents runs past its column. On every numbered chapter
+no entry of the right-hand contents runs past its column, and one search box shows. On every numbered chapter
 (01-09): at least three exercises (sphinx-exercise admonitions), every solution collapsed (a closed
 dropdown whose text and code cells show only once the reader opens it) and no install cell. The
 search page finds every chapter by a word of its title. A full-page screenshot of each page goes to
@@ -274,7 +274,10 @@ FITS = """() => new Promise(done => requestAnimationFrame(() => requestAnimation
   const edge = side ? side.getBoundingClientRect().right : W;
   const cut = !side || W < 1200 ? [] : [...side.querySelectorAll('a')]
     .filter(a => a.getBoundingClientRect().right > edge + 1).map(a => a.innerText.slice(0, 40));
-  done({wide, W, past: past.slice(0, 3), cut: cut.slice(0, 3)});
+  // one search box: the left sidebar's (from 992 px on) or the article header's icon (below)
+  const searches = [...document.querySelectorAll('.search-button-field, .search-button__button')]
+    .filter(e => e.checkVisibility({checkOpacity: true, checkVisibilityCSS: true})).length;
+  done({wide, W, past: past.slice(0, 3), cut: cut.slice(0, 3), searches});
 })))"""
 
 # The Colab install guard is the first code cell of every notebook; the book hides it (remove-cell).
@@ -421,6 +424,8 @@ def test_page_reads_well(open_page, shots, page_name):
         if fit["wide"] > fit["W"]:
             problems.append(f"the page scrolls sideways at {width} px: it is {fit['wide']} px wide "
                             f"(running past the window: {fit['past'] or 'no single element'})")
+        if fit["searches"] != 1:
+            problems.append(f"{fit['searches']} search boxes at {width} px, expected one")
         if fit["cut"]:
             problems.append(f"the right-hand contents run past their column at {width} px: {fit['cut']}")
     page.close()
