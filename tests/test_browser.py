@@ -59,10 +59,10 @@ SOURCES = ["_config.yml", "_toc.yml", "book"]  # a build older than any of these
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 KERNEL_ONLY = "Interactive panel: its sliders run in Jupyter or Colab."  # the start of widgets.KERNEL_ONLY
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
-# JavaScript errors that change nothing a reader sees: sphinx-thebe's script is included twice by
-# the theme and declares its constant twice; the widget manager's loader (require.js, from a CDN)
-# is missing offline, and widgets are not rendered offline anyway.
-HARMLESS_JS_ERRORS = ("THEBE_JS_URL", "require is not defined", "define is not defined")
+# JavaScript errors that change nothing a reader sees: the widget manager's loader (require.js, from a
+# CDN) is missing offline, and widgets are not rendered offline anyway. (sphinx-thebe's configuration,
+# once included twice, is included once: book/_ext/single_scripts.py.)
+HARMLESS_JS_ERRORS = ("require is not defined", "define is not defined")
 
 
 def toc_pages(entries):
