@@ -88,7 +88,7 @@ VARIANTS = {
     "d96": Variant("transformer, width 96 (d_head 48)", _LADDER, seeds=(0,),  # the HMM: 18 CPU-minutes a run
                    task_seeds={"bijection": (0, 1, 2), "recall": (0, 1, 2)},
                    sizes={"transformer": dict(d_model=96)}, ship_weights=False),
-    "d96-l4": Variant("transformer, width 96, 4 layers", _LADDER[0::2], seeds=(0,),
+    "d96-l4": Variant("transformer, width 96, 4 layers", _LADDER[0::2],
                       sizes={"transformer": dict(d_model=96, n_layers=4)}, ship_weights=False),
     "d64": Variant("selective SSM, width 64", (("mamba", "hmm"),), seeds=(0,), sizes={"mamba": dict(d_model=64)}),
     "d88": Variant("LSTM, width 88", (("lstm", "hmm"),), seeds=(0,), sizes={"lstm": dict(d_model=88)}),
