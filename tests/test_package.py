@@ -27,7 +27,7 @@ TIERS = {
                      "checks.problem_sets", "checks.fallback"],
     "instructor": ["instructor", "instructor.assignments", "instructor.learner_copies", "instructor.grading",
                    "instructor._sandbox", "instructor._cgroup", "instructor._worker", "instructor.course",
-                   "instructor.release",
+                   "instructor.release", "instructor.variants",
                    "instructor.lms"],
 }
 LEVEL = {module: level for level, modules in enumerate(TIERS.values()) for module in modules}
