@@ -321,7 +321,6 @@ def written_answer(nb, question, original=frozenset()):
     return text[:MAX_ANSWER_TEXT] + (" [...]" if len(text) > MAX_ANSWER_TEXT else ""), warning
 
 
-@functools.lru_cache(maxsize=None)
 def class_forms(assignment):
     """{question id: form} of a class variant (instructor/variants.py); {} for the published problem set."""
     return {q.id: q.form for q in assignment.questions if getattr(q, "form", "")}
@@ -341,6 +340,7 @@ def handout_mismatch(course, folder):
     return ""
 
 
+@functools.lru_cache(maxsize=None)
 def original_cells(folder, aid):
     """The sources of the student version handed out (stripped), to tell the cells a student added;
     read once per grader process, not once per submission."""
