@@ -382,8 +382,8 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
                 states.pop(step)
         return measure(step) if step % cfg.log_every == 0 else None
 
-    def loss_fn(m, step):  # only the loss: the measurements are on_step's
-        return attention.loss(x, y, m.params())
+    def loss_fn(m, step):  # only the loss (its backward is the closed form): the measurements are on_step's
+        return attention.closed_form_loss(x, y, m.params(), check=False)
 
     history = train(model, loss_fn, recipe(cfg), seed=seed, log_every=cfg.log_every, progress=progress,
                     desc=f"seed {seed}", device=device, on_step=on_step)
@@ -429,7 +429,7 @@ def _continue(cfg, seed, params, steps):
         task, (x, y, _), probe = make_data(cfg, seed)
         model = make_model(cfg, seed)
         model.load_state_dict(params)
-        train(model, lambda m, step: attention.loss(x, y, m.params()), recipe(cfg, steps), seed=seed,
+        train(model, lambda m, step: attention.closed_form_loss(x, y, m.params(), check=False), recipe(cfg, steps), seed=seed,
               log_every=steps, progress=False, device="cpu")
         with torch.no_grad():
             metrics, _ = probe_metrics(model, task, probe)
@@ -846,7 +846,7 @@ def parameter_snapshots(cfg, seed, at):
                 snaps[step] = _params(m)
 
         steps = min(at[-1] + 1, cfg.steps)  # a snapshot at step t needs steps 0..t-1 done
-        train(model, lambda m, step: attention.loss(x, y, m.params()), recipe(cfg, steps), seed=seed,
+        train(model, lambda m, step: attention.closed_form_loss(x, y, m.params(), check=False), recipe(cfg, steps), seed=seed,
               log_every=max(steps, 1), progress=False, device="cpu", on_step=on_step)
         if cfg.steps in wanted and steps == cfg.steps:
             snaps[cfg.steps] = _params(model)
