@@ -16,6 +16,15 @@ The script prints both times, their ratio, how far the two runs' losses are apar
 time goes in each (torch.profiler over a few steps), and the EM-vs-SGD result of the run. The
 machine may be shared: the ratio is also measured on interleaved single steps, which a noisy
 neighbour slows down alike.
+
+It also measures the batched pass against the machine's limit, in the same process on the same
+threads (``causal_flops`` writes the count down): the work one gradient pass needs, divided by its
+time, against a plain float32 (N x N) @ (N x N) matmul, the fastest thing these threads do. The
+ratio of the two rates is the figure of merit (issue 37 asks for >= 0.6). A thin matmul of the
+attention's own shape, (N x 16) @ (16 x N), is timed beside it: it is what a GEMM with so short an
+inner dimension reaches on this machine, and so is torch's own fused attention kernel
+(``F.scaled_dot_product_attention``, forward and backward) on the same causal work: a yardstick for
+what fusing the whole pass into one kernel buys here.
 """
 
 import argparse
@@ -27,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
@@ -79,6 +89,98 @@ def run_plain(models, steps, device):
             losses[m, step] = plain_step(head, opt, x, y)
     sync(device)
     return time.perf_counter() - start, losses
+
+
+# ----------------------------------------------------------------------------- against the machine's limit
+
+def causal_flops(N, d_k, d_v):
+    """Floating-point operations of one model's forward and closed-form backward, causal pairs only.
+
+    P = N (N + 1) / 2 pairs (i, j <= i); a multiply-add counts 2, exp, a sum or a scaling 1:
+        scores      s_ij = q_i . k_j                          2 d_k P
+        softmax     exp, row sums, 1/Z_i                      3 P
+        values      g_i = sum_j alpha_ij v_j                  2 d_v P
+        backward    b_ij = u_i . v_j                          2 d_v P
+                    dL/ds_ij = alpha_ij (b_ij - E[b])         2 P
+                    dq_i, dk_j (sums of dL/ds times k, q)     4 d_k P
+                    dv_j = sum_i alpha_ij u_i                 2 d_v P
+    The (N, d) projections and the output layer are O(N d^2): under 1% here, not counted.
+    """
+    P = N * (N + 1) / 2
+    return P * (6 * d_k + 6 * d_v + 5)
+
+
+def matmul_rate(shape_a, shape_b, device, repeats=10):
+    """GFLOPS of a float32 ``a @ b`` on ``device`` (best of ``repeats``, after one warm-up call)."""
+    a = torch.randn(*shape_a, device=device)
+    b = torch.randn(*shape_b, device=device)
+    out = a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        torch.matmul(a, b, out=out)
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * shape_a[-2] * shape_a[-1] * shape_b[-1] * (a.numel() // (shape_a[-2] * shape_a[-1])) / best / 1e9
+
+
+def pass_rate(x, y, params, repeats=5):
+    """(seconds, GFLOPS) of one batched gradient pass, best of ``repeats``: causal work over time."""
+    M, N, _ = x.shape
+    d_k, d_v = params["W_Q"].shape[1], params["W_V"].shape[1]
+    batched.forward_backward(x, y, params)
+    best = float("inf")
+    for _ in range(repeats):
+        sync(x.device)
+        start = time.perf_counter()
+        batched.forward_backward(x, y, params, check=False)
+        sync(x.device)
+        best = min(best, time.perf_counter() - start)
+    return best, M * causal_flops(N, d_k, d_v) / best / 1e9
+
+
+def fused_attention_rate(M, N, d_k, d_v, device, repeats=5):
+    """GFLOPS (the same causal_flops count) of torch's fused attention kernel, forward and backward,
+    on the run's shapes: F.scaled_dot_product_attention with a causal mask (on a CPU, its flash
+    kernel, which wants q, k and v of one width: all zero-padded to 16 columns, which changes no score)."""
+    width = max(16, d_k, d_v)
+    q, k, v = (torch.randn(M, 1, N, width, device=device, requires_grad=True) for _ in range(3))
+    grad = torch.randn(M, 1, N, width, device=device)
+
+    def step():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=d_k ** -0.5)
+        torch.autograd.grad(out, (q, k, v), grad)
+
+    step()
+    best = float("inf")
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        step()
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return M * causal_flops(N, d_k, d_v) / best / 1e9
+
+
+def print_limit(x, y, params, device):
+    """The figure of merit: the batched pass's rate over a square float32 matmul's, measured side by side."""
+    M, N, _ = x.shape
+    seconds, rate = pass_rate(x, y, params)
+    square = matmul_rate((N, N), (N, N), device)
+    thin = matmul_rate((M, N, 16), (M, 16, N), device)
+    d_k, d_v = params["W_Q"].shape[1], params["W_V"].shape[1]
+    fused = fused_attention_rate(M, N, d_k, d_v, device)
+    print(f"\nagainst the machine's limit (best of 5 passes; {torch.get_num_threads()} threads):")
+    print(f"  one gradient pass of all {M} models: {1e3 * seconds:.1f} ms for "
+          f"{M * causal_flops(N, d_k, d_v) / 1e9:.2f} GFLOP of causal work (causal_flops) = {rate:.1f} GFLOPS")
+    print(f"  float32 matmul ({N} x {N}) @ ({N} x {N}): {square:.1f} GFLOPS; "
+          f"thin ({M} x {N} x 16) @ ({M} x 16 x {N}): {thin:.1f} GFLOPS")
+    print(f"  torch's fused attention kernel (scaled_dot_product_attention, forward + backward, same causal work): "
+          f"{fused:.1f} GFLOPS = {fused / square:.2f} of the square matmul")
+    print(f"FIGURE OF MERIT (pass rate / square matmul rate): {rate / square:.2f} "
+          f"(against the thin matmul: {rate / thin:.2f})")
+    return rate / square
 
 
 # ----------------------------------------------------------------------------- where the time goes
@@ -188,6 +290,8 @@ def main(argv=None):
         ratios.append((time.perf_counter() - t1) / (t1 - t0))
     print(f"SPEED-UP (interleaved single steps, median of {len(ratios)}): {statistics.median(ratios):.1f}x "
           f"(gradient passes only, range {min(ratios):.1f}-{max(ratios):.1f}x)")
+
+    print_limit(x, y, params, device)
 
     if device.type == "cpu" and args.profile_steps > 0:
         print("\nwhere the time goes (torch.profiler, self CPU time per step):")
