@@ -9,8 +9,9 @@ Progress bars are switched off (BAYESATTN_PROGRESS=0) to keep the committed outp
 
 A notebook that fails is left as it was and the others still run; the failures are listed at the end
 (exit status 1). A cell that runs past a minute is named while it runs, so a slow or stalled cell is
-seen as it happens; a notebook whose cell timed out is tried once more in a fresh kernel (a kernel's
-reply can be lost: jupyter/nbclient#312). The cell timeout (default 1800 s) is far above the longest
+seen as it happens. The client polls the kernel's replies every second (``steady_client``): a reply
+nbclient alone can miss (jupyter/nbclient#312) is read within a second instead of after the cell
+timeout; a notebook whose cell timed out all the same is tried once more in a fresh kernel. The cell timeout (default 1800 s) is far above the longest
 real cell (chapter 6's paper run, 131-464 s on 2 cores) so that a loaded machine does not fail it.
 """
 
@@ -22,8 +23,10 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # steady_client, beside this file
+from steady_client import SteadyNotebookClient  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +64,7 @@ def execute(path, timeout=1800):
     and then leaves the file as it was."""
     nb = nbformat.read(path, as_version=4)
     watch = _Watch(path)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
+    client = SteadyNotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
                             resources={"metadata": {"path": str(path.parent)}},
                             on_cell_execute=watch.start, on_cell_executed=watch.stop)
     start = time.perf_counter()

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import nbformat
 import yaml
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))   # steady_client, beside this file
+from steady_client import SteadyNotebookClient  # noqa: E402
 
 
 def toc_files(entries):
@@ -62,7 +63,7 @@ def never_executed(name, root=ROOT):
 def execute(path, timeout=600):
     """Seconds to run the notebook top to bottom in a fresh kernel (the file is left unchanged)."""
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    client = SteadyNotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(Path(path).parent)}})
     start = time.perf_counter()
     client.execute()

@@ -27,11 +27,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 import bayesattn_lite
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from steady_client import SteadyNotebookClient  # noqa: E402  (polls the kernel's replies: nbclient#312)
 
 
 def chapters(choice):
@@ -134,11 +135,10 @@ def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch,
     work = where / "run"
     work.mkdir(exist_ok=True)
     # 40 s per cell: chapters 1-2 run in seconds (chapter 1, install cell included, in about 10 s).
-    # nbclient (0.11, with Colab's ipywidgets 7) now and then sits out a full per-cell timeout after a
-    # widget cell although the kernel has replied, and then carries on without an error (it cost 120 s
-    # of a 130 s run at 120 s per cell); a short timeout keeps that stall short.
+    # nbclient alone (0.11) now and then sat out a full per-cell timeout after a widget cell although
+    # the kernel had replied; SteadyNotebookClient reads such a reply within a second.
     # (later chapters train for minutes in one cell: 600 s per cell for them)
-    client = NotebookClient(nb, kernel_name="colab-like", timeout=40 if chapter in QUICK else 600,
+    client = SteadyNotebookClient(nb, kernel_name="colab-like", timeout=40 if chapter in QUICK else 600,
                             resources={"metadata": {"path": str(work)}})
     client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
     after = frozen(python)

@@ -169,3 +169,48 @@ def test_executing_goes_on_past_a_failing_notebook_names_a_slow_cell_and_says_wh
     assert nbformat.read(slow, as_version=4).cells[0].outputs[0]["data"]["text/plain"] == "2"  # the next one ran
     assert "FAILED" in out and "b_slow.ipynb cell 0 still running after 1 s: import time" in out
     assert "a_broken.ipynb" in err and "my bug" in err
+
+
+def test_sticky_benchmark_prints_its_figure_of_merit(capsys):
+    """benchmarks/sticky_markov.py (issue 37): a tiny run prints the speed-up and the rate of one pass
+    against a square matmul and torch's fused attention, measured in the same process."""
+    spec = importlib.util.spec_from_file_location("sticky_bench", ROOT / "benchmarks" / "sticky_markov.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # the count: P (6 d_k + 6 d_v + 5) over P = N (N + 1) / 2 causal pairs
+    assert bench.causal_flops(3, 10, 15) == 6 * 155
+    bench.main(["--steps", "3", "--T", "40", "--seeds", "0", "1", "--profile-steps", "0", "--interleaved-rounds", "1"])
+    out = capsys.readouterr().out
+    assert "SPEED-UP (whole runs)" in out and "torch's fused attention kernel" in out
+    merit = float(out.split("FIGURE OF MERIT (pass rate / square matmul rate): ")[1].split()[0])
+    assert 0 < merit < 10
+
+
+def test_steady_client_polls_the_shell_channel_in_slices():
+    """scripts/steady_client.py: one long wait becomes many short ones (a reply that one poll missed
+    is read at the next), and a deadline still ends in queue.Empty, as nbclient expects."""
+    import asyncio
+    import queue
+    steady = load("steady_client")
+
+    class Channel:
+        def __init__(self, empty_polls):
+            self.timeouts, self.empty_polls = [], empty_polls
+
+        async def get_msg(self, timeout=None):
+            self.timeouts.append(timeout)
+            if len(self.timeouts) <= self.empty_polls:
+                await asyncio.sleep(timeout)
+                raise queue.Empty
+            return {"reply": len(self.timeouts)}
+
+    late = steady.poll_in_slices(Channel(empty_polls=3), poll=0.01)
+    assert asyncio.run(late.get_msg(timeout=None)) == {"reply": 4}
+    assert late.timeouts[0] == 0.01 and len(late.timeouts) == 4
+    never = steady.poll_in_slices(Channel(empty_polls=10**6), poll=0.01)
+    with pytest.raises(queue.Empty):
+        asyncio.run(never.get_msg(timeout=0.05))
+    assert 3 <= len(never.timeouts) <= 8
+    from nbclient import NotebookClient
+    assert issubclass(steady.SteadyNotebookClient, NotebookClient)
+    assert execute_notebooks.SteadyNotebookClient.__name__ == "SteadyNotebookClient"   # the README's build uses it
