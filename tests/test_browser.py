@@ -491,3 +491,26 @@ def test_chapter_has_exercises_with_collapsed_solutions(open_page, page_name):
         problems.append("the install cell is visible: tag the notebook's first code cell remove-cell")
     page.close()
     assert not problems, f"{page_name}:\n  " + "\n  ".join(problems)
+
+
+WIDE_TABLES = """() => [...document.querySelectorAll('.bd-article table')]
+  .filter(t => t.querySelectorAll('thead th').length >= 5)
+  .map(t => ({cells: getComputedStyle(t.querySelector('td')).display, width: t.getBoundingClientRect().width,
+              height: t.getBoundingClientRect().height}))"""
+
+
+def test_the_scorecards_tables_read_as_cards_on_a_phone(browser, server):
+    """At 390 px a table of five columns (the scorecard's) shows each row as a card, its cells one under
+    the other at the screen's width, instead of five columns a few words wide (22,000 px tall before)."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
+    context.route("**/*", _route(mathjax_copy(), server))
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/book/scorecard.html", wait_until="load")
+        tables = page.evaluate(WIDE_TABLES)
+    finally:
+        context.close()
+    assert len(tables) >= 2, tables
+    for t in tables:
+        assert t["cells"] == "block" and t["width"] <= 390, t
+    assert max(t["height"] for t in tables) < 16000, tables
