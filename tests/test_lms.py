@@ -130,12 +130,13 @@ def _read(bundle):
 def test_the_bundle_has_gradescopes_two_scripts_at_its_root(tmp_path):
     files = _read(lms.gradescope_bundle(tmp_path / "autograder.zip", "ps1_derivations", course_file=COURSE_TOML,
                                         extra_args=("--notebook-timeout", "600")))
-    assert set(files) == {"setup.sh", "run_autograder", "course.toml"}
+    assert set(files) == {"setup.sh", "run_autograder", "course.toml", "handout/ps1_derivations.ipynb",
+                          "handout/ps1_derivations_student.ipynb"}
     assert files["setup.sh"][1] & 0o111 and files["run_autograder"][1] & 0o111  # executable
     assert files["course.toml"][0] == COURSE_TOML.read_text(encoding="utf-8")
     run = files["run_autograder"][0]
     assert "--assignment ps1_derivations" in run and "--no-sandbox" in run and "--notebook-timeout 600" in run
-    assert '--course "$ROOT/source/course.toml"' in run
+    assert '--course "$ROOT/source/course.toml"' in run and '--folder "$ROOT/source/handout"' in run
     setup = files["setup.sh"][0]
     assert "download.pytorch.org/whl/cpu" in setup  # torch's CPU build
     assert f"v{__version__}/bayesattn_lite-{__version__}-py3-none-any.whl" in setup  # this version, pinned

@@ -108,3 +108,21 @@ def test_the_grader_grades_a_class_in_its_forms(tmp_path):
     q3 = next(q for q in copied["questions"] if q["id"] == "q3")
     assert q3["points"] == 0 and q3["mistakes"], q3
     assert any("not this class's" in p for p in copied["problems"])  # handed out in the published form
+
+
+def test_a_gradescope_bundle_carries_the_class_handout(tmp_path):
+    """The bundle ships this course's handout and grades with --folder on it: a class variant's forms are
+    the handout's, so the grader on Gradescope neither refuses the variant nor misreads its given cells."""
+    import zipfile
+
+    from bayesattn_lite.instructor import lms
+    private = private_course(tmp_path)
+    bundle = lms.gradescope_bundle(tmp_path / "autograder.zip", "ps2_dynamics", course_file=private)
+    source = tmp_path / "source"
+    with zipfile.ZipFile(bundle) as z:
+        z.extractall(source)
+    handout = nbformat.read(source / "handout" / "ps2_dynamics_student.ipynb", as_version=4)
+    class_course = course.load(private)
+    assert variants.recorded(handout) == grading.class_forms(class_course.assignment("ps2_dynamics")) != {}
+    assert grading.handout_mismatch(class_course, source / "handout") == ""
+    assert '--folder "$ROOT/source/handout"' in (source / "run_autograder").read_text()

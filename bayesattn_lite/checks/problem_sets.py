@@ -66,10 +66,15 @@ def _biased_qk(inp, which, sign=1, tau_in_softmax=True, tau_in_chain=True, bias_
     return sign * (ds @ k if which == "q" else ds.T @ q) / scale
 
 
+def _biased_scale(truth):
+    """The score's divisor in words: tau d_k under muP's scaling, tau sqrt(d_k) otherwise."""
+    return "tau d_k" if truth.get("dk_power") == 2.0 else "tau sqrt(d_k)"
+
+
 def _biased_flaws(form="causal"):
     truth = BIASED_FORMS[form]
     score = _BIASED_SCORE[form]
-    scale = "tau d_k" if truth.get("dk_power") == 2.0 else "tau sqrt(d_k)"
+    scale = _biased_scale(truth)
     penalty = "m |i - j|" if truth.get("distance") == "absolute" else "m (i - j) with i - j >= 0"
     flaws = [
         Flaw("sign", -1, "wrong sign: dL/ds_ij = alpha_ij (b_ij - E_alpha_i[b]) with b_ij = u_i . v_j "
@@ -102,7 +107,7 @@ def _biased_flaws(form="causal"):
 
 def _biased_spec(form="causal"):
     truth = _form(BIASED_FORMS, form)
-    scale = "tau d_k" if truth.get("dk_power") == 2.0 else "tau sqrt(d_k)"
+    scale = _biased_scale(truth)
     flaws = _biased_flaws(form)
     outputs = [
         Output("dq", ("T", "d_k"), f"dq = dL/ds @ k / ({scale}), dL/ds = alpha (b - E_alpha[b]), "

@@ -331,10 +331,12 @@ def handout_mismatch(course, folder):
     forms differ), or "" when they are: the grader would grade against one form what students did in another."""
     for aid in assignments.ASSIGNMENTS:
         nb, _ = _read(Path(folder) / f"{aid}{assignments.STUDENT_SUFFIX}.ipynb")
-        expected = class_forms(course.assignment(aid))
-        if nb is not None and variants.recorded(nb) != expected:
+        if nb is None:
+            continue
+        handed_out, expected = variants.recorded(nb), class_forms(course.assignment(aid))
+        if handed_out != expected:
             return (f"{folder}/{aid}{assignments.STUDENT_SUFFIX}.ipynb is handed out in the forms "
-                    f"{variants.recorded(nb) or 'published'}, the course configuration gives {expected or 'published'}: "
+                    f"{handed_out or 'published'}, the course configuration gives {expected or 'published'}: "
                     "write the class's notebooks with python -m bayesattn_lite.instructor.assignments --course FILE "
                     "--out DIR and grade with --folder DIR")
     return ""

@@ -242,7 +242,7 @@ COUNT=$(find "$ROOT/submission" -type f -name '*.ipynb' -not -path '*/.ipynb_che
 rm -f "$RESULTS"
 cd "$WORK" || exit 1
 python3 -m bayesattn_lite.instructor.grading "$NB" --assignment {assignment} --report "$WORK/report.json" \\
-  --gradescope "$RESULTS" --no-sandbox{course}{extra} >"$LOG" 2>&1
+  --gradescope "$RESULTS" --no-sandbox --folder "$ROOT/source/handout"{course}{extra} >"$LOG" 2>&1
 STATUS=$?
 cat "$LOG"
 if [ "$STATUS" -ne 0 ] || [ ! -s "$RESULTS" ]; then
@@ -273,7 +273,10 @@ def gradescope_bundle(path, assignment_id, *, wheel=None, course_file=None, extr
     """Write a Gradescope autograder zip to ``path`` that grades ``assignment_id``. ``wheel``: the course's
     wheel to put in the zip and install (what you grade with locally, your own questions included); else
     setup.sh installs this version's release wheel from GitHub. ``course_file``: the course configuration
-    (TOML), shipped as course.toml. ``extra_args``: more grader options, e.g. ("--notebook-timeout", "600")."""
+    (TOML), shipped as course.toml. ``extra_args``: more grader options, e.g. ("--notebook-timeout", "600").
+    The handout goes along (handout/: the instructor and student versions as this course writes them, a
+    class variant's forms included), and the grader reads it with --folder: without it the grader would
+    not know which cells the course gave (written answers, reference calls) and would refuse a variant."""
     from . import assignments
     from . import course as _course
     if assignment_id not in assignments.ASSIGNMENTS:
@@ -282,6 +285,9 @@ def gradescope_bundle(path, assignment_id, *, wheel=None, course_file=None, extr
         raise ValueError(f"expected the course's wheel file (.whl), got {wheel}")
     if course_file is not None:
         _course.load(course_file)  # a mistake in it is said now (ValueError), not on each submission
+    a = assignments.ASSIGNMENTS[assignment_id]
+    handout = {a.instructor_path.name: assignments.render_instructor(a, None, course_file),
+               a.student_path.name: assignments.render(a, None, course_file)}
     package = (f"/autograder/source/{Path(wheel).name}[grading]" if wheel is not None else
                "bayesattn-lite[grading]@" + RELEASE_WHEEL.format(version=__version__))
     setup = SETUP_SH.format(venv=GRADESCOPE_VENV, torch=shlex.quote(_pinned_torch()), torch_index=TORCH_CPU_INDEX,
@@ -297,6 +303,8 @@ def gradescope_bundle(path, assignment_id, *, wheel=None, course_file=None, extr
         with zipfile.ZipFile(temporary, "x") as bundle:
             _zip_entry(bundle, "setup.sh", setup, 0o755)
             _zip_entry(bundle, "run_autograder", run, 0o755)
+            for name, text in handout.items():
+                _zip_entry(bundle, f"handout/{name}", text)
             if course_file is not None:
                 _zip_entry(bundle, "course.toml", Path(course_file).read_text(encoding="utf-8"))
             if wheel is not None:
