@@ -20,11 +20,11 @@ neighbour slows down alike.
 It also measures the batched pass against the machine's limit, in the same process on the same
 threads (``causal_flops`` writes the count down): the work one gradient pass needs, divided by its
 time, against a plain float32 (N x N) @ (N x N) matmul, the fastest thing these threads do. The
-ratio of the two rates is the figure of merit (issue 37 asks for >= 0.6). A thin matmul of the
-attention's own shape, (N x 16) @ (16 x N), is timed beside it: it is what a GEMM with so short an
-inner dimension reaches on this machine, and so is torch's own fused attention kernel
-(``F.scaled_dot_product_attention``, forward and backward) on the same causal work: a yardstick for
-what fusing the whole pass into one kernel buys here.
+ratio of the two rates is the figure of merit (issue 37 asks for >= 0.6). Two yardsticks are timed
+beside it: a thin matmul of the attention's own shape, (N x 16) @ (16 x N), what a GEMM with so short
+an inner dimension reaches on this machine; and torch's own fused attention kernel
+(``F.scaled_dot_product_attention``, forward and backward) on the same causal work, what fusing the
+whole pass into one kernel reaches here.
 """
 
 import argparse

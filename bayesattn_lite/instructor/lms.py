@@ -276,7 +276,7 @@ def gradescope_bundle(path, assignment_id, *, wheel=None, course_file=None, extr
     (TOML), shipped as course.toml. ``extra_args``: more grader options, e.g. ("--notebook-timeout", "600").
     The handout goes along (handout/: the instructor and student versions as this course writes them, a
     class variant's forms included), and the grader reads it with --folder: without it the grader would
-    not know which cells the course gave (written answers, reference calls) and would refuse a variant."""
+    not know which cells the course gave (written answers, reference calls), nor a class variant's forms."""
     from . import assignments
     from . import course as _course
     if assignment_id not in assignments.ASSIGNMENTS:
