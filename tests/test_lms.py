@@ -156,6 +156,8 @@ def test_the_bundle_refuses_an_unknown_assignment_a_bad_wheel_and_a_broken_confi
         lms.gradescope_bundle(tmp_path / "a.zip", "ps9")
     with pytest.raises(ValueError, match=r"\.whl"):
         lms.gradescope_bundle(tmp_path / "a.zip", "ps1_derivations", wheel=tmp_path / "missing.whl")
+    with pytest.raises(ValueError, match=r"ps1_derivations.ipynb in .*--folder DIR"):   # no handout to write
+        lms.gradescope_bundle(tmp_path / "a.zip", "ps1_derivations", folder=tmp_path)
     bad = tmp_path / "course.toml"
     bad.write_text("[course]\nmode = 3\n")
     with pytest.raises(ValueError):

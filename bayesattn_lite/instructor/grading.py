@@ -1162,7 +1162,10 @@ def main(argv=None):
         if not args.assignment:
             parser.error("--gradescope-bundle needs --assignment")
         from . import lms
-        lms.gradescope_bundle(args.gradescope_bundle, args.assignment, course_file=args.course)
+        try:
+            lms.gradescope_bundle(args.gradescope_bundle, args.assignment, course_file=args.course, folder=args.folder)
+        except ValueError as exc:
+            parser.error(f"--gradescope-bundle: {exc}")
         print(f"Gradescope autograder: {args.gradescope_bundle}")
         if args.submission is None:
             return 0
