@@ -11,8 +11,9 @@ A notebook that fails is left as it was and the others still run; the failures a
 (exit status 1). A cell that runs past a minute is named while it runs, so a slow or stalled cell is
 seen as it happens. The client polls the kernel's replies every second (``steady_client``): a reply
 nbclient alone can miss (jupyter/nbclient#312) is read within a second instead of after the cell
-timeout; a notebook whose cell timed out all the same is tried once more in a fresh kernel. The cell timeout (default 1800 s) is far above the longest
-real cell (chapter 6's paper run, 131-464 s on 2 cores) so that a loaded machine does not fail it.
+timeout; a notebook whose cell timed out all the same is tried once more in a fresh kernel. The
+cell timeout (default 1800 s) is far above the longest real cell (chapter 6's paper run, 131-464 s
+on 2 cores) so that a loaded machine does not fail it.
 """
 
 import argparse
@@ -65,8 +66,8 @@ def execute(path, timeout=1800):
     nb = nbformat.read(path, as_version=4)
     watch = _Watch(path)
     client = SteadyNotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
-                            resources={"metadata": {"path": str(path.parent)}},
-                            on_cell_execute=watch.start, on_cell_executed=watch.stop)
+                                  resources={"metadata": {"path": str(path.parent)}},
+                                  on_cell_execute=watch.start, on_cell_executed=watch.stop)
     start = time.perf_counter()
     try:
         client.execute()

@@ -64,7 +64,7 @@ def execute(path, timeout=600):
     """Seconds to run the notebook top to bottom in a fresh kernel (the file is left unchanged)."""
     nb = nbformat.read(path, as_version=4)
     client = SteadyNotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(Path(path).parent)}})
+                                  resources={"metadata": {"path": str(Path(path).parent)}})
     start = time.perf_counter()
     client.execute()
     return time.perf_counter() - start

@@ -432,17 +432,22 @@ def test_page_reads_well(open_page, shots, page_name):
     assert not problems, f"{page_name}:\n  " + "\n  ".join(problems)
 
 
-@pytest.mark.parametrize("page_name", [p for p in PAGES if p in NOTEBOOK_PAGES])
-def test_cells_fit_a_phone_screen(browser, server, page_name):
-    """At a phone's width (400 px) too, no code cell or output scrolls sideways."""
-    context = browser.new_context(viewport={"width": 400, "height": 800}, service_workers="block")
+def evaluate_at(browser, server, page_name, viewport, script):
+    """``script``'s result on ``page_name`` in a fresh browser window of ``viewport`` (a phone's)."""
+    context = browser.new_context(viewport=viewport, service_workers="block")
     context.route("**/*", _route(mathjax_copy(), server))
     try:
         page = context.new_page()
         page.goto(f"{server}/{page_name}.html", wait_until="load")
-        sideways = page.evaluate(SIDEWAYS)
+        return page.evaluate(script)
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("page_name", [p for p in PAGES if p in NOTEBOOK_PAGES])
+def test_cells_fit_a_phone_screen(browser, server, page_name):
+    """At a phone's width (400 px) too, no code cell or output scrolls sideways."""
+    sideways = evaluate_at(browser, server, page_name, {"width": 400, "height": 800}, SIDEWAYS)
     assert not sideways, f"{page_name}: {len(sideways)} cells scroll sideways at 400 px: {sideways[:3]}"
 
 
@@ -502,14 +507,7 @@ WIDE_TABLES = """() => [...document.querySelectorAll('.bd-article table')]
 def test_the_scorecards_tables_read_as_cards_on_a_phone(browser, server):
     """At 390 px a table of five columns (the scorecard's) shows each row as a card, its cells one under
     the other at the screen's width, instead of five columns a few words wide (22,000 px tall before)."""
-    context = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
-    context.route("**/*", _route(mathjax_copy(), server))
-    try:
-        page = context.new_page()
-        page.goto(f"{server}/book/scorecard.html", wait_until="load")
-        tables = page.evaluate(WIDE_TABLES)
-    finally:
-        context.close()
+    tables = evaluate_at(browser, server, "book/scorecard", {"width": 390, "height": 844}, WIDE_TABLES)
     assert len(tables) >= 2, tables
     for t in tables:
         assert t["cells"] == "block" and t["width"] <= 390, t

@@ -139,7 +139,7 @@ def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch,
     # the kernel had replied; SteadyNotebookClient reads such a reply within a second.
     # (later chapters train for minutes in one cell: 600 s per cell for them)
     client = SteadyNotebookClient(nb, kernel_name="colab-like", timeout=40 if chapter in QUICK else 600,
-                            resources={"metadata": {"path": str(work)}})
+                                  resources={"metadata": {"path": str(work)}})
     client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
     after = frozen(python)
     added = {name: after[name] for name in set(after) - set(before)}

@@ -241,7 +241,7 @@ def test_a_copy_runs_to_its_end_with_every_exercise_unanswered(chapter):
     os.environ.update(env)
     try:
         SteadyNotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True,
-                                resources={"metadata": {"path": str(ROOT)}}).execute()
+                             resources={"metadata": {"path": str(ROOT)}}).execute()
     finally:
         for key, value in saved.items():
             os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)

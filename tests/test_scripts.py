@@ -11,8 +11,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+def load(name, folder="scripts"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -174,9 +174,7 @@ def test_executing_goes_on_past_a_failing_notebook_names_a_slow_cell_and_says_wh
 def test_sticky_benchmark_prints_its_figure_of_merit(capsys):
     """benchmarks/sticky_markov.py (issue 37): a tiny run prints the speed-up and the rate of one pass
     against a square matmul and torch's fused attention, measured in the same process."""
-    spec = importlib.util.spec_from_file_location("sticky_bench", ROOT / "benchmarks" / "sticky_markov.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("sticky_markov", "benchmarks")
     # the count: P (6 d_k + 6 d_v + 5) over P = N (N + 1) / 2 causal pairs
     assert bench.causal_flops(3, 10, 15) == 6 * 155
     bench.main(["--steps", "3", "--T", "40", "--seeds", "0", "1", "--profile-steps", "0", "--interleaved-rounds", "1"])
