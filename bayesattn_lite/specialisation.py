@@ -52,7 +52,6 @@ import contextlib
 import functools
 import math
 import multiprocessing
-import os
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -60,7 +59,7 @@ import torch
 
 from . import _validate, attention, diagnostics, tasks
 from .attention import AttentionHead
-from .train import GROUPS, History, Recipe, em_like, pick_device, rates, train
+from .train import GROUPS, History, Recipe, em_like, pick_device, rates, train, usable_cpus
 
 PARAM_NAMES = attention.PARAM_NAMES
 
@@ -408,7 +407,7 @@ def run_seeds(cfg=Config(), seeds=(0, 1, 2, 3, 4), workers=None, **kwargs):
         _validate.fail("seeds", "at least one seed", "none", described=True)
     on_cpu = pick_device(kwargs.get("device", "cpu")).type == "cpu"
     if workers is None:
-        workers = min(len(seeds), os.cpu_count() or 1) if on_cpu else 1
+        workers = min(len(seeds), usable_cpus()) if on_cpu else 1
     workers = _validate.integer("workers", workers, 1)
     if workers > 1 and not on_cpu:
         _validate.fail("workers", "1 on a GPU (worker processes are for CPU runs)", workers)
@@ -450,7 +449,7 @@ def continue_training(runs, steps, workers=None):
     steps = _validate.integer("steps", steps, 1)
     jobs = [(r.cfg, r.seed, {n: p.detach().cpu().clone() for n, p in r.model.state_dict().items()}) for r in runs]
     if workers is None:
-        workers = min(len(jobs), os.cpu_count() or 1)
+        workers = min(len(jobs), usable_cpus())
     workers = _validate.integer("workers", workers, 1)
     if workers == 1 or len(jobs) < 2:
         return [_continue(*job, steps) for job in jobs]

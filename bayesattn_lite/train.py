@@ -46,6 +46,24 @@ def pick_device(device=None):
     return _validate.device("device", device)
 
 
+CPU_MAX = "/sys/fs/cgroup/cpu.max"   # a cgroup v2 CPU quota: "<quota> <period>" in microseconds, or "max ..."
+
+
+def usable_cpus():
+    """The cores this process may use: those it may run on, fewer under a CPU quota (cgroup v2
+    ``cpu.max``, as in a container limited to 2 CPUs on a larger machine, where ``os.cpu_count()``
+    counts the machine's). One worker process per usable core, never more: more would wait on each other."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        with open(CPU_MAX) as f:
+            quota, period = f.read().split()
+        if quota != "max":
+            cpus = min(cpus, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, cpus)
+
+
 def seed_everything(seed):
     """Seed python's random, numpy's global RNG and torch (CPU and every CUDA device)."""
     seed = _validate.integer("seed", seed, 0, 2**32 - 1)  # numpy's limit

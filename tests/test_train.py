@@ -2,6 +2,7 @@
 the divergence guard and resumable checkpoints."""
 
 import math
+import os
 import random
 
 import numpy as np
@@ -51,6 +52,19 @@ def test_pick_device_defaults_to_cpu_and_refuses_missing_cuda():
     assert pick_device(torch.device("cpu")) == torch.device("cpu")
     with pytest.raises(ValueError, match="CUDA is not available"):
         pick_device("cuda")
+
+
+def test_usable_cpus_counts_a_cpu_quota(tmp_path, monkeypatch):
+    """A container limited to 1.5 CPUs on a larger machine may use 2 cores, not os.cpu_count()."""
+    allowed = len(os.sched_getaffinity(0))
+    quota = tmp_path / "cpu.max"
+    monkeypatch.setattr(train_module, "CPU_MAX", str(quota))
+    for text, expected in (("150000 100000\n", min(allowed, 2)), ("max 100000\n", allowed), ("garbled", allowed),
+                           ("50000 100000", 1)):
+        quota.write_text(text)
+        assert train_module.usable_cpus() == expected, text
+    quota.unlink()   # no cgroup v2 file: the cores it may run on
+    assert train_module.usable_cpus() == allowed
 
 
 def test_seed_everything_reproduces_and_differs():
