@@ -4,6 +4,11 @@ the book twice: ``python scripts/time_notebooks.py --from-json _build/notebook_t
 Each notebook's time is the sum of its cells' setup, call and teardown (the kernel's start and
 shutdown included), as pytest measured them. Written when a session ran at least one notebook
 cell; ``$BAYESATTN_TIMES_JSON`` changes the path.
+
+Under pytest-xdist (``pytest tests -n 2``, as the README's test command runs the unit tests), each
+worker gets an equal share of the cores for torch's threads: two workers that each start as many
+threads as there are cores would fight over them (the wait of one thread stalls the other's work).
+Only the controller writes the times.
 """
 
 import json
@@ -15,6 +20,17 @@ ROOT = Path(__file__).resolve().parent
 _seconds = defaultdict(float)
 
 
+def pytest_configure(config):
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if workers:
+        import torch
+
+        from bayesattn_lite.train import usable_cpus
+        threads = max(1, usable_cpus() // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)    # the kernels and processes this worker starts
+        torch.set_num_threads(threads)
+
+
 def pytest_runtest_logreport(report):
     path = report.nodeid.split("::")[0]
     if path.endswith(".ipynb"):
@@ -22,7 +38,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
-    if not _seconds:
+    if not _seconds or hasattr(session.config, "workerinput"):
         return
     target = Path(os.environ.get("BAYESATTN_TIMES_JSON", ROOT / "_build" / "notebook_times.json"))
     target.parent.mkdir(parents=True, exist_ok=True)

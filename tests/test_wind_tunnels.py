@@ -72,7 +72,7 @@ SMALL = [
 ]
 
 
-@pytest.mark.parametrize("task, brute", SMALL, ids=repr)
+@pytest.mark.parametrize("task, brute", SMALL, ids=[repr(task) for task, _ in SMALL])
 def test_exact_posterior_matches_brute_force(task, brute):
     batch = task.sample(6, seed=3)
     for b in range(len(batch)):
