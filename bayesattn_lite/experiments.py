@@ -25,7 +25,7 @@ import torch
 from . import _validate, attention, batched, diagnostics
 from .attention import PARAM_NAMES
 from .tasks import StickyMarkovChain
-from .train import GROUPS, em_like, rates
+from .train import GROUPS, em_like, pick_device, rates, usable_cpus
 
 PAPER_SEEDS = (42, 2024, 1337, 7777, 9999)
 D_K, D_V, INIT_STD = 10, 15, 0.1   # the authors' head: W_Q, W_K 20 -> 10, W_V 20 -> 15, W_O 15 -> 8
@@ -237,7 +237,7 @@ def _check_run(run):
 def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, device=None,
                   dtype=torch.float32, record_every=10, block_size=None, progress=True,
                   checkpoint_path=None, checkpoint_every=100, desc="sticky Markov", pool=0, init_std=INIT_STD,
-                  fresh=False):
+                  fresh=False, workers=None):
     """Train every schedule on every seed (all in one batched run) and measure them.
 
     ``schedules`` maps a name to per-matrix rates (``train.rates``). Models are laid out
@@ -246,7 +246,8 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
     seed on that many fresh sequences, one per step in turn, instead of the paper's one sequence
     (``training_sequences``); ``fresh`` trains on a new sequence per seed at every step
     (``fresh_sequences``), so no sequence is seen twice; ``init_std`` is the initial weights'
-    standard deviation.
+    standard deviation. ``workers`` processes share the models out (``batched.train``); None: one per
+    core for a run of the paper's size on a CPU without a checkpoint, else one.
     """
     schedules = _check_schedules(schedules)
     seeds = _check_seeds(seeds)
@@ -273,11 +274,14 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
     inits = [init_model(seed, chain, torch.float64, init_std) for seed in seeds]
     params = batched.stack([inits[m % S] for m in range(len(names) * S)])
     lrs = {matrix: [schedules[names[m // S]][matrix] for m in range(len(names) * S)] for matrix in PARAM_NAMES}
+    if workers is None:   # a small run would wait on the processes' start (a few seconds) for nothing
+        big = steps * len(models) * T * T >= 1e10 and pick_device(device).type == "cpu"
+        workers = usable_cpus() if big and not fresh and not checkpoint_path else 1
     run = batched.train(
         x, y, params, lrs, steps, names=[f"{names[m // S]}, seed {seeds[m % S]}" for m in range(len(names) * S)],
         record_every=record_every, block_size=block_size, device=device, dtype=dtype, progress=progress,
         desc=desc, checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
-        sampler=sampler if fresh else None)
+        sampler=sampler if fresh else None, workers=workers)
 
     def per_schedule(array, i):  # model axis -> this schedule's seeds, first axis
         return array[..., i * S:(i + 1) * S]

@@ -150,3 +150,25 @@ def test_train_records_every_matrix_and_its_squared_gradient():
         _, grads = batched.forward_backward(x, y, params)      # step 0's gradient, from the start weights
         torch.testing.assert_close(torch.as_tensor(run.grad_sq[name][0]), grads[name].pow(2).sum((1, 2)))
     assert run.W_V is run.snapshots["W_V"]
+
+
+def test_processes_give_the_run_of_one_process_in_model_order(tmp_path):
+    """workers=2: each process trains its share of the models on one thread; the joined run is the
+    one-process run (float64 here; the models never meet, so only the reduction order could differ)."""
+    x, y, params = problem(M=3, N=21)
+    lrs = {"W_Q": 0.3, "W_K": 0.3, "W_V": [0.3, 3.0, 1.0], "W_O": 0.3}
+    kwargs = dict(record_every=2, dtype=torch.float64, progress=False, names=["a", "b", "c"])
+    one = batched.train(x, y, params, lrs, steps=5, **kwargs)
+    two = batched.train(x, y, params, lrs, steps=5, workers=2, **kwargs)
+    assert two.names == ["a", "b", "c"] and two.extra["workers"] == 2
+    for key in ("loss", "entropy", "accuracy"):
+        assert getattr(two, key).shape == (5, 3) and abs(getattr(two, key) - getattr(one, key)).max() < 1e-12
+    assert all(abs(two.final[k] - one.final[k]).max() < 1e-12 for k in one.final)
+    for n in PARAM_NAMES:
+        assert two.snapshots[n].shape == one.snapshots[n].shape and abs(two.snapshots[n] - one.snapshots[n]).max() < 1e-12
+        assert abs(two.grad_sq[n] - one.grad_sq[n]).max() < 1e-12
+        assert torch.allclose(two.params[n], one.params[n], rtol=0, atol=1e-12)
+    with pytest.raises(TrainingDiverged, match=r"c \(lr .*W_V=1e\+30"):   # a part's error, naming its model
+        batched.train(x, y, params, dict(lrs, W_V=[0.3, 0.3, 1e30]), steps=50, workers=2, **kwargs)
+    with pytest.raises(ValueError, match="workers: expected 1 on a GPU, with a sampler or with a checkpoint_path"):
+        batched.train(x, y, params, lrs, steps=5, workers=2, checkpoint_path=tmp_path / "run.pt", **kwargs)
