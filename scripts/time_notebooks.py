@@ -8,6 +8,9 @@ Prints each notebook's time and the total, and exits with status 1 if a notebook
 promises every chapter in minutes and the whole book in a quarter of an hour on a 2-core CPU.
 The JSON is written by the repository's conftest.py whenever pytest runs notebooks with nbval, so
 CI checks the budget on the run it has already done instead of executing the book twice.
+``--machine _build/machine.json`` (written by ``scripts/machine.py --json``) scales both limits by
+how much slower this machine is than the one the budget was set on (never below 1x): CI's machines
+differ by up to 4x in speed on the same code, and the budget is about the code.
 Notebooks that a conftest.py tells pytest never to collect (the problem sets' student versions,
 which are stubs) are not executed and not counted.
 """
@@ -100,7 +103,14 @@ def main(argv=None):
     parser.add_argument("--from-json", type=Path, help="check the times nbval recorded instead of executing")
     parser.add_argument("--per-notebook", type=float, default=300.0, help="seconds allowed per notebook")
     parser.add_argument("--total", type=float, default=900.0, help="seconds allowed for the whole book")
+    parser.add_argument("--machine", type=Path, help="scale the limits by the slowdown scripts/machine.py --json wrote")
     args = parser.parse_args(argv)
+    if args.machine:
+        slowdown = float(json.loads(args.machine.read_text())["slowdown"])
+        print(f"this machine is {slowdown:.2f}x as slow as the budget's reference (scripts/machine.py): "
+              f"{args.per_notebook:.0f} s a notebook -> {slowdown * args.per_notebook:.0f} s, "
+              f"{args.total:.0f} s the book -> {slowdown * args.total:.0f} s")
+        args.per_notebook, args.total = slowdown * args.per_notebook, slowdown * args.total
     order = toc_notebooks()
     if args.from_json:
         if not args.from_json.exists():

@@ -61,6 +61,12 @@ def test_budget_check_reads_the_times_nbval_recorded(tmp_path):
     path.write_text(json.dumps({"seconds": times}))
     assert time_notebooks.main(["--from-json", str(path)]) == 1
     assert time_notebooks.main(["--from-json", str(tmp_path / "missing.json")]) == 1
+    machine = tmp_path / "machine.json"   # on a machine twice as slow, 400 s is within 2 x 300 s
+    machine.write_text(json.dumps({"slowdown": 2.0}))
+    assert time_notebooks.main(["--from-json", str(path), "--machine", str(machine)]) == 0
+    times[next(iter(times))] = 601.0
+    path.write_text(json.dumps({"seconds": times}))
+    assert time_notebooks.main(["--from-json", str(path), "--machine", str(machine)]) == 1
 
 
 def test_device_guard_sees_a_tensor_on_the_wrong_device_inside_hot_functions():
@@ -212,3 +218,17 @@ def test_steady_client_polls_the_shell_channel_in_slices():
     from nbclient import NotebookClient
     assert issubclass(steady.SteadyNotebookClient, NotebookClient)
     assert execute_notebooks.SteadyNotebookClient.__name__ == "SteadyNotebookClient"   # the README's build uses it
+
+
+def test_machine_prints_its_yardsticks_and_how_much_slower_it_is(tmp_path, capsys):
+    """scripts/machine.py, which CI runs before nbval: the budget is scaled by its slowdown."""
+    machine = load("machine")
+    machine.main(["--json", str(tmp_path / "machine.json")])
+    line = capsys.readouterr().out
+    assert line.startswith("machine: ") and "usable" in line and "as slow as the budget's reference" in line
+    measured = json.loads((tmp_path / "machine.json").read_text())
+    assert measured["matmul_gflops"] > 0 and measured["python_loop_ms"] > 0 and measured["slowdown"] >= 1
+    ref = machine.REFERENCE
+    assert machine.slowdown(ref) == 1.0
+    assert machine.slowdown({"matmul_gflops": ref["matmul_gflops"] / 3, "python_loop_ms": 3 * ref["python_loop_ms"]}) == 3
+    assert machine.slowdown({"matmul_gflops": 4 * ref["matmul_gflops"], "python_loop_ms": ref["python_loop_ms"]}) == 1
