@@ -251,6 +251,7 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
     """
     schedules = _check_schedules(schedules)
     seeds = _check_seeds(seeds)
+    steps = _validate.integer("steps", steps, 1)
     init_std = _validate.positive("init_std", init_std)
     if _validate.boolean("fresh", fresh) and pool:
         _validate.fail("pool", "0 when fresh=True (fresh data has no pool)", pool)
