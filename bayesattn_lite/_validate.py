@@ -60,6 +60,16 @@ def seed(what, value, limit=2**63):
     return int(number)
 
 
+def distinct_seeds(what, value):
+    """One or more distinct seeds, as a tuple of ints: a seed given twice would count one run twice."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        fail(what, "a list or tuple of distinct ints (e.g. [0, 1, 2])", value)
+    seeds = tuple(seed(f"{what}[{i}]", s) for i, s in enumerate(value))
+    if not seeds or len(set(seeds)) != len(seeds):
+        fail(what, "one or more distinct ints (a seed given twice would count one run twice)", value)
+    return seeds
+
+
 def real(what, value, low=None, high=None, low_open=False, high_open=False):
     """A finite real number in the interval given (bounds optional), returned as a Python float."""
     number = _scalar(value)

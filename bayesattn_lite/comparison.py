@@ -215,8 +215,7 @@ def compare(archs, task_names, seeds, steps, size="small", lr=3e-3, batch_size=3
     for what, names in (("archs", archs), ("task_names", task_names)):
         if isinstance(names, str) or not isinstance(names, (list, tuple)) or not names:
             _validate.fail(what, "a non-empty list of names (e.g. ['lstm'], not 'lstm')", names)
-    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__len__") or len(seeds) == 0:
-        _validate.fail("seeds", "a non-empty list of seeds (e.g. [0, 1, 2])", seeds)
+    seeds = _validate.distinct_seeds("seeds", seeds)
     for arch in archs:
         if arch not in models.ARCHITECTURES:
             _validate.fail("archs", f"names from {models.ARCHITECTURES}", arch)
@@ -229,6 +228,9 @@ def compare(archs, task_names, seeds, steps, size="small", lr=3e-3, batch_size=3
     if workers > 1 and pick_device(device).type != "cpu":
         _validate.fail("workers", "1 on a GPU (worker processes are for CPU runs)", workers)
     horizons, model_sizes = dict(horizons or {}), dict(model_sizes or {})
+    for what, given, names in (("horizons", horizons, task_names), ("model_sizes", model_sizes, archs)):
+        if set(given) - set(names):   # a misspelt key would be ignored without a word
+            _validate.fail(what, f"keys among {list(names)}", sorted(map(str, set(given) - set(names))))
     jobs = []
     for name in task_names:
         task = wind_tunnels.wind_tunnel(name, size)

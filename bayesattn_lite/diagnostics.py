@@ -242,7 +242,7 @@ def change_vs_final(snapshots):
     """(n - 1,) ||s[t+1] - s[t]|| / ||s[-1]|| for n snapshots stacked on the first axis: how much a
     quantity moved between snapshots, against the size it ends at. Unlike ``relative_change``
     (against the size it has now) it does not inflate the moves of something that starts small."""
-    s = _tensor("snapshots", snapshots, 2).double()
+    s = _validate.finite_values("snapshots", _tensor("snapshots", snapshots, 2)).double()
     final = s[-1].norm().item()
     if final == 0:
         _validate.fail("snapshots", "a nonzero last snapshot (the scale of the rates)", "a last snapshot of zeros",

@@ -217,16 +217,6 @@ def _check_schedules(schedules):
             for name, per in schedules.items()}
 
 
-def _check_seeds(seeds):
-    """A tuple of one or more distinct seeds (plain ints)."""
-    if isinstance(seeds, (str, dict)) or not hasattr(seeds, "__iter__"):
-        _validate.fail("seeds", "a tuple of distinct ints", seeds)
-    seeds = tuple(_validate.seed(f"seeds[{i}]", s) for i, s in enumerate(seeds))
-    if not seeds or len(set(seeds)) != len(seeds):
-        _validate.fail("seeds", "one or more distinct ints", seeds)
-    return seeds
-
-
 def _check_run(run):
     if not isinstance(run, ScheduleRun):
         _validate.fail("run", "an experiments.ScheduleRun (what run_schedules returns)", type(run).__name__,
@@ -250,7 +240,7 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
     core for a run of the paper's size on a CPU without a checkpoint, else one.
     """
     schedules = _check_schedules(schedules)
-    seeds = _check_seeds(seeds)
+    seeds = _validate.distinct_seeds("seeds", seeds)
     steps = _validate.integer("steps", steps, 1)
     init_std = _validate.positive("init_std", init_std)
     if _validate.boolean("fresh", fresh) and pool:
@@ -716,7 +706,7 @@ class LongRunConfig:
                 v.fail(f"schedules[{i}]", "a tuple (name, base rate, W_V factor)", sched)
         checked = {"schedules": tuple((n, v.real(f"schedules[{i}] rate", lr, 0), v.positive(f"schedules[{i}] factor", f))
                                       for i, (n, lr, f) in enumerate(self.schedules)),
-                   "seeds": _check_seeds(self.seeds), "steps": v.integer("steps", self.steps, 1),
+                   "seeds": _validate.distinct_seeds("seeds", self.seeds), "steps": v.integer("steps", self.steps, 1),
                    "T": v.integer("T", self.T, 2), "pool": v.integer("pool", self.pool, 0, POOL_STRIDE - 1),
                    "init_std": v.positive("init_std", self.init_std),
                    "record_every": v.integer("record_every", self.record_every, 1),

@@ -3,6 +3,8 @@
 Chapters use these to show, in the open, that each formula they derive is right.
 """
 
+import math
+
 import torch
 
 from . import _validate, attention
@@ -39,6 +41,9 @@ def finite_difference(f, tensor, index, eps=1e-6):
     _validate.function("f", f, "a function f(tensor) -> a number")
     # an integer tensor would truncate the bump to 0: refuse it rather than return 0 / (2 eps)
     tensor = _validate.tensor("tensor", tensor, floating=True, finite=False, convert=False)  # masked scores are -inf
+    if tensor.isnan().any():   # -inf is a masked score; NaN is nothing a derivative can be taken at
+        _validate.fail("tensor", "no NaN entries (masked scores may be -inf)", f"{int(tensor.isnan().sum())} NaN entries",
+                       described=True)
     eps = _validate.positive("eps", eps)
     try:
         if tensor[index].numel() != 1:
@@ -60,10 +65,14 @@ def _number(f, tensor):
     try:
         if isinstance(out, (str, bytes)):
             raise TypeError
-        return float(out)
+        value = float(out)
     except (TypeError, ValueError, RuntimeError):
         _validate.fail("f", "a function f(tensor) -> a number", f"one returning {_validate.describe(out)}",
                        described=True)
+    if not math.isfinite(value):   # a difference of NaN or inf is no derivative
+        _validate.fail("f", "a function returning a finite number near the tensor", f"one returning {value}",
+                       described=True)
+    return value
 
 
 def relative_error(a, b):

@@ -95,6 +95,13 @@ def _points(what, value):
     return p
 
 
+def _formats_a_number(fmt):
+    try:
+        return isinstance(fmt, str) and fmt.format(0.5) != fmt
+    except (IndexError, KeyError, ValueError):
+        return False
+
+
 def heatmap(ax, matrix, title="", signed=False, mask=None, fmt=None, xlabel="key j", ylabel="query i"):
     """Draw a (T, T) matrix; ``signed`` centres a red-blue scale on zero; ``mask`` greys entries out.
 
@@ -104,8 +111,8 @@ def heatmap(ax, matrix, title="", signed=False, mask=None, fmt=None, xlabel="key
     m = _array("matrix", matrix, ndim=2, expected="a 2-D (rows, columns) matrix")
     if m.size == 0:
         _validate.fail("matrix", "at least one row and one column", f"shape {m.shape}", described=True)
-    if fmt is not None and not isinstance(fmt, str):
-        _validate.fail("fmt", 'None or a format string such as "{:.2f}"', fmt)
+    if fmt is not None and not _formats_a_number(fmt):   # "%.2f" would print itself in every cell
+        _validate.fail("fmt", 'None or a format string with one {} field for the value, such as "{:.2f}"', fmt)
     hidden = np.zeros(m.shape, dtype=bool) if mask is None else (
         _validate.shape("mask", _array("mask", mask), m.shape, "the shape of matrix") > 0)
     shown = np.ma.masked_where(hidden, m)

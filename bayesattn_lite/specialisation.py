@@ -400,11 +400,7 @@ def run_seeds(cfg=Config(), seeds=(0, 1, 2, 3, 4), workers=None, **kwargs):
     processes at once (default: one per CPU core, at most one per seed); each run is seeded on its
     own and uses one thread, so the results are those of one run after the other."""
     _check_cfg(cfg)
-    if isinstance(seeds, (str, bytes, dict)) or not hasattr(seeds, "__iter__"):
-        _validate.fail("seeds", "a non-empty list of ints", seeds)
-    seeds = [_validate.seed(f"seeds[{i}]", s) for i, s in enumerate(seeds)]
-    if not seeds:
-        _validate.fail("seeds", "at least one seed", "none", described=True)
+    seeds = list(_validate.distinct_seeds("seeds", seeds))
     on_cpu = pick_device(kwargs.get("device", "cpu")).type == "cpu"
     if workers is None:
         workers = min(len(seeds), usable_cpus()) if on_cpu else 1

@@ -302,8 +302,11 @@ class SourcesTask:
 
     def signal_log_odds(self, x):
         """log p(signal | x_t) / p(distractor | x_t) for every observation alone, (B, T), float64:
-        how sure one observation is that it came from a source (chapter 4's content oracle)."""
+        how sure one observation is that it came from a source (chapter 4's content oracle); +inf
+        everywhere when ``signal_prob`` is 1 (no distractors: every observation is a source's)."""
         log_source, log_distractor = self._densities(x)
+        if self.signal_prob == 1:
+            return torch.full(log_source.shape[:2], math.inf, dtype=log_source.dtype, device=log_source.device)
         signal = torch.logsumexp(log_source, -1) + math.log(self.signal_prob / self.n_sources)
         return signal - (log_distractor[..., 0] + math.log1p(-self.signal_prob))
 

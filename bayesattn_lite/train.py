@@ -266,6 +266,10 @@ def _load_checkpoint(path, model, optimizer, recipe):
     ckpt = checkpoints.load(path, KIND, next(model.parameters()).device, required=CHECKPOINT_KEYS)
     differences = _model_differences(ckpt["model"], model) or _recipe_differences(ckpt["recipe"], recipe)
     checkpoints.refuse(path, _fingerprint(model, recipe), ckpt, differences)
+    if ckpt["step"] > recipe.steps:   # else the longer run would come back as if it were this one
+        _validate.fail(f"checkpoint {path}", f"at most recipe.steps={recipe.steps} steps (ask for at least as many "
+                       "steps as it has, or delete it / pass resume=False)", f"{ckpt['step']} steps done",
+                       described=True)
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     _set_rng_state(ckpt["rng"])
@@ -316,10 +320,13 @@ class Recipe:
                    "lr": _validate.positive("lr", self.lr),
                    "lr_multipliers": _multipliers(self.lr_multipliers),
                    "schedule": _validate.choice("schedule", self.schedule, SCHEDULES),
-                   "warmup": _validate.integer("warmup", self.warmup, 0),
+                   "warmup": _validate.integer("warmup", self.warmup, 0),   # below steps under a schedule (below)
                    "clip_grad_norm": None if self.clip_grad_norm is None else
                    _validate.positive("clip_grad_norm", self.clip_grad_norm),
                    "weight_decay": _validate.real("weight_decay", self.weight_decay, 0)}
+        if checked["schedule"] != "constant" and checked["steps"] and checked["warmup"] >= checked["steps"]:
+            _validate.fail("warmup", f"fewer steps than steps={checked['steps']} (the {checked['schedule']} schedule "
+                           "would never run)", self.warmup)
         for name, value in checked.items():  # plain floats and ints: what the fingerprint hashes
             object.__setattr__(self, name, value)
 
@@ -382,6 +389,19 @@ def _loss_of(out, step, optimizer):
     return loss, value, metrics
 
 
+def _measured(out, step, taken):
+    """What on_step returned, checked where it is read: None, or a dict of names the run does not log itself."""
+    if out is None:
+        return {}
+    if not isinstance(out, dict):
+        _validate.fail("on_step", "a function returning a dict of numbers or None", f"a {type(out).__name__} at "
+                       f"step {step}", described=True)
+    if set(out) & taken:
+        _validate.fail("on_step", f"a dict without the run's own keys {sorted(taken)} (they would be overwritten)",
+                       f"keys {sorted(set(out) & taken)} at step {step}", described=True)
+    return out
+
+
 def _step(model, loss_fn, opt, recipe, step, on_step):
     """One optimizer step; (loss, metrics with grad_norm and what on_step measured)."""
     opt.zero_grad(set_to_none=True)
@@ -393,7 +413,7 @@ def _step(model, loss_fn, opt, recipe, step, on_step):
     grad_norm = _grad_norm(model, opt, step)
     if recipe.clip_grad_norm is not None:
         _clip(model, grad_norm, recipe.clip_grad_norm)
-    measured = (on_step(model, step) or {}) if on_step is not None else {}
+    measured = _measured(on_step(model, step), step, {"loss", "grad_norm", "lr", *metrics}) if on_step else {}
     opt.step()  # weights change only here, after both guards: a diverged step is never saved
     scheduled = {"lr": opt.param_groups[0]["lr"]} if recipe.schedule != "constant" or recipe.warmup else {}
     return value, {**metrics, **measured, "grad_norm": grad_norm, **scheduled}

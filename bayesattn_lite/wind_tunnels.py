@@ -290,6 +290,8 @@ def forward_filter(transition, emission, observations, initial=None):
         belief = belief * lik                                        # update: weigh by the evidence
         belief = belief / belief.sum(-1, keepdim=True)
         out.append(belief)
+    if not out:   # no observations: no beliefs, (B, 0, S)
+        return torch.empty(B, 0, S, dtype=transition.dtype, device=transition.device)
     return torch.stack(out, dim=1)
 
 

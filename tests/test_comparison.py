@@ -160,6 +160,9 @@ def test_summarise_and_format_table():
     (lambda: comparison.model_sizes_for("transformer", "hmm", horizons={"K": 30}), "horizons"),
     (lambda: compare(["lstm"], ["hmm"], [], 1), "seeds"),
     (lambda: compare(["lstm"], ["hmm"], 0, 1), "seeds"),
+    (lambda: compare(["lstm"], ["hmm"], [0, 0], 1), r"seeds: expected one or more distinct ints"),
+    (lambda: compare(["lstm"], ["hmm"], [0], 1, horizons={"hmn": [{"K": 30}]}), r"horizons: expected keys among \['hmm'\]"),
+    (lambda: compare(["lstm"], ["hmm"], [0], 1, model_sizes={"lstn": {"d_model": 8}}), r"model_sizes: .*\['lstn'\]"),
     (lambda: comparison.horizon_label("K=3"), "horizon"),
     (lambda: comparison.run_name("lstm", "hmm", -1), "seed"),
 ])

@@ -357,3 +357,10 @@ def test_bought_in_window_sums_the_intervals_from_its_start_and_the_realised_dro
     np.testing.assert_array_equal(out["realised"], [7.0, 1.0])  # loss at snapshot 1 minus the last
     whole = diagnostics.bought_in_window({"g": [1.0, 2.0]}, [3.0, 2.0, 0.0], 0)
     assert whole["g"] == 3.0 and whole["realised"] == 3.0
+
+
+def test_change_vs_final_refuses_nan():
+    s = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    s[1, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"snapshots: expected finite values, got 1 NaN/inf entries"):
+        diagnostics.change_vs_final(s)

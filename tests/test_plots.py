@@ -193,3 +193,12 @@ def test_edge_calls_that_are_valid_still_draw(ax):
     plots.strip(ax, ["a"], [np.array([1.0, float("nan")])], reference=0.0)  # a linear axis shows 0
     assert plots.message(plt.figure(), 123).texts[0].get_text() == "123"  # anything printable is said
     plt.close("all")
+
+
+@pytest.mark.parametrize("fmt", ["%.2f", "{x}", "{:d}", 3])
+def test_heatmap_refuses_a_format_that_would_not_write_the_values(fmt):
+    """"%.2f" used to print itself in every cell; a format must have one {} field for the value."""
+    fig, ax = plt.subplots()
+    with pytest.raises(ValueError, match=r'fmt: expected None or a format string with one \{\} field'):
+        plots.heatmap(ax, np.eye(2), "t", fmt=fmt)
+    plt.close(fig)

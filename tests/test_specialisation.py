@@ -345,6 +345,7 @@ _P = {n: torch.zeros(s) for n, s in (("W_Q", (2, 3)), ("W_K", (2, 3)), ("W_V", (
     (lambda: sp.run_seeds(TINY, seeds=[], workers=1), "seeds"),
     (lambda: sp.run_seeds(TINY, seeds="01", workers=1), "seeds"),
     (lambda: sp.run_seeds(TINY, seeds=(0, -1), workers=1), r"seeds\[1\]"),
+    (lambda: sp.run_seeds(TINY, seeds=(3, 3), workers=1), "seeds"),   # one run counted twice
     (lambda: sp.make_task("cfg"), "cfg"),
     (lambda: sp.make_data(TINY, seed=-1), "seed"),
     (lambda: sp.lr_multipliers("cfg"), "cfg"),

@@ -228,6 +228,8 @@ def test_a_task_without_distractors_has_the_plain_gaussian_posterior():
     assert sig.all()
     ll = -((x.double()[..., None, :] - task.means) ** 2).sum(-1) / 2
     assert torch.allclose(task.posterior(x), torch.softmax(ll.cumsum(1), -1))
+    # every observation is a source's: the log-odds are +inf (they were "math domain error")
+    assert torch.equal(task.signal_log_odds(x), torch.full((5, 3), math.inf, dtype=torch.float64))
 
 
 def test_kl_by_position_averages_to_kl_bits_and_signal_log_odds_match_the_densities():

@@ -393,3 +393,25 @@ def test_on_step_sees_the_gradients_before_the_update_and_logs_what_it_returns()
     torch.testing.assert_close(seen[2][2], before1 - 0.1 * grad1)  # the update came after the call
     np.testing.assert_allclose(history["grad_sq_W_V"], [seen[0][1].pow(2).sum().item(), seen[2][1].pow(2).sum().item()],
                                rtol=1e-6)
+
+
+def test_a_checkpoint_past_the_recipes_steps_is_refused(tmp_path):
+    """Resumed with fewer steps than it has, a run used to come back as the longer run."""
+    path = tmp_path / "run.pt"
+    train(make_head(), random_batch_loss, Recipe(6), seed=2, checkpoint_path=path, progress=False)
+    with pytest.raises(ValueError, match=r"at most recipe.steps=4 steps .* got 6 steps done"):
+        train(make_head(), random_batch_loss, Recipe(4), seed=2, checkpoint_path=path, progress=False)
+
+
+@pytest.mark.parametrize("returned, message", [
+    ([1.0], r"on_step: expected a function returning a dict of numbers or None, got a list at step 0"),
+    ({"grad_norm": 1.0}, r"without the run's own keys .* got keys \['grad_norm'\] at step 0")])
+def test_what_on_step_returns_is_checked_where_it_is_read(returned, message):
+    with pytest.raises(ValueError, match=message):
+        train(make_head(), random_batch_loss, Recipe(2), on_step=lambda model, step: returned, progress=False)
+
+
+def test_a_warm_up_as_long_as_a_cosine_run_is_refused():
+    with pytest.raises(ValueError, match=r"warmup: expected fewer steps than steps=10 \(the cosine schedule"):
+        Recipe(10, schedule="cosine", warmup=10)
+    assert Recipe(10, schedule="cosine", warmup=9).warmup == 9 and Recipe(10, warmup=10).warmup == 10

@@ -171,3 +171,11 @@ def test_a_panel_says_in_plain_text_that_its_sliders_need_a_kernel():
         assert bundle["text/plain"] == widgets.KERNEL_ONLY
         assert "application/vnd.jupyter.widget-view+json" in bundle  # Jupyter and Colab still get the sliders
     assert panel.result is not None  # still an ipywidgets.interactive: it ran once
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(scores=[0.0, float("nan"), 1.0, 0.0, 0.0]), "scores"),
+                                          (dict(u=[float("inf"), 0.0]), "u"), (dict(eta=float("inf")), "eta")])
+def test_advantage_state_refuses_nan_and_inf(kwargs, name):
+    """NaN in used to be NaN on every panel, without a word."""
+    with pytest.raises(ValueError, match=f"{name}: expected"):
+        widgets.advantage_state(**kwargs)

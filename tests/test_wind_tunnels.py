@@ -342,3 +342,10 @@ def test_key_gradients_sum_to_zero(small_transformer):
     grad = keys[0].grad  # (B, H, T, d_head)
     assert grad.abs().max() > 1e-4
     torch.testing.assert_close(grad.sum(2), torch.zeros_like(grad.sum(2)), atol=1e-6, rtol=0)
+
+
+def test_forward_filter_of_no_observations_is_no_beliefs():
+    """A valid call: zero observations give (B, 0, S), not an error from inside torch.stack."""
+    A, E = torch.full((2, 3, 3), 1 / 3), torch.full((2, 3, 4), 0.25)
+    out = wind_tunnels.forward_filter(A, E, torch.zeros(2, 0, dtype=torch.long))
+    assert out.shape == (2, 0, 3) and out.dtype == A.dtype
