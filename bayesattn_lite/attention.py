@@ -33,69 +33,47 @@ Everything works on x of shape (T, d_x) or (B, T, d_x), float32 or float64, CPU 
 
 import functools
 import math
-import numbers
+from collections.abc import Mapping
 
 import torch
 from torch import nn
 
 from . import _validate
+from ._types import Flag, Float, Int, Tensor, checked
 
 PARAM_NAMES = ("W_Q", "W_K", "W_V", "W_O")
-
-
-# ----------------------------------------------------------------------------- validation
 
 # this module describes what it got in words already ("shape (3, 4)"), so the text goes in as is
 _fail = functools.partial(_validate.fail, described=True)
 
 
-def _check_inputs(x, params, y=None, needs_y=False):
-    """Raise ValueError, naming what was expected, when the inputs do not fit together (``y`` is
-    checked when given, and must be given when ``needs_y``)."""
-    if not isinstance(x, torch.Tensor):
-        _fail("x", "a torch.Tensor of shape (T, d_x) or (B, T, d_x)", type(x).__name__)
-    if x.dtype not in (torch.float32, torch.float64):
-        _fail("x.dtype", "torch.float32 or torch.float64", x.dtype)
-    if x.dim() not in (2, 3):
-        _fail("x", "shape (T, d_x) or (B, T, d_x)", f"shape {tuple(x.shape)}")
-    if x.shape[-2] == 0:
-        _fail("x", "at least one position", f"shape {tuple(x.shape)}")
-    if not hasattr(params, "keys"):
-        _fail("params", f"a mapping with keys {PARAM_NAMES}", type(params).__name__)
-    missing = [name for name in PARAM_NAMES if name not in params]
-    if missing:
-        _fail("params", f"a mapping with keys {PARAM_NAMES}", f"missing {missing}")
-    for name in PARAM_NAMES:
-        W = params[name]
-        if not isinstance(W, torch.Tensor) or W.dim() != 2:
-            _fail(name, "a 2-D torch.Tensor", getattr(W, "shape", type(W).__name__))
-        if W.dtype != x.dtype:
-            _fail(f"{name}.dtype", f"{x.dtype} (the dtype of x)", W.dtype)
-        if W.device != x.device:
+# ----------------------------------------------------------------------------- what the head takes
+
+@checked
+def _fit(x: Float[Tensor, "*B T d_x"], W_Q: Float[Tensor, "d_k d_x"], W_K: Float[Tensor, "d_k d_x"],
+         W_V: Float[Tensor, "d_v d_x"], W_O: Float[Tensor, "C d_v"], y: Int[Tensor, "*B T"] | None = None):
+    """The head's inputs, checked against each other: the annotations say how the shapes fit (queries
+    and keys share d_k, W_O reads the d_v values, one target per position); below, what they cannot say."""
+    if x.shape[-2] == 0 or W_Q.shape[0] == 0:
+        _fail("x, W_Q", "at least one position and d_k >= 1", f"x {tuple(x.shape)}, W_Q {tuple(W_Q.shape)}")
+    for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V), ("W_O", W_O), ("y", y)):
+        if W is not None and W.device != x.device:
             _fail(f"{name}.device", f"{x.device} (the device of x)", W.device)
-    d_x = x.shape[-1]
-    W_Q, W_K, W_V, W_O = (params[name] for name in PARAM_NAMES)
-    for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
-        if W.shape[1] != d_x:
-            _fail(f"{name}.shape", f"(d_out, d_x={d_x}) to match x's last axis", tuple(W.shape))
-    if W_K.shape[0] != W_Q.shape[0]:
-        _fail("W_K.shape", f"({W_Q.shape[0]}, d_x): queries and keys share d_k", tuple(W_K.shape))
-    if W_O.shape[1] != W_V.shape[0]:
-        _fail("W_O.shape", f"(n_classes, d_v={W_V.shape[0]}) to read the values", tuple(W_O.shape))
-    # NaN in must not become NaN out without a word (a diverged run, a bad feature)
-    for name, t in (("x", x), *((n, params[n]) for n in PARAM_NAMES)):
-        _validate.finite_values(name, t.detach())
-    if y is None and not needs_y:
-        return
-    if not isinstance(y, torch.Tensor) or y.dtype not in (torch.int64, torch.int32, torch.long):
-        _fail("y", "an integer torch.Tensor of class indices", getattr(y, "dtype", type(y).__name__))
-    if tuple(y.shape) != tuple(x.shape[:-1]):
-        _fail("y.shape", f"{tuple(x.shape[:-1])} (one target per position of x)", tuple(y.shape))
-    if y.device != x.device:
-        _fail("y.device", f"{x.device} (the device of x)", y.device)
-    n_classes = W_O.shape[0]
-    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= n_classes):
-        _fail("y", f"class indices in [0, {n_classes - 1}]", f"values from {int(y.min())} to {int(y.max())}")
+        if name != "y" and W.dtype != x.dtype:
+            _fail(f"{name}.dtype", f"{x.dtype} (the dtype of x)", W.dtype)
+    for name, t in (("x", x), ("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V), ("W_O", W_O)):
+        _validate.finite_values(name, t.detach())   # NaN in must not become NaN out without a word
+    if y is not None and y.numel() and (int(y.min()) < 0 or int(y.max()) >= W_O.shape[0]):
+        _fail("y", f"class indices in [0, {W_O.shape[0] - 1}]", f"values from {int(y.min())} to {int(y.max())}")
+
+
+def _check_inputs(x, params, y=None):
+    """Raise ValueError, naming what was expected, when x, the ``params`` mapping (W_Q, W_K, W_V,
+    W_O) and the targets ``y`` (when given) do not fit together."""
+    missing = [name for name in PARAM_NAMES if name not in params] if isinstance(params, Mapping) else PARAM_NAMES
+    if missing:
+        _fail("params", f"a mapping with keys {PARAM_NAMES}", f"{type(params).__name__} missing {list(missing)}")
+    _fit(x, *(params[name] for name in PARAM_NAMES), y)
 
 
 # ----------------------------------------------------------------------------- forward
@@ -127,7 +105,9 @@ def movable_pairs(T, device="cpu"):
     return pairs
 
 
-def scores(q, k, causal=True, positions=None):
+@checked
+def scores(q: Float[Tensor, "*B Tq d_k"], k: Float[Tensor, "*B Tk d_k"], causal: Flag = True,
+           positions: Int[Tensor, " Tq"] | None = None) -> Float[Tensor, "*B Tq Tk"]:
     """s_ij = q_i . k_j / sqrt(d_k), (..., T_q, T_k), -inf where the causal mask forbids j > i
     (``forward``'s convention). ``positions`` are the sequence positions of the rows of q (default
     0, 1, ...: every query), so that the scores of a few queries can be computed alone.
@@ -138,16 +118,11 @@ def scores(q, k, causal=True, positions=None):
     inside a layer's forward pass (no input checks on that hot path), ``monitor``'s reader must
     repeat ``nn.MultiheadAttention``'s own arithmetic to read its heads, and ``batched`` computes
     many models' scores in one fused einsum, block by block of keys."""
-    q = _validate.tensor("q", q, (2, 3, 4), floating=True)
-    k = _validate.tensor("k", k, (2, 3, 4), floating=True)
-    if q.shape[-1] != k.shape[-1] or q.shape[-1] == 0:
-        _fail("k.shape", f"(..., T, d_k={q.shape[-1]}): queries and keys share d_k >= 1", tuple(k.shape))
-    causal = _validate.boolean("causal", causal)
-    if positions is not None:
-        positions = _validate.tensor("positions", positions, 1).to(q.device)
-        if positions.shape[0] != q.shape[-2] or positions.is_floating_point():
-            _fail("positions", f"{q.shape[-2]} integer positions (one per row of q)", positions.shape)
-    return _scores(q, k, causal, positions)
+    if q.shape[-1] == 0:
+        _fail("q", "d_k >= 1", f"shape {tuple(q.shape)}")
+    _validate.finite_values("q", q)
+    _validate.finite_values("k", k)
+    return _scores(q, k, causal, None if positions is None else positions.to(q.device))
 
 
 def _scores(q, k, causal=True, positions=None):
@@ -160,14 +135,14 @@ def _scores(q, k, causal=True, positions=None):
     return s.masked_fill(future, float("-inf"))
 
 
-def forward(x, params, causal=True):
+@checked
+def forward(x: Float[Tensor, "*B T d_x"], params: Mapping[str, Tensor], causal: Flag = True) -> dict[str, Tensor]:
     """The head's forward pass, keeping every intermediate the gradients need.
 
     Returns a dict with q, k, v (..., T, d), s (..., T, T; -inf where masked),
     alpha (..., T, T; rows sum to 1), g (..., T, d_v) and logits (..., T, n_classes).
     """
     _check_inputs(x, params)
-    causal = _validate.boolean("causal", causal)
     q = x @ params["W_Q"].T
     k = x @ params["W_K"].T
     v = x @ params["W_V"].T
@@ -178,23 +153,21 @@ def forward(x, params, causal=True):
     return {"q": q, "k": k, "v": v, "s": s, "alpha": alpha, "g": g, "logits": logits}
 
 
-def loss(x, y, params, causal=True):
+@checked
+def loss(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], params: Mapping[str, Tensor], causal: Flag = True) -> Tensor:
     """Mean cross-entropy over every position (and batch element): the L of the paper."""
-    _check_inputs(x, params, y, needs_y=True)
-    causal = _validate.boolean("causal", causal)
+    _check_inputs(x, params, y)
     logits = forward(x, params, causal)["logits"]
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).long())
 
 
 # ----------------------------------------------------------------------------- gradients
 
-def error_signal(logits, y, W_O):
+@checked
+def error_signal(logits: Float[Tensor, "*B T C"], y: Int[Tensor, "*B T"], W_O: Float[Tensor, "C d_v"]):
     """u_i = dL/dg_i = W_O^T (softmax(z_i) - onehot(y_i)) / N, N = number of positions."""
-    logits = _validate.tensor("logits", logits, floating=True)
-    _validate.labels("y", y, logits.shape[-1], logits.shape[:-1])
-    W_O = _validate.tensor("W_O", W_O, 2, floating=True)
-    if W_O.shape[0] != logits.shape[-1]:
-        _fail("W_O.shape", f"(n_classes={logits.shape[-1]}, d_v): one row per class of the logits", tuple(W_O.shape))
+    _validate.finite_values("logits", logits)
+    _validate.labels("y", y, logits.shape[-1])
     n_positions = y.numel()
     dlogits = torch.softmax(logits, dim=-1)
     dlogits = dlogits - nn.functional.one_hot(y.long(), logits.shape[-1]).to(logits.dtype)
@@ -202,29 +175,27 @@ def error_signal(logits, y, W_O):
     return dlogits, dlogits @ W_O
 
 
-def score_gradient(alpha, b):
+@checked
+def score_gradient(alpha: Float[Tensor, "*B Tq Tk"], b: Float[Tensor, "*B Tq Tk"]):
     """dL/ds_ij = alpha_ij (b_ij - E_{alpha_i}[b]), and the advantage A_ij = E_{alpha_i}[b] - b_ij.
 
     Where alpha_ij = 0 (behind a causal mask) the gradient is exactly 0: masked keys get none.
     """
-    alpha = _validate.tensor("alpha", alpha, floating=True, finite=False)
-    b = _validate.tensor("b", b, floating=True, finite=False)
-    if b.shape != alpha.shape:
-        _fail("b.shape", f"{tuple(alpha.shape)} (the shape of alpha)", tuple(b.shape))
     expected_b = (alpha * b).sum(dim=-1, keepdim=True)
     advantage = expected_b - b
     return alpha * (b - expected_b), advantage
 
 
-def gradients(x, y, params, causal=True):
+@checked
+def gradients(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], params: Mapping[str, Tensor],
+              causal: Flag = True) -> dict[str, Tensor]:
     """Closed-form gradients of the mean cross-entropy, one dict entry per quantity.
 
     Keys: u, b, advantage (E_alpha[b] - b: positive where gradient descent raises the score),
     s (dL/ds), q, k, v, W_Q, W_K, W_V, W_O. Each has the shape of the tensor it belongs to
     (b, advantage and s are (..., T, T)).
     """
-    _check_inputs(x, params, y, needs_y=True)
-    causal = _validate.boolean("causal", causal)
+    _check_inputs(x, params, y)
     fw = forward(x, params, causal)
     q, k, v, alpha, g = fw["q"], fw["k"], fw["v"], fw["alpha"], fw["g"]
     dlogits, u = error_signal(fw["logits"], y, params["W_O"])
@@ -297,41 +268,33 @@ class _ClosedFormLoss(torch.autograd.Function):
         return (None, None, *(grad_loss * g for g in ctx.saved_tensors), None)
 
 
-def closed_form_loss(x, y, params, causal=True, check=True):
+@checked
+def closed_form_loss(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], params: Mapping[str, Tensor],
+                     causal: Flag = True, check: Flag = True) -> Tensor:
     """``loss``, whose backward pass is the closed form of ``gradients`` (the four matrices only).
 
     What the chapters' training loops call: the same value and gradients as ``loss`` with autograd
-    (to float rounding), faster. ``check=False`` skips the input checks, for a loop whose data was
-    checked once before it started.
+    (to float rounding), faster. ``check=False`` skips every check, the annotations' too, for a loop
+    whose data was checked once before it started.
     """
     if check:
-        _check_inputs(x, params, y, needs_y=True)
-        causal = _validate.boolean("causal", causal)
+        _check_inputs(x, params, y)
     return _ClosedFormLoss.apply(x, y.long(), *(params[name] for name in PARAM_NAMES), causal)
 
 
 # ----------------------------------------------------------------------------- score-space kernel
 
-def _check_sequence(x, q, k):
-    """Raise ValueError unless x (T, d_x), q and k (T, d_k) are finite float tensors of one sequence."""
-    for name, t in (("x", x), ("q", q), ("k", k)):
-        if not isinstance(t, torch.Tensor):
-            _fail(name, "a torch.Tensor", type(t).__name__)
-        if t.dtype not in (torch.float32, torch.float64):
-            _fail(f"{name}.dtype", "torch.float32 or torch.float64", t.dtype)
-        if t.dim() != 2:
-            _fail(name, "shape (T, d) for one sequence (no batch axis)", f"shape {tuple(t.shape)}")
-        if not torch.isfinite(t).all():
-            _fail(name, "finite values", "inf or nan")
-    if q.shape != k.shape:
-        _fail("k.shape", f"{tuple(q.shape)} (the shape of q: queries and keys share d_k)", tuple(k.shape))
-    if x.shape[0] != q.shape[0]:
-        _fail("q.shape", f"(T={x.shape[0]}, d_k): one query per row of x", tuple(q.shape))
+@checked
+def _one_sequence(x: Float[Tensor, "T d_x"], q: Float[Tensor, "T d_k"], k: Float[Tensor, "T d_k"]):
+    """x (T, d_x) and its queries and keys (T, d_k) of one sequence (no batch axis), finite, d_k >= 1."""
     if q.shape[1] == 0:
-        _fail("q.shape", "d_k >= 1", tuple(q.shape))
+        _fail("q", "d_k >= 1", f"shape {tuple(q.shape)}")
+    for name, t in (("x", x), ("q", q), ("k", k)):
+        _validate.finite_values(name, t)
 
 
-def score_kernel(x, q, k):
+@checked
+def score_kernel(x: Float[Tensor, "T d_x"], q: Float[Tensor, "T d_k"], k: Float[Tensor, "T d_k"]) -> Float[Tensor, "T T T T"]:
     """The score-space kernel of one sequence: how a step on W_Q, W_K moves every score.
 
         K[i', j', i, j] = [(x_i . x_i')(k_j . k_j') + (x_j . x_j')(q_i . q_i')] / d_k
@@ -341,7 +304,7 @@ def score_kernel(x, q, k):
     K = J J^T, J the Jacobian of the scores in (W_Q, W_K): reshaped to (T^2, T^2) it is PSD.
     Shape (T, T, T, T), for x (T, d_x) and q, k (T, d_k).
     """
-    _check_sequence(x, q, k)
+    _one_sequence(x, q, k)
     xx = x @ x.T   # xx[i, i'] = x_i . x_i'
     qq = q @ q.T
     kk = k @ k.T
@@ -349,25 +312,19 @@ def score_kernel(x, q, k):
     return (torch.einsum("ai,bj->abij", xx, kk) + torch.einsum("bj,ai->abij", xx, qq)) / q.shape[1]
 
 
-def predicted_score_change(x, q, k, ds, lr):
+@checked
+def predicted_score_change(x: Float[Tensor, "T d_x"], q: Float[Tensor, "T d_k"], k: Float[Tensor, "T d_k"],
+                           ds: Float[Tensor, "T T"], lr) -> Float[Tensor, "T T"]:
     """Delta s_{i'j'} = -lr sum_ij K[i', j', i, j] dL/ds_ij: the first-order score change of one step.
 
     ds is dL/ds of the sequence, (T, T) (0 where the causal mask forbids a pair); lr the step size,
     any finite number (the prediction is linear in it: a negative one predicts a step uphill).
     """
-    _check_sequence(x, q, k)
-    T = x.shape[0]
-    if not isinstance(ds, torch.Tensor) or tuple(ds.shape) != (T, T):
-        given = getattr(ds, "shape", type(ds).__name__)
-        _fail("ds", f"a torch.Tensor of shape ({T}, {T}) (dL/ds of the sequence)", given)
+    _one_sequence(x, q, k)
     if ds.dtype != x.dtype:
         _fail("ds.dtype", f"{x.dtype} (the dtype of x)", ds.dtype)
-    if not torch.isfinite(ds).all():
-        _fail("ds", "finite values (0, not nan, where the causal mask forbids a pair)", "inf or nan")
-    if isinstance(lr, torch.Tensor) and lr.dim() == 0:
-        lr = lr.item()
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr):
-        _fail("lr", "a finite number", lr)
+    _validate.finite_values("ds", ds)   # 0, not nan, where the causal mask forbids a pair
+    lr = _validate.real("lr", lr)
     return -float(lr) * torch.einsum("abij,ij->ab", score_kernel(x, q, k), ds)
 
 

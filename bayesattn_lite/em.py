@@ -9,34 +9,31 @@ component: grad_k = sum_i r_ik (x_i - mu_k) / s2, and mu_k + (s2 / N_k) grad_k i
 (``mean_gradient`` and ``gradient_fit`` make that comparison runnable). This is the sense in which a
 larger learning rate on the "prototypes" (the values of a head) moves plain gradient descent towards EM.
 
-Everything is float64 torch; x is (n, d).
+Everything is float64 torch; x is (n, d) (a numpy array is taken too). The shapes are declared in
+the signatures (``help(e_step)`` shows them) and checked at each call.
 """
 
 import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from . import _validate
+from ._types import Flag, Float, Tensor, checked
 
 
-def _check_x(x):
-    x = _validate.tensor("x", x, 2, floating=True)
+def _float64(name, t, device=None):
+    """``t`` (a tensor or numpy array, its shape checked by the signature) as a finite float64 tensor."""
+    t = torch.as_tensor(t).to(device=device, dtype=torch.float64)
+    return _validate.finite_values(name, t)
+
+
+def _points(x):
     if x.shape[0] < 1:
         _validate.fail("x", "a tensor of shape (n, d) with n >= 1 points", x)
-    return x.to(torch.float64)
-
-
-def _check_means(means, d):
-    means = _validate.tensor("means", means, 2, floating=True)
-    if means.shape[1] != d:
-        _validate.fail("means", f"a tensor of shape (K, d={d})", means)
-    return means.to(torch.float64)
-
-
-def _check_variance(variance):
-    return _validate.positive("variance", variance)
+    return _float64("x", x)
 
 
 def _log_joint(x, means, variance, weights):
@@ -46,15 +43,16 @@ def _log_joint(x, means, variance, weights):
     return torch.log(weights) - sq / (2 * variance) - 0.5 * d * math.log(2 * math.pi * variance)
 
 
-def e_step(x, means, variance, weights=None):
+@checked
+def e_step(x: Float[Tensor | np.ndarray, "n d"], means: Float[Tensor | np.ndarray, "K d"], variance,
+           weights: Float[Tensor | np.ndarray, " K"] | None = None):
     """Responsibilities (n, K) and the mean log-likelihood per point (nats)."""
-    x = _check_x(x)
-    means = _check_means(means, x.shape[1])
-    variance = _check_variance(variance)
+    x = _points(x)
+    means = _float64("means", means, x.device)
+    variance = _validate.positive("variance", variance)
     K = means.shape[0]
     weights = (torch.full((K,), 1.0 / K, dtype=torch.float64, device=x.device) if weights is None
-               else _validate.tensor("weights", weights).to(x.device, torch.float64))
-    _validate.shape("weights", weights, (K,), f"K={K} non-negative numbers summing to 1, shape")
+               else _float64("weights", weights, x.device))
     if (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
         _validate.fail("weights", f"K={K} non-negative numbers summing to 1",
                        f"[{', '.join(f'{w:.4g}' for w in weights.tolist())}] (sum {weights.sum().item():.6g})",
@@ -64,13 +62,12 @@ def e_step(x, means, variance, weights=None):
     return torch.exp(log_joint - log_norm), log_norm.mean().item()
 
 
-def m_step(x, resp, fit_variance=True, variance=None):
+@checked
+def m_step(x: Float[Tensor | np.ndarray, "n d"], resp: Float[Tensor | np.ndarray, "n K"], fit_variance: Flag = True,
+           variance=None):
     """Means, variance (or the given one when ``fit_variance`` is False) and weights from responsibilities."""
-    x = _check_x(x)
-    fit_variance = _validate.boolean("fit_variance", fit_variance)
-    if not isinstance(resp, torch.Tensor) or resp.dim() != 2 or resp.shape[0] != x.shape[0]:
-        _validate.fail("resp", f"a torch.Tensor of shape (n={x.shape[0]}, K)", resp)
-    resp = resp.to(x.device, torch.float64)
+    x = _points(x)
+    resp = _float64("resp", resp, x.device)
     sums = resp.sum(1)
     negative = (resp < -1e-12).any()
     if negative or not torch.allclose(sums, torch.ones_like(sums), atol=1e-6):
@@ -81,19 +78,17 @@ def m_step(x, resp, fit_variance=True, variance=None):
     means = resp.T @ x / counts[:, None]
     if fit_variance:
         variance = (resp * torch.cdist(x, means).pow(2)).sum().item() / (x.shape[0] * x.shape[1])
-    return means, _check_variance(variance), counts / x.shape[0]
+    return means, _validate.positive("variance", variance), counts / x.shape[0]
 
 
-def mean_gradient(x, resp, means, variance):
+@checked
+def mean_gradient(x: Float[Tensor | np.ndarray, "n d"], resp: Float[Tensor | np.ndarray, "n K"],
+                  means: Float[Tensor | np.ndarray, "K d"], variance) -> Float[Tensor, "K d"]:
     """d(sum_i log p(x_i)) / d mu_k = sum_i r_ik (x_i - mu_k) / variance, (K, d): each mean is pulled
     towards the points it is responsible for, weighted by how responsible it is."""
-    x = _check_x(x)
-    means = _check_means(means, x.shape[1])
-    variance = _check_variance(variance)
-    resp = _validate.tensor("resp", resp, 2)
-    if tuple(resp.shape) != (x.shape[0], means.shape[0]):
-        _validate.fail("resp", f"shape (n={x.shape[0]}, K={means.shape[0]}): one row per point, one column per mean", resp)
-    resp = resp.to(x.device, torch.float64)
+    x = _points(x)
+    resp, means = _float64("resp", resp, x.device), _float64("means", means, x.device)
+    variance = _validate.positive("variance", variance)
     return (resp.T @ x - resp.sum(0)[:, None] * means) / variance
 
 
@@ -107,26 +102,28 @@ class GMMFit:
     means_path: torch.Tensor     # (n_iter + 1, K, d)
 
 
-def initial_means(x, n_components, seed=0):
+@checked
+def initial_means(x: Float[Tensor | np.ndarray, "n d"], n_components, seed=0) -> Float[Tensor, "K d"]:
     """K distinct data points chosen at random (reproducible by seed)."""
-    x = _check_x(x)
+    x = _points(x)
     n_components = _validate.integer("n_components", n_components, 1, x.shape[0])
     gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
     return x[torch.randperm(x.shape[0], generator=gen).to(x.device)[:n_components]].clone()
 
 
-def fit(x, n_components, n_iter=30, init=None, variance=1.0, fit_variance=True, seed=0):
+@checked
+def fit(x: Float[Tensor | np.ndarray, "n d"], n_components, n_iter=30, init: Float[Tensor | np.ndarray, "K d"] | None = None,
+        variance=1.0, fit_variance: Flag = True, seed=0) -> "GMMFit":
     """EM from ``init`` means (default: random data points). The variance starts at ``variance`` and is
     re-estimated each M-step unless ``fit_variance`` is False."""
-    x = _check_x(x)
-    fit_variance = _validate.boolean("fit_variance", fit_variance)
+    x = _points(x)
     n_components = _validate.integer("n_components", n_components, 1, x.shape[0])
     n_iter = _validate.integer("n_iter", n_iter, 1)
     means = initial_means(x, n_components, _validate.seed("seed", seed)) if init is None \
-        else _check_means(init, x.shape[1]).clone()
+        else _float64("init", init, x.device).clone()
     if means.shape[0] != n_components:
         _validate.fail("init", f"{n_components} means (one per component)", means.shape[0])
-    variance = _check_variance(variance)
+    variance = _validate.positive("variance", variance)
     weights = torch.full((n_components,), 1.0 / n_components, dtype=torch.float64, device=x.device)
     path, log_lik = [means.clone()], []
     for _ in range(n_iter):
@@ -139,13 +136,15 @@ def fit(x, n_components, n_iter=30, init=None, variance=1.0, fit_variance=True, 
     return GMMFit(means, variance, weights, resp, log_lik, torch.stack(path))
 
 
-def gradient_fit(x, init, variance, lr, n_iter=30):
+@checked
+def gradient_fit(x: Float[Tensor | np.ndarray, "n d"], init: Float[Tensor | np.ndarray, "K d"], variance, lr,
+                 n_iter=30) -> "GMMFit":
     """Gradient ascent on the means only (responsibilities recomputed every step, variance and
     weights fixed): the "plain gradient descent" counterpart of ``fit``. ``lr`` is per point: the
     step is lr * mean_gradient / n."""
-    x = _check_x(x)
-    means = _check_means(init, x.shape[1]).clone()
-    variance = _check_variance(variance)
+    x = _points(x)
+    means = _float64("init", init, x.device).clone()
+    variance = _validate.positive("variance", variance)
     lr = _validate.positive("lr", lr)
     n_iter = _validate.integer("n_iter", n_iter, 1)
     path, log_lik = [means.clone()], []
@@ -161,14 +160,11 @@ def gradient_fit(x, init, variance, lr, n_iter=30):
     return GMMFit(means, variance, uniform, resp, log_lik, torch.stack(path))
 
 
-def match(found, reference):
+@checked
+def match(found: Float[Tensor | np.ndarray, "K d"], reference: Float[Tensor | np.ndarray, "K d"]) -> list:
     """The permutation p (a list) that minimises sum_k ||found[p[k]] - reference[k]||: which fitted
     component is which true one. Exhaustive, so for K <= 8."""
-    found = _validate.tensor("found", found).to(torch.float64)
-    reference = _validate.tensor("reference", reference).to(torch.float64)
-    if found.dim() != 2 or found.shape != reference.shape:
-        _validate.fail("found, reference", "two (K, d) tensors of one shape",
-                       f"{tuple(found.shape)} and {tuple(reference.shape)}", described=True)
+    found, reference = _float64("found", found), _float64("reference", reference, found.device)
     K = found.shape[0]
     if K > 8:  # K! permutations are tried
         _validate.fail("found, reference", "K <= 8 components (exhaustive search)", K)

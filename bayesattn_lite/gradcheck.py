@@ -4,19 +4,22 @@ Chapters use these to show, in the open, that each formula they derive is right.
 """
 
 import math
+from collections.abc import Callable, Mapping
 
 import torch
 
 from . import _validate, attention
+from ._types import Flag, Float, Int, Tensor, checked
 
 
-def autograd_gradients(x, y, params, causal=True):
+@checked
+def autograd_gradients(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], params: Mapping[str, Tensor],
+                       causal: Flag = True) -> dict[str, Tensor]:
     """dL/d(u, alpha, s, q, k, v, W_*) by torch.autograd, keyed like ``attention.gradients``.
 
     ``alpha`` here is dL/dalpha, which the paper calls b (compatibility).
     """
     attention._check_inputs(x, params, y)
-    causal = _validate.boolean("causal", causal)
     leaves = {name: W.detach().clone().requires_grad_(True) for name, W in params.items()}
     fw = attention.forward(x, leaves, causal)
     for name in ("q", "k", "v", "s", "alpha", "g"):
@@ -33,14 +36,13 @@ def autograd_gradients(x, y, params, causal=True):
     return grads
 
 
-def finite_difference(f, tensor, index, eps=1e-6):
+@checked
+def finite_difference(f: Callable, tensor: Float[Tensor, "..."], index, eps=1e-6) -> float:
     """Central difference (f(t + eps e) - f(t - eps e)) / 2 eps along one entry of ``tensor``.
 
     ``f`` takes the tensor and returns a scalar; ``tensor`` is left unchanged. Use float64.
     """
-    _validate.function("f", f, "a function f(tensor) -> a number")
-    # an integer tensor would truncate the bump to 0: refuse it rather than return 0 / (2 eps)
-    tensor = _validate.tensor("tensor", tensor, floating=True, finite=False, convert=False)  # masked scores are -inf
+    # the signature refuses an integer tensor, which would truncate the bump to 0
     if tensor.isnan().any():   # -inf is a masked score; NaN is nothing a derivative can be taken at
         _validate.fail("tensor", "no NaN entries (masked scores may be -inf)", f"{int(tensor.isnan().sum())} NaN entries",
                        described=True)

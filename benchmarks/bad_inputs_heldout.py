@@ -125,7 +125,7 @@ bad(A, "attention.forward(None, P)", "x")
 bad(A, "attention.forward([[1.0, 2.0, 3.0]], P)", "x")
 bad(A, "attention.forward(x.long(), P)", "x")
 bad(A, "attention.forward(torch.randn(3), P)", "x")
-bad(A, "attention.forward(torch.randn(1, 2, 4, 3), P)", "x")
+ok(A, "attention.forward(torch.randn(1, 2, 4, 3), P)")   # any batch axes (*B): valid since issue 38
 bad(A, "attention.forward(torch.randn(0, 3), P)", "x")
 bad(A, "attention.forward(torch.full((4, 3), nan), P)", "x")
 bad(A, "attention.forward(torch.full((4, 3), inf), P)", "x")

@@ -55,7 +55,7 @@ def test_closed_form_loss_backward_is_autograds(shape, causal):
 
 def test_closed_form_loss_checks_its_inputs_unless_told_not_to():
     x, y, params = random_problem(None, 4, 5, 3, 2, 3, seed=0)
-    with pytest.raises(ValueError, match=r"W_Q.shape.*d_x=6"):
+    with pytest.raises(ValueError, match=r"W_Q: expected a float tensor of shape \(d_k, d_x\) with d_x = 6"):
         attention.closed_form_loss(torch.randn(4, 6, dtype=torch.float64), y, params)
 
 
@@ -180,17 +180,17 @@ def bad(match, **changes):
 
 
 def test_width_of_x_must_match_the_projections():
-    bad(r"W_Q.shape.*d_x=6", x=torch.randn(4, 6, dtype=torch.float64))
+    bad(r"W_Q: .*shape \(d_k, d_x\) with d_x = 6", x=torch.randn(4, 6, dtype=torch.float64))
 
 
 def test_keys_and_queries_must_share_dk():
     x, y, params = random_problem(None, 4, 5, 3, 2, 3, seed=0)
-    bad(r"W_K.shape.*share d_k", params={**params, "W_K": torch.randn(2, 5, dtype=torch.float64)})
+    bad(r"W_K: .*shape \(d_k, d_x\) with d_k = 3", params={**params, "W_K": torch.randn(2, 5, dtype=torch.float64)})
 
 
 def test_readout_must_read_the_values():
     x, y, params = random_problem(None, 4, 5, 3, 2, 3, seed=0)
-    bad(r"W_O.shape.*d_v=2", params={**params, "W_O": torch.randn(3, 4, dtype=torch.float64)})
+    bad(r"W_O: .*shape \(C, d_v\) with d_v = 2", params={**params, "W_O": torch.randn(3, 4, dtype=torch.float64)})
 
 
 def test_targets_out_of_range():
@@ -199,21 +199,21 @@ def test_targets_out_of_range():
 
 
 def test_targets_of_the_wrong_shape_or_dtype():
-    bad(r"y.shape.*\(4,\)", y=torch.tensor([0, 1, 2]))
-    bad(r"integer torch.Tensor", y=torch.tensor([0.0, 1.0, 2.0, 1.0]))
+    bad(r"y: expected an integer tensor of shape \(\*B, T\) with T = 4", y=torch.tensor([0, 1, 2]))
+    bad(r"y: expected an integer tensor", y=torch.tensor([0.0, 1.0, 2.0, 1.0]))
 
 
 def test_wrong_dtypes():
-    bad(r"x.dtype.*float32 or torch.float64", x=torch.zeros(4, 5, dtype=torch.int64))
+    bad(r"x: expected a float tensor of shape \(\*B, T, d_x\), got .* dtype torch.int64", x=torch.zeros(4, 5, dtype=torch.int64))
     x, y, params = random_problem(None, 4, 5, 3, 2, 3, seed=0)
     bad(r"W_Q.dtype.*torch.float32 \(the dtype of x\)", x=x.float())
 
 
 def test_wrong_rank_and_missing_parameters():
-    bad(r"shape \(T, d_x\) or \(B, T, d_x\)", x=torch.zeros(5, dtype=torch.float64))
+    bad(r"x: expected a float tensor of shape \(\*B, T, d_x\), got .*shape \(5,\)", x=torch.zeros(5, dtype=torch.float64))
     x, y, params = random_problem(None, 4, 5, 3, 2, 3, seed=0)
     bad(r"missing \['W_O'\]", params={k: W for k, W in params.items() if k != "W_O"})
-    bad(r"torch.Tensor", x=[[0.0] * 5] * 4)
+    bad(r"x: expected a float tensor", x=[[0.0] * 5] * 4)
 
 
 # ----------------------------------------------------------------------------- score-space kernel
@@ -300,19 +300,19 @@ def test_score_kernel_rejects_bad_inputs():
     q, k = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
     x_nan = x.clone()
     x_nan[2, 1] = float("nan")
-    with pytest.raises(ValueError, match=r"k.shape.*share d_k"):
+    with pytest.raises(ValueError, match=r"k: expected .* \(T, d_k\) with d_k = 3"):
         attention.score_kernel(x, q, torch.randn(4, 2, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"q.shape.*T=4"):
+    with pytest.raises(ValueError, match=r"q: expected .* \(T, d_k\) with T = 4"):
         attention.score_kernel(x, torch.randn(5, 3, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"one sequence \(no batch axis\)"):
+    with pytest.raises(ValueError, match=r"x: expected a float tensor of shape \(T, d_x\), got Tensor of shape \(1, 4, 5\)"):
         attention.score_kernel(x[None], q, k)
     with pytest.raises(ValueError, match=r"x: expected finite values"):
         attention.score_kernel(x_nan, q, k)
-    with pytest.raises(ValueError, match=r"q.dtype"):
+    with pytest.raises(ValueError, match=r"q: expected a float tensor .* dtype torch.int64"):
         attention.score_kernel(x, q.long(), k)
-    with pytest.raises(ValueError, match=r"k: expected a torch.Tensor"):
+    with pytest.raises(ValueError, match=r"k: expected a float tensor of shape \(T, d_k\) with T = 4 \(as in x\), d_k = 3 \(as in q\), got a list"):
         attention.score_kernel(x, q, k.tolist())
-    with pytest.raises(ValueError, match=r"ds: expected a torch.Tensor of shape \(4, 4\)"):
+    with pytest.raises(ValueError, match=r"ds: expected a float tensor of shape \(T, T\) with T = 4"):
         attention.predicted_score_change(x, q, k, torch.zeros(4, 3, dtype=torch.float64), 0.1)
     with pytest.raises(ValueError, match=r"ds: expected finite values"):
         attention.predicted_score_change(x, q, k, torch.full((4, 4), float("nan"), dtype=torch.float64), 0.1)

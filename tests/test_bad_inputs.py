@@ -574,7 +574,7 @@ ROWS = [
     ("diagnostics.mean_sd empty", lambda: diagnostics.mean_sd([]), "values"),
     ("diagnostics.mean_sd nan", lambda: diagnostics.mean_sd([1.0, NAN]), "values finite"),
     ("diagnostics.mean_sd strings", lambda: diagnostics.mean_sd(["a", "b"]), "values"),
-    ("attention.scores d_k mismatch", lambda: attention.scores(torch.zeros(6, 3), torch.zeros(6, 2)), "k.shape"),
+    ("attention.scores d_k mismatch", lambda: attention.scores(torch.zeros(6, 3), torch.zeros(6, 2)), "d_k = 3"),
     ("attention.scores positions count", lambda: attention.scores(torch.zeros(2, 3), torch.zeros(6, 3), positions=torch.tensor([0, 1, 2])), "positions"),
     ("attention.scores causal string", lambda: attention.scores(torch.zeros(6, 3), torch.zeros(6, 3), causal="no"), "causal"),
     ("attention.movable_pairs T 0", lambda: attention.movable_pairs(0), "T"),

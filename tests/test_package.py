@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "bayesattn_lite"
 
 TIERS = {
-    "concepts": ["_validate", "attention", "checkpoints", "tasks", "wind_tunnels", "models", "train",
+    "concepts": ["_validate", "_types", "attention", "checkpoints", "tasks", "wind_tunnels", "models", "train",
                  "batched", "em", "diagnostics", "monitor", "gradcheck"],
     "experiments": ["specialisation", "experiments", "comparison", "converged", "distributed", "dynamics"],
     "presentation": ["plots", "widgets", "checks", "checks._engine", "checks.chapters_1_3", "checks.chapters_4_5",

@@ -117,7 +117,8 @@ def _scalar_cases(label, call, kinds):
 
 def _tensor_cases(label, call, name, shapes_ok, any_shape=False):
     """A list instead of a tensor, a tensor with a NaN and one with an inf, and (unless the function
-    takes ``any_shape``, e.g. batches of any rank) a dimension too few and one too many."""
+    takes ``any_shape``: "any" rank, or True for any number of batch axes in front) a dimension too
+    few and one too many."""
     good = shapes_ok()
     nan, inf = good.clone(), good.clone()
     nan.view(-1)[1] = NAN
@@ -125,8 +126,9 @@ def _tensor_cases(label, call, name, shapes_ok, any_shape=False):
     yield f"{label}({name}=list)", "tensors", lambda: call(good.tolist())
     yield f"{label}({name} with NaN)", "nan/inf", lambda: call(nan)
     yield f"{label}({name} with inf)", "nan/inf", lambda: call(inf)
-    if not any_shape:
+    if any_shape != "any":
         yield f"{label}({name} missing a dimension)", "tensors", lambda: call(good[0])
+    if not any_shape:
         yield f"{label}({name} with an extra dimension)", "tensors", lambda: call(good[None, None])
 
 
@@ -145,7 +147,7 @@ def cases(tmp):
     chain = tasks.StickyMarkovChain()
     yield from _scalar_cases("chain.sample", lambda **kw: chain.sample(**{"T": 10, "seed": 0, **kw}), {
         "T": BAD_COUNTS + [1], "seed": [-1, 2.5, "0", None, NAN]})
-    yield from _tensor_cases("chain.posterior", chain.posterior, "x", lambda: chain.sample(10, 0)[0], any_shape=True)
+    yield from _tensor_cases("chain.posterior", chain.posterior, "x", lambda: chain.sample(10, 0)[0], any_shape="any")
     yield "chain.posterior(x of another width)", "tensors", lambda: chain.posterior(torch.zeros(9, 7))
     yield from _scalar_cases("sources_task", lambda **kw: tasks.sources_task(**kw), {
         "n_sources": BAD_COUNTS + [1], "d_x": BAD_COUNTS + [3], "seq_len": BAD_COUNTS,
@@ -196,8 +198,9 @@ def cases(tmp):
         "std": BAD_RATES, "seed": [-1, "0", None]})
     params = _params()
     y = torch.zeros(2, 5, dtype=torch.long)
-    yield from _tensor_cases("attention.forward", lambda x: attention.forward(x, params), "x", lambda: _x()[0])
-    yield from _tensor_cases("attention.loss", lambda x: attention.loss(x, y[0], params), "x", lambda: _x()[0])
+    # x: (*B, T, d_x), any batch axes in front (issue 38), so one too many is a batch
+    yield from _tensor_cases("attention.forward", lambda x: attention.forward(x, params), "x", lambda: _x()[0], True)
+    yield from _tensor_cases("attention.loss", lambda x: attention.loss(x, y[0], params), "x", lambda: _x()[0], True)
     yield "attention.forward(params missing W_V)", "tensors", lambda: attention.forward(_x(), {k: v for k, v in params.items() if k != "W_V"})
     yield "attention.forward(params with NaN)", "nan/inf", lambda: attention.forward(_x(), {**params, "W_Q": params["W_Q"] * NAN})
     yield "attention.loss(y out of range)", "tensors", lambda: attention.loss(_x(), torch.full((2, 5), 7), params)
@@ -261,13 +264,13 @@ def cases(tmp):
     yield from _scalar_cases("em.fit", lambda **kw: em.fit(**{"x": xe, "n_components": 2, **kw}), {
         "n_components": BAD_COUNTS + [21], "n_iter": BAD_COUNTS, "variance": BAD_RATES, "seed": [-1, "0"]})
     # diagnostics
-    yield from _tensor_cases("diagnostics.entropy", diagnostics.entropy, "probs", lambda: torch.full((3, 4), 0.25), any_shape=True)
+    yield from _tensor_cases("diagnostics.entropy", diagnostics.entropy, "probs", lambda: torch.full((3, 4), 0.25), any_shape="any")
     yield "diagnostics.entropy(rows not summing to 1)", "tensors", lambda: diagnostics.entropy(torch.full((3, 4), 0.5))
     yield "diagnostics.entropy(negative probabilities)", "tensors", lambda: diagnostics.entropy(torch.tensor([1.5, -0.5]))
     yield from _tensor_cases("diagnostics.kl_divergence", lambda p: diagnostics.kl_divergence(p, torch.full((3, 4), -1.386)), "p",
                              lambda: torch.full((3, 4), 0.25))
     alpha = torch.softmax(torch.randn(5, 5), -1)
-    yield from _tensor_cases("diagnostics.attention_entropy", diagnostics.attention_entropy, "alpha", lambda: alpha, any_shape=True)
+    yield from _tensor_cases("diagnostics.attention_entropy", diagnostics.attention_entropy, "alpha", lambda: alpha, any_shape="any")
     yield "diagnostics.attention_entropy(one row)", "tensors", lambda: diagnostics.attention_entropy(alpha[0])
     yield "diagnostics.attention_entropy(rows not summing to 1)", "tensors", lambda: diagnostics.attention_entropy(alpha * 2)
     yield from _scalar_cases("diagnostics.pearson", lambda **kw: diagnostics.pearson(**{"a": np.arange(5.0), "b": np.arange(5.0), **kw}), {

@@ -1,0 +1,153 @@
+"""Types and tensor shapes declared in the signatures, checked at every call.
+
+A public function says what it takes in its signature, with jaxtyping's shapes::
+
+    @checked
+    def scores(q: Float[Tensor, "*B Tq d_k"], k: Float[Tensor, "*B Tk d_k"], causal: bool = True): ...
+
+``help(scores)`` shows the shapes, and ``checked`` has beartype check them at each call: the types,
+the number of axes, and that an axis named twice (d_k above) has one size across the arguments.
+What a type cannot say (a range, rows that sum to 1, finite values) stays a short check at the top
+of the function (``_validate``).
+
+beartype's own message is a page long (the value, the type, every parameter, the axis sizes);
+``checked`` turns it into the package's one format, a ValueError::
+
+    k: expected a float tensor of shape (*B, Tk, d_k) with d_k = 8 (as in q), got Tensor of shape
+    (6, 5) and dtype torch.float32
+
+Why jaxtyping with beartype (``benchmarks/type_checks.py`` measures the three candidates): beartype
+checks every argument, shapes across arguments included, for about 30 microseconds a call; Colab
+preinstalls it. typeguard 4 (Colab's) cannot read jaxtyping's shape strings at all, and pydantic's
+``validate_call`` misses a size that two arguments must share and prints the tensor's values.
+A training loop's step passes ``check=False`` (its data was checked once before the loop), which
+skips the annotations too: ``benchmarks/type_checks.py`` times both.
+"""
+
+import functools
+import inspect
+import re
+import types
+import typing
+
+import numpy as np
+from beartype import beartype
+from jaxtyping import AbstractArray, Bool, Float, Int, Shaped, TypeCheckError, jaxtyped
+from torch import Tensor
+
+from . import _validate
+
+__all__ = ["Bool", "Flag", "Float", "Int", "Shaped", "Tensor", "checked"]
+
+Flag = bool | np.bool_   # a yes/no argument: numpy's bool (what a comparison of arrays gives) is one too
+
+_DTYPE_WORDS = {"Float": "a float", "Int": "an integer", "Integer": "an integer", "Bool": "a bool", "Shaped": "a"}
+_CLASS_WORDS = {bool: "True or False", np.bool_: "True or False", str: "a str", int: "an int", float: "a number",
+                type(None): "None"}
+
+
+def checked(fn):
+    """``fn`` with its annotated arguments checked at each call (jaxtyping's shapes, by beartype); a
+    mismatch raises ValueError in the package's format. ``fn.__wrapped__`` is the unchecked function,
+    and a function with a ``check`` argument runs unchecked when called with ``check=False``."""
+    typed = jaxtyped(typechecker=beartype)(fn)
+    signature = inspect.signature(fn)
+    skippable = "check" in signature.parameters
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if skippable and kwargs.get("check", True) is False:   # a training loop's step, its data checked once
+            return fn(*args, **kwargs)
+        try:
+            return typed(*args, **kwargs)
+        except TypeCheckError as exc:
+            name = re.search(r"typechecking parameter '(\w+)'", str(exc))
+            if name is None:  # the return value or a nested call: the package's fault, not the caller's
+                raise
+            raise ValueError(_message(signature, name.group(1), args, kwargs, str(exc))) from None
+
+    return call
+
+
+def _message(signature, name, args, kwargs, text):
+    """The package's message for argument ``name``: what its annotation asks for, what came instead."""
+    bound = signature.bind(*args, **kwargs)
+    hint, value = signature.parameters[name].annotation, bound.arguments.get(name)
+    expected = words(hint)
+    arrays = [h for h in _alternatives(hint) if _is_array(h)]
+    with jaxtyped("context"):   # a fresh record of axis sizes, not the caller's (a checked function calling this one)
+        alone = any(isinstance(value, h) for h in arrays)
+    if arrays:   # the sizes the arguments before it gave its axes: those that clash, if it fits alone
+        sizes = {d: _size(s) for d, s in re.findall(r"^(\w+)=(.+)$", text.split("as follows.")[-1], re.M)}
+        own = _axes(arrays[0].dim_str, value.shape) if alone else {}
+        known = [d for d in arrays[0].dim_str.split()
+                 if d.lstrip("*") in sizes and own.get(d, sizes[d.lstrip("*")] + "?") != sizes[d.lstrip("*")]]
+        if known:
+            expected += " with " + ", ".join(f"{d} = {sizes[d.lstrip('*')]}{_source(signature, bound, name, d)}"
+                                             for d in dict.fromkeys(known))
+    return f"{name}: expected {expected}, got {_validate.describe(value)}"
+
+
+def _source(signature, bound, name, dim):
+    """" (as in q)": the first argument before ``name`` whose annotation names axis ``dim``."""
+    for other, parameter in signature.parameters.items():
+        if other == name:
+            break
+        hints = [h for h in _alternatives(parameter.annotation) if _is_array(h)]
+        if bound.arguments.get(other) is not None and any(dim in h.dim_str.split() for h in hints):
+            return f" (as in {other})"
+    return ""
+
+
+def words(hint):
+    """An annotation in words: ``Float[Tensor, "*B T d"]`` is "a float tensor of shape (*B, T, d)"."""
+    return " or ".join(dict.fromkeys(_word(h) for h in _alternatives(hint)))
+
+
+def _word(hint):
+    if _is_array(hint):
+        dims = hint.dim_str.split()
+        shape = f"of shape ({', '.join(dims)}{',' if len(dims) == 1 else ''})" if dims else "with no axes (0-d)"
+        kind = "array" if hint.array_type.__module__.startswith("numpy") else "tensor"
+        return f"{_DTYPE_WORDS.get(hint.dtype.__name__, 'a')} {kind} {shape}"
+    if hint in _CLASS_WORDS:
+        return _CLASS_WORDS[hint]
+    origin = typing.get_origin(hint) or hint
+    if origin in (dict, typing.Mapping) or getattr(origin, "__name__", "") == "Mapping":
+        return "a mapping (a dict)"
+    if callable(hint) and getattr(origin, "__name__", "") == "Callable":
+        return "a function"
+    return f"a {getattr(origin, '__name__', str(hint))}"
+
+
+def _alternatives(hint):
+    """The members of a Union (``X | None`` too), or the hint itself."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def _is_array(hint):
+    return isinstance(hint, type) and issubclass(hint, AbstractArray)
+
+
+def _axes(dim_str, shape):
+    """Each named axis of ``dim_str`` with its size in ``shape`` ("(2, 3)" for a *-group), as ``_size`` writes it."""
+    dims = dim_str.split()
+    star = next((i for i, d in enumerate(dims) if d.startswith("*")), None)
+    sizes = {}
+    for i, d in enumerate(dims):
+        if star is None or i < star:
+            sizes[d] = str(shape[i])
+        elif i > star:
+            sizes[d] = str(shape[i - len(dims)])
+        else:
+            group = tuple(shape[star: len(shape) - (len(dims) - star - 1)])
+            sizes[d] = _size(f"torch.Size({list(group)})")
+    return {d: s for d, s in sizes.items() if not d.isdigit() and d not in ("...", "_")}
+
+
+def _size(text):
+    """jaxtyping's record of an axis size: "8", or "torch.Size([2])" for a *-axis group."""
+    inner = re.fullmatch(r"torch\.Size\(\[(.*)\]\)", text.strip())
+    return f"({inner.group(1)}{',' if inner.group(1) and ',' not in inner.group(1) else ''})" if inner else text.strip()

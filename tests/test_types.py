@@ -1,0 +1,84 @@
+"""bayesattn_lite._types: the declared shapes, checked, and the package's message for a mismatch."""
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+from jaxtyping import TypeCheckError
+
+from bayesattn_lite._types import Flag, Float, Int, Tensor, checked, words
+
+
+@checked
+def scores(q: Float[Tensor, "*B Tq d_k"], k: Float[Tensor, "*B Tk d_k"], y: Int[Tensor, "*B Tq"] | None = None,
+           causal: Flag = True) -> Float[Tensor, "*B Tq Tk"]:
+    return q @ k.transpose(-1, -2)
+
+
+@checked
+def outer(x: Float[Tensor, "n d"]) -> Float[Tensor, "3 n"]:
+    """A checked function that calls another with a shape of its own (a nested record of sizes)."""
+    return scores(x[:3], x)
+
+
+def test_valid_calls_pass_through():
+    assert scores(torch.zeros(4, 8), torch.zeros(6, 8)).shape == (4, 6)
+    assert scores(torch.zeros(2, 4, 8), torch.zeros(2, 6, 8), torch.zeros(2, 4, dtype=torch.long)).shape == (2, 4, 6)
+    assert scores(torch.zeros(4, 8), torch.zeros(6, 8), causal=np.bool_(False)).shape == (4, 6)   # numpy's bool too
+    assert outer(torch.zeros(5, 2)).shape == (3, 5)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((torch.zeros(4, 8, dtype=torch.long), torch.zeros(6, 8)),
+     r"^q: expected a float tensor of shape \(\*B, Tq, d_k\), got Tensor of shape \(4, 8\) and dtype torch.int64$"),
+    ((torch.zeros(8), torch.zeros(6, 8)), r"^q: expected a float tensor of shape \(\*B, Tq, d_k\), got Tensor of shape \(8,\)"),
+    (([1.0], torch.zeros(6, 8)), r"^q: expected a float tensor .*, got \[1.0\]$"),
+    ((torch.zeros(4, 8), torch.zeros(6, 5)), r"^k: expected .* with d_k = 8 \(as in q\), got Tensor of shape \(6, 5\)"),
+    ((torch.zeros(2, 4, 8), torch.zeros(3, 6, 8)), r"^k: expected .* with \*B = \(2,\) \(as in q\), got"),
+    ((torch.zeros(4, 8), torch.zeros(6, 8), torch.zeros(3, dtype=torch.long)),
+     r"^y: expected an integer tensor of shape \(\*B, Tq\) or None with Tq = 4 \(as in q\), got"),
+    ((torch.zeros(4, 8), torch.zeros(6, 8), None, "yes"), r"^causal: expected True or False, got 'yes'$"),
+])
+def test_a_mismatch_is_the_packages_one_message(args, message):
+    with pytest.raises(ValueError, match=message):
+        scores(*args)
+
+
+def test_a_nested_call_is_judged_by_its_own_arguments():
+    """The inner call's sizes are its own: a message for the inner function names the inner arguments."""
+    with pytest.raises(ValueError, match=r"^x: expected a float tensor of shape \(n, d\), got .*\(5,\)"):
+        outer(torch.zeros(5))
+
+
+def test_check_false_skips_every_check():
+    @checked
+    def step(x: Float[Tensor, "n d"], check: Flag = True):
+        return "ran"
+
+    assert step(torch.zeros(3), check=False) == "ran"
+    with pytest.raises(ValueError, match="^x: expected"):
+        step(torch.zeros(3))
+
+
+def test_a_wrong_return_is_the_packages_fault_not_the_callers():
+    @checked
+    def broken(x: Float[Tensor, "n d"]) -> Float[Tensor, "n n"]:
+        return x
+
+    with pytest.raises(TypeCheckError):
+        broken(torch.zeros(3, 2))
+
+
+def test_the_signature_shows_the_shapes():
+    """What help() prints: the shapes are documentation too."""
+    text = str(inspect.signature(scores))
+    assert "Float[Tensor, '*B Tq d_k']" in text and "Float[Tensor, '*B Tq Tk']" in text
+    assert scores.__wrapped__.__name__ == "scores"
+
+
+def test_words():
+    assert words(Float[Tensor, "n d"]) == "a float tensor of shape (n, d)"
+    assert words(Float[Tensor, " n"]) == "a float tensor of shape (n,)"
+    assert words(Float[Tensor | np.ndarray, "n d"]) == "a float tensor of shape (n, d) or a float array of shape (n, d)"
+    assert words(Flag | None) == "True or False or None"
