@@ -41,7 +41,7 @@ __all__ = ["Bool", "Flag", "Float", "Int", "Shaped", "Tensor", "checked"]
 
 Flag = bool | np.bool_   # a yes/no argument: numpy's bool (what a comparison of arrays gives) is one too
 
-_DTYPE_WORDS = {"Float": "a float", "Int": "an integer", "Integer": "an integer", "Bool": "a bool", "Shaped": "a"}
+_DTYPE_WORDS = {"Float": "a float", "Int": "an integer", "Integer": "an integer", "Bool": "a bool"}
 _CLASS_WORDS = {bool: "True or False", np.bool_: "True or False", str: "a str", int: "an int", float: "a number",
                 type(None): "None"}
 
@@ -80,36 +80,48 @@ def _message(signature, name, args, kwargs, text):
     if arrays:   # the sizes the arguments before it gave its axes: those that clash, if it fits alone
         sizes = {d: _size(s) for d, s in re.findall(r"^(\w+)=(.+)$", text.split("as follows.")[-1], re.M)}
         own = _axes(arrays[0].dim_str, value.shape) if alone else {}
-        known = [d for d in arrays[0].dim_str.split()
-                 if d.lstrip("*") in sizes and own.get(d, sizes[d.lstrip("*")] + "?") != sizes[d.lstrip("*")]]
+        known = {d: _source(signature, bound, name, d) for d in arrays[0].dim_str.split()
+                 if d.lstrip("*") in sizes and own.get(d, sizes[d.lstrip("*")] + "?") != sizes[d.lstrip("*")]}
+        known = {d: source for d, source in known.items() if source}   # not a size this argument set itself
         if known:
-            expected += " with " + ", ".join(f"{d} = {sizes[d.lstrip('*')]}{_source(signature, bound, name, d)}"
-                                             for d in dict.fromkeys(known))
+            expected += " with " + ", ".join(f"{d} = {sizes[d.lstrip('*')]} (as in {source})"
+                                             for d, source in known.items())
     return f"{name}: expected {expected}, got {_validate.describe(value)}"
 
 
 def _source(signature, bound, name, dim):
-    """" (as in q)": the first argument before ``name`` whose annotation names axis ``dim``."""
+    """The first argument before ``name`` whose annotation names axis ``dim`` ("" if none)."""
     for other, parameter in signature.parameters.items():
         if other == name:
             break
         hints = [h for h in _alternatives(parameter.annotation) if _is_array(h)]
         if bound.arguments.get(other) is not None and any(dim in h.dim_str.split() for h in hints):
-            return f" (as in {other})"
+            return other
     return ""
 
 
 def words(hint):
-    """An annotation in words: ``Float[Tensor, "*B T d"]`` is "a float tensor of shape (*B, T, d)"."""
-    return " or ".join(dict.fromkeys(_word(h) for h in _alternatives(hint)))
+    """An annotation in words: ``Float[Tensor, "*B T d"]`` is "a float tensor of shape (*B, T, d)",
+    and ``Float[Tensor | np.ndarray, "n"]`` "a float tensor or array of shape (n,)"."""
+    hints = _alternatives(hint)
+    arrays = {}   # (dtype, shape) -> kinds: a tensor and an array of one shape are said once
+    for h in hints:
+        if _is_array(h):
+            kind = "array" if h.array_type.__module__.startswith("numpy") else "tensor"
+            arrays.setdefault((h.dtype.__name__, h.dim_str), []).append(kind)
+    said = [_array_words(dtype, dims, " or ".join(kinds)) for (dtype, dims), kinds in arrays.items()]
+    return " or ".join(dict.fromkeys(said + [_word(h) for h in hints if not _is_array(h)]))
+
+
+def _array_words(dtype, dim_str, kind):
+    dims = dim_str.split()
+    one = len(dims) == 1 and not dims[0].startswith("*")
+    shape = f"of shape ({', '.join(dims)}{',' if one else ''})" if dims else "with no axes (0-d)"
+    article = _DTYPE_WORDS.get(dtype) or ("an" if kind.startswith("a") else "a")
+    return f"{article} {kind} {shape}"
 
 
 def _word(hint):
-    if _is_array(hint):
-        dims = hint.dim_str.split()
-        shape = f"of shape ({', '.join(dims)}{',' if len(dims) == 1 else ''})" if dims else "with no axes (0-d)"
-        kind = "array" if hint.array_type.__module__.startswith("numpy") else "tensor"
-        return f"{_DTYPE_WORDS.get(hint.dtype.__name__, 'a')} {kind} {shape}"
     if hint in _CLASS_WORDS:
         return _CLASS_WORDS[hint]
     origin = typing.get_origin(hint) or hint

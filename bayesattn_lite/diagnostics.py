@@ -35,6 +35,11 @@ import numpy as np
 import torch
 
 from . import _validate, attention, models
+from ._types import Flag, Float, Shaped, Tensor, checked
+
+# What the measures take: a torch tensor or a numpy array (shapes declared in each signature)
+Array = Tensor | np.ndarray
+Maps = Float[Array, "*B T T"]   # attention maps alpha (..., queries, keys), rows over the keys
 
 
 def _tensor(name, a, min_dim=1):
@@ -49,11 +54,8 @@ def _tensor(name, a, min_dim=1):
 
 
 def _check_alpha(alpha):
-    alpha = _tensor("alpha", alpha, 2)
-    if alpha.shape[-1] != alpha.shape[-2]:
-        _validate.fail("alpha", "(..., T, T) attention maps", f"shape {tuple(alpha.shape)}", described=True)
-    if not torch.is_floating_point(alpha):
-        _validate.fail("alpha.dtype", "attention weights in [0, 1] (a floating-point dtype)", alpha.dtype)
+    """Attention maps: weights in [0, 1], rows summing to 1 (the signature checked the shape)."""
+    alpha = torch.as_tensor(alpha)
     if (alpha < 0).any() or (alpha > 1).any():  # not empty here, so min and max exist
         _validate.fail("alpha", "attention weights in [0, 1]",
                        f"values from {alpha.min().item():.4g} to {alpha.max().item():.4g}", described=True)
@@ -76,26 +78,26 @@ def _dim(dim, t):
     return _validate.integer("dim", dim, -max(t.dim(), 1), max(t.dim(), 1) - 1)
 
 
-def entropy(probs, dim=-1, bits=False):
+@checked
+def entropy(probs: Float[Array, "..."], dim=-1, bits: Flag = False) -> Tensor:
     """Shannon entropy -sum_k p_k log p_k along ``dim`` (0 log 0 = 0), in nats, or bits if ``bits``.
 
     Computed in float64; NaN or inf probabilities are an error, not a NaN result."""
-    probs = _validate.tensor("probs", _tensor("probs", probs), floating=True).double()
-    dim, bits = _dim(dim, probs), _validate.boolean("bits", bits)
+    probs = _validate.finite_values("probs", torch.as_tensor(probs)).double()
+    dim = _dim(dim, probs)
     _validate.distributions("probs", probs, dim)
     h = -torch.xlogy(probs, probs).sum(dim)
     return h / LOG2 if bits else h
 
 
-def kl_divergence(p, log_q, dim=-1, bits=False):
+@checked
+def kl_divergence(p: Float[Array, "*S"], log_q: Float[Array, "*S"], dim=-1, bits: Flag = False) -> Tensor:
     """KL(p || q) = sum_k p_k (log p_k - log q_k) along ``dim``, from probabilities ``p`` and
     log-probabilities ``log_q`` (e.g. a model's log_softmax), in nats, or bits if ``bits``."""
-    p = _validate.tensor("p", _tensor("p", p), floating=True).double()
-    dim, bits = _dim(dim, p), _validate.boolean("bits", bits)
+    p = _validate.finite_values("p", torch.as_tensor(p)).double()
+    dim = _dim(dim, p)
     _validate.distributions("p", p, dim)
-    log_q = _tensor("log_q", log_q).double()
-    if log_q.shape != p.shape:
-        _validate.fail("log_q", f"the shape of p {tuple(p.shape)}", log_q)
+    log_q = torch.as_tensor(log_q).double()
     if torch.isnan(log_q).any():
         _validate.fail("log_q", "log-probabilities without NaN", log_q)
     q_sums = log_q.exp().sum(dim)  # where p is a distribution, q must be one too (up to float32 rounding)
@@ -108,28 +110,30 @@ def kl_divergence(p, log_q, dim=-1, bits=False):
 
 # ----------------------------------------------------------------------------- attention
 
-def attention_entropy(alpha):
+@checked
+def attention_entropy(alpha: Maps) -> Float[Tensor, "*B T"]:
     """Entropy in nats of every attention row, shape (..., T). Masked keys (alpha = 0) add nothing."""
     alpha = _check_alpha(alpha)
     return entropy(alpha).to(alpha.dtype)
 
 
-def attention_mass(alpha, key_mask):
+@checked
+def attention_mass(alpha: Maps, key_mask: Shaped[Array, "*B T"]) -> Float[Tensor, "*B T"]:
     """sum_{j: key_mask_j} alpha_ij for every query, shape (..., T). ``key_mask`` is (..., T) over keys."""
     alpha = _check_alpha(alpha)
     return (alpha * _key_weights(alpha, key_mask)).sum(-1)
 
 
 def _key_weights(alpha, key_mask):
-    """key_mask (..., T) over keys, as (..., 1, T) in alpha's dtype, after checking its shape."""
-    key_mask = _tensor("key_mask", key_mask)
-    _validate.shape("key_mask", key_mask, alpha.shape[:-2] + alpha.shape[-1:], "one flag per key, shape")
+    """key_mask (..., T) over keys (its shape checked by the signature), as (..., 1, T) in alpha's dtype."""
+    key_mask = torch.as_tensor(key_mask, device=alpha.device)
     if not ((key_mask == 0) | (key_mask == 1)).all():  # a set of keys, not weights: 0.5 is no flag
         _validate.fail("key_mask", "flags (bool, or 0 and 1) marking a set of keys", key_mask)
     return key_mask[..., None, :].to(alpha.dtype)
 
 
-def attention_received(alpha):
+@checked
+def attention_received(alpha: Maps) -> Float[Tensor, "*B T"]:
     """How much attention each key receives, relative to uniform attention: the mean over the queries
     that can see key j of alpha_ij * n_i, where n_i is the number of keys query i sees. Shape (..., T);
     1 means "as much as uniform attention would give". Maps with an all-zero upper triangle are read
@@ -144,7 +148,8 @@ def attention_received(alpha):
     return (alpha * n_keys).sum(-2) / n_queries
 
 
-def advantage_flow(alpha, advantage, key_mask):
+@checked
+def advantage_flow(alpha: Maps, advantage: Float[Array, "*B T T"], key_mask: Shaped[Array, "*B T"]) -> Float[Tensor, "*B T"]:
     """sum_{j in key_mask} alpha_ij A_ij per query, shape (..., T): -dL/dc, where c raises the scores
     of every key in the set by the same amount.
 
@@ -153,12 +158,12 @@ def advantage_flow(alpha, advantage, key_mask):
     keys of all signal positions share W_K, so they gain or lose attention together.
     """
     alpha = _check_alpha(alpha)
-    advantage = _validate.tensor("advantage", _tensor("advantage", advantage, 2))
-    _validate.shape("advantage", advantage, alpha.shape, "the shape of alpha")
+    advantage = _validate.finite_values("advantage", torch.as_tensor(advantage))
     return (alpha * advantage * _key_weights(alpha, key_mask)).sum(-1)
 
 
-def predicted_attention_change(alpha, advantage, eta=1.0):
+@checked
+def predicted_attention_change(alpha: Maps, advantage: Float[Array, "*B T T"], eta=1.0) -> Float[Tensor, "*B T T"]:
     """The first-order change of alpha after one gradient step of size eta taken on the scores
     themselves, ds_ij = eta alpha_ij A_ij:  d alpha_ij = alpha_ij (ds_ij - sum_k alpha_ik ds_ik).
 
@@ -167,8 +172,7 @@ def predicted_attention_change(alpha, advantage, eta=1.0):
     prediction survives that.
     """
     alpha = _check_alpha(alpha)
-    advantage = _validate.tensor("advantage", _tensor("advantage", advantage, 2))
-    _validate.shape("advantage", advantage, alpha.shape, "the shape of alpha")
+    advantage = _validate.finite_values("advantage", torch.as_tensor(advantage))
     eta = _validate.positive("eta", eta)  # a step size: a negative one would be a step of gradient ascent
     ds = eta * alpha * advantage
     return alpha * (ds - (alpha * ds).sum(-1, keepdim=True))
@@ -184,7 +188,8 @@ def compatibility_and_advantage(x, y, params, causal=True):
     return {"b": g["b"], "advantage": g["advantage"], "score_grad": g["s"], "u": g["u"]}
 
 
-def attended_compatibility(alpha, u, v):
+@checked
+def attended_compatibility(alpha: Maps, u: Float[Array, "*B T d"], v: Float[Array, "*B T d"]) -> Float[Tensor, "*B T"]:
     """E_{alpha_i}[cos(u_i, v_j)] for every query, shape (..., T).
 
     The paper's compatibility b_ij = u_i . v_j, with the lengths divided out, so that it can be
@@ -192,44 +197,37 @@ def attended_compatibility(alpha, u, v):
     attends to come to point against its error signal u_i: the values have specialised to serve it.
     """
     alpha = _check_alpha(alpha)
-    u, v = _tensor("u", u, 2), _tensor("v", v, 2)
-    if u.shape[:-1] != alpha.shape[:-1] or v.shape[:-1] != alpha.shape[:-1] or u.shape[-1] != v.shape[-1]:
-        _validate.fail("u, v", f"(..., T, d) with T and batch of alpha {tuple(alpha.shape)} and one d",
-                       f"u {tuple(u.shape)}, v {tuple(v.shape)}", described=True)
+    u, v = torch.as_tensor(u), torch.as_tensor(v)
     u_hat = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     v_hat = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     cos = u_hat @ v_hat.transpose(-1, -2)  # (..., i, j)
     return (alpha * cos).sum(-1)
 
 
-def value_pull(alpha, u):
+@checked
+def value_pull(alpha: Maps, u: Float[Array, "*B T d"]) -> Float[Tensor, "*B T d"]:
     """-dL/dv_j = -sum_i alpha_ij u_i for every value, shape (..., T, d): where gradient descent
     would move each value if it were a free vector (the responsibility-weighted error signal)."""
     alpha = _check_alpha(alpha)
-    u = _tensor("u", u, 2)
-    if u.shape[:-1] != alpha.shape[:-1]:
-        _validate.fail("u", f"(..., T, d) matching alpha {tuple(alpha.shape)}", tuple(u.shape))
-    return -(alpha.transpose(-1, -2) @ u)
+    return -(alpha.transpose(-1, -2) @ torch.as_tensor(u))
 
 
-def movement_toward(delta_v, u):
+@checked
+def movement_toward(delta_v: Float[Array, "*B Tj d"], u: Float[Array, "*B Ti d"]) -> Float[Tensor, "*B Ti Tj"]:
     """How far each value moved against each query's error signal: delta_v_j . (-u_i / |u_i|),
     shape (..., T_i, T_j). The paper's value law says it grows with the responsibility alpha_ij."""
-    delta_v = _validate.tensor("delta_v", _tensor("delta_v", delta_v, 2))
-    u = _validate.tensor("u", _tensor("u", u, 2))
-    if delta_v.shape[:-2] != u.shape[:-2] or delta_v.shape[-1] != u.shape[-1]:
-        _validate.fail("delta_v, u", "(..., T, d) with the same batch shape and d",
-                       f"{tuple(delta_v.shape)} and {tuple(u.shape)}", described=True)
+    delta_v = _validate.finite_values("delta_v", torch.as_tensor(delta_v))
+    u = _validate.finite_values("u", torch.as_tensor(u))
     u_hat = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     return -(u_hat @ delta_v.transpose(-1, -2))
 
 
 # ----------------------------------------------------------------------------- speeds
 
-def relative_change(before, after):
+@checked
+def relative_change(before: Shaped[Array, "*S"], after: Shaped[Array, "*S"]) -> float:
     """||after - before|| / ||before|| (Frobenius over everything): how much a quantity moved."""
-    before, after = _tensor("before", before), _tensor("after", after)
-    _validate.same_shape("before, after", before, after)
+    before, after = torch.as_tensor(before), torch.as_tensor(after)
     _validate.finite_values("before", before)
     _validate.finite_values("after", after)
     norm = before.double().norm().item()
@@ -238,11 +236,12 @@ def relative_change(before, after):
     return (after.double() - before.double()).norm().item() / norm
 
 
-def change_vs_final(snapshots):
+@checked
+def change_vs_final(snapshots: Shaped[Array, "n _ *rest"]) -> np.ndarray:
     """(n - 1,) ||s[t+1] - s[t]|| / ||s[-1]|| for n snapshots stacked on the first axis: how much a
     quantity moved between snapshots, against the size it ends at. Unlike ``relative_change``
     (against the size it has now) it does not inflate the moves of something that starts small."""
-    s = _validate.finite_values("snapshots", _tensor("snapshots", snapshots, 2)).double()
+    s = _validate.finite_values("snapshots", torch.as_tensor(snapshots)).double()
     final = s[-1].norm().item()
     if final == 0:
         _validate.fail("snapshots", "a nonzero last snapshot (the scale of the rates)", "a last snapshot of zeros",
@@ -250,16 +249,16 @@ def change_vs_final(snapshots):
     return ((s[1:] - s[:-1]).flatten(1).norm(dim=1) / final).cpu().numpy()
 
 
-def frame_change(before, after):
+@checked
+def frame_change(before: Float[Array, "*B Tq Tk"], after: Float[Array, "*B Tq Tk"]) -> float:
     """The frame rate between two snapshots of attention maps (..., queries, keys): the mean over
     query rows of the total-variation distance 1/2 sum_j |alpha'_ij - alpha_ij|, in [0, 1].
 
     A distance between probability rows, so it means the same whatever the scale of the scores,
     unlike a relative norm of alpha (which small, nearly uniform maps inflate)."""
-    before, after = _tensor("before", before), _tensor("after", after)
-    _validate.same_shape("before, after", before, after)
+    before, after = torch.as_tensor(before), torch.as_tensor(after)
     for name, maps in (("before", before), ("after", after)):  # rows of attention: distributions over keys
-        _validate.distributions(name, _validate.tensor(name, maps).double(), -1)
+        _validate.distributions(name, _validate.finite_values(name, maps).double(), -1)
     return 0.5 * (after.double() - before.double()).abs().sum(-1).mean().item()
 
 
@@ -597,11 +596,12 @@ def group_means(vectors, labels):
     return present, sums / counts[:, None]
 
 
-def key_orthogonality(keys):
+@checked
+def key_orthogonality(keys: Shaped[Array, "n d"]) -> float:
     """Mean |cosine| between distinct rows of ``keys`` (n >= 2, d): 0 for orthogonal keys, 1 for
     parallel ones. Paper I's check: below 0.1 for the layer-0 keys of a trained transformer. Random
     directions in d dimensions give about sqrt(2 / (pi d))."""
-    keys = _tensor("keys", keys, 2).double()
+    keys = torch.as_tensor(keys).double()
     _validate.matrix("keys", keys, min_rows=2)
     unit = keys / keys.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     cos = unit @ unit.T
@@ -649,15 +649,15 @@ def orthogonality_floor(n, d, centred=False, starts=8, steps=1500, seed=0):
     return _FLOORS[key]
 
 
-def value_manifold(points, entropy):
+@checked
+def value_manifold(points: Shaped[Array, "n d"], entropy: Shaped[Array, " n"]) -> dict:
     """PCA of value-side vectors (n, d) against the posterior entropy (n,) of the same positions.
 
     Returns a dict: pc1_share (share of the variance on the first principal component), spearman
     (rank correlation of the PC1 coordinate with the entropy, sign fixed to be >= 0 by orienting PC1)
     and pc1 (n,) the oriented coordinates. Paper I's check: PC1 > 80% and a strong correlation."""
-    points = _validate.tensor("points", _tensor("points", points, 2))
-    entropy = _validate.tensor("entropy", _tensor("entropy", entropy))
-    _validate.shape("entropy", entropy, points.shape[:1], "one value per point, shape")
+    points = _validate.finite_values("points", torch.as_tensor(points))
+    entropy = _validate.finite_values("entropy", torch.as_tensor(entropy))
     result = pca(points, n_components=1)
     pc1 = result["projected"][:, 0]
     rho = spearman(pc1, entropy)
@@ -666,7 +666,9 @@ def value_manifold(points, entropy):
     return {"pc1_share": float(result["explained"][0]), "spearman": rho, "pc1": pc1}
 
 
-def within_position_spearman(points, entropy, positions):
+@checked
+def within_position_spearman(points: Shaped[Array, "n d"] | Shaped[Array, " n"], entropy: Shaped[Array, " n"],
+                             positions: Shaped[Array, " n"]) -> float:
     """The ordering by entropy *within* a position: the mean over positions of |Spearman(PC1, entropy)|
     among the points of that position (a partial correlation that holds the position fixed).
 
@@ -677,12 +679,9 @@ def within_position_spearman(points, entropy, positions):
     entropy or PC1 is constant (to 1e-6, relative), or that has fewer than 3 points, has no ordering
     to measure and is left out; nan when none is left (the bijection, whose entropy is a function of
     the position)."""
-    points = _validate.tensor("points", _tensor("points", points), dims=(1, 2))
-    n = points.shape[0]
-    entropy = _validate.shape("entropy", _validate.tensor("entropy", _tensor("entropy", entropy), dims=1), (n,),
-                              "one value per point, shape")
-    positions = _validate.shape("positions", _validate.tensor("positions", _tensor("positions", positions), dims=1),
-                                (n,), "one position per point, shape")
+    points = _validate.finite_values("points", torch.as_tensor(points))
+    entropy = _validate.finite_values("entropy", torch.as_tensor(entropy))
+    positions = _validate.finite_values("positions", torch.as_tensor(positions))
     pc1 = pca(points, n_components=1)["projected"][:, 0] if points.dim() == 2 else _sample("points", points)
     h, where = _sample("entropy", entropy), _sample("positions", positions)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from jaxtyping import TypeCheckError
 
-from bayesattn_lite._types import Flag, Float, Int, Tensor, checked, words
+from bayesattn_lite._types import Flag, Float, Int, Shaped, Tensor, checked, words
 
 
 @checked
@@ -80,5 +80,6 @@ def test_the_signature_shows_the_shapes():
 def test_words():
     assert words(Float[Tensor, "n d"]) == "a float tensor of shape (n, d)"
     assert words(Float[Tensor, " n"]) == "a float tensor of shape (n,)"
-    assert words(Float[Tensor | np.ndarray, "n d"]) == "a float tensor of shape (n, d) or a float array of shape (n, d)"
+    assert words(Float[Tensor | np.ndarray, "n d"]) == "a float tensor or array of shape (n, d)"
+    assert words(Shaped[np.ndarray, "*S"]) == "an array of shape (*S)"
     assert words(Flag | None) == "True or False or None"
