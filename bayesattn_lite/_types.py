@@ -37,9 +37,10 @@ from torch import Tensor
 
 from . import _validate
 
-__all__ = ["Bool", "Flag", "Float", "Int", "Shaped", "Tensor", "checked"]
+__all__ = ["Array", "Bool", "Flag", "Float", "Int", "Shaped", "Tensor", "checked"]
 
 Flag = bool | np.bool_   # a yes/no argument: numpy's bool (what a comparison of arrays gives) is one too
+Array = Tensor | np.ndarray   # where a numpy array is taken as well as a tensor: Float[Array, "n d"]
 
 _DTYPE_WORDS = {"Float": "a float", "Int": "an integer", "Integer": "an integer", "Bool": "a bool"}
 _CLASS_WORDS = {bool: "True or False", np.bool_: "True or False", str: "a str", int: "an int", float: "a number",

@@ -35,10 +35,9 @@ import numpy as np
 import torch
 
 from . import _validate, attention, models
-from ._types import Flag, Float, Shaped, Tensor, checked
+from ._types import Array, Flag, Float, Shaped, Tensor, checked
 
-# What the measures take: a torch tensor or a numpy array (shapes declared in each signature)
-Array = Tensor | np.ndarray
+# What the measures take: a torch tensor or a numpy array (Array), shapes declared in each signature
 Maps = Float[Array, "*B T T"]   # attention maps alpha (..., queries, keys), rows over the keys
 
 

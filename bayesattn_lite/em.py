@@ -17,11 +17,10 @@ import itertools
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from . import _validate
-from ._types import Flag, Float, Tensor, checked
+from ._types import Array, Flag, Float, Tensor, checked
 
 
 def _float64(name, t, device=None):
@@ -44,8 +43,8 @@ def _log_joint(x, means, variance, weights):
 
 
 @checked
-def e_step(x: Float[Tensor | np.ndarray, "n d"], means: Float[Tensor | np.ndarray, "K d"], variance,
-           weights: Float[Tensor | np.ndarray, " K"] | None = None):
+def e_step(x: Float[Array, "n d"], means: Float[Array, "K d"], variance,
+           weights: Float[Array, " K"] | None = None):
     """Responsibilities (n, K) and the mean log-likelihood per point (nats)."""
     x = _points(x)
     means = _float64("means", means, x.device)
@@ -63,7 +62,7 @@ def e_step(x: Float[Tensor | np.ndarray, "n d"], means: Float[Tensor | np.ndarra
 
 
 @checked
-def m_step(x: Float[Tensor | np.ndarray, "n d"], resp: Float[Tensor | np.ndarray, "n K"], fit_variance: Flag = True,
+def m_step(x: Float[Array, "n d"], resp: Float[Array, "n K"], fit_variance: Flag = True,
            variance=None):
     """Means, variance (or the given one when ``fit_variance`` is False) and weights from responsibilities."""
     x = _points(x)
@@ -82,8 +81,8 @@ def m_step(x: Float[Tensor | np.ndarray, "n d"], resp: Float[Tensor | np.ndarray
 
 
 @checked
-def mean_gradient(x: Float[Tensor | np.ndarray, "n d"], resp: Float[Tensor | np.ndarray, "n K"],
-                  means: Float[Tensor | np.ndarray, "K d"], variance) -> Float[Tensor, "K d"]:
+def mean_gradient(x: Float[Array, "n d"], resp: Float[Array, "n K"],
+                  means: Float[Array, "K d"], variance) -> Float[Tensor, "K d"]:
     """d(sum_i log p(x_i)) / d mu_k = sum_i r_ik (x_i - mu_k) / variance, (K, d): each mean is pulled
     towards the points it is responsible for, weighted by how responsible it is."""
     x = _points(x)
@@ -103,7 +102,7 @@ class GMMFit:
 
 
 @checked
-def initial_means(x: Float[Tensor | np.ndarray, "n d"], n_components, seed=0) -> Float[Tensor, "K d"]:
+def initial_means(x: Float[Array, "n d"], n_components, seed=0) -> Float[Tensor, "K d"]:
     """K distinct data points chosen at random (reproducible by seed)."""
     x = _points(x)
     n_components = _validate.integer("n_components", n_components, 1, x.shape[0])
@@ -112,7 +111,7 @@ def initial_means(x: Float[Tensor | np.ndarray, "n d"], n_components, seed=0) ->
 
 
 @checked
-def fit(x: Float[Tensor | np.ndarray, "n d"], n_components, n_iter=30, init: Float[Tensor | np.ndarray, "K d"] | None = None,
+def fit(x: Float[Array, "n d"], n_components, n_iter=30, init: Float[Array, "K d"] | None = None,
         variance=1.0, fit_variance: Flag = True, seed=0) -> "GMMFit":
     """EM from ``init`` means (default: random data points). The variance starts at ``variance`` and is
     re-estimated each M-step unless ``fit_variance`` is False."""
@@ -137,7 +136,7 @@ def fit(x: Float[Tensor | np.ndarray, "n d"], n_components, n_iter=30, init: Flo
 
 
 @checked
-def gradient_fit(x: Float[Tensor | np.ndarray, "n d"], init: Float[Tensor | np.ndarray, "K d"], variance, lr,
+def gradient_fit(x: Float[Array, "n d"], init: Float[Array, "K d"], variance, lr,
                  n_iter=30) -> "GMMFit":
     """Gradient ascent on the means only (responsibilities recomputed every step, variance and
     weights fixed): the "plain gradient descent" counterpart of ``fit``. ``lr`` is per point: the
@@ -161,7 +160,7 @@ def gradient_fit(x: Float[Tensor | np.ndarray, "n d"], init: Float[Tensor | np.n
 
 
 @checked
-def match(found: Float[Tensor | np.ndarray, "K d"], reference: Float[Tensor | np.ndarray, "K d"]) -> list:
+def match(found: Float[Array, "K d"], reference: Float[Array, "K d"]) -> list:
     """The permutation p (a list) that minimises sum_k ||found[p[k]] - reference[k]||: which fitted
     component is which true one. Exhaustive, so for K <= 8."""
     found, reference = _float64("found", found), _float64("reference", reference, found.device)

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from . import _validate, diagnostics
+from ._types import Array, Float, Int, Tensor, checked
 
 
 @runtime_checkable
@@ -177,14 +178,13 @@ class StickyMarkovChain:
     # ------------------------------------------------------------------------- exact predictor
 
     def _check_x(self, x):
-        if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-1] != self.d_embed:
-            _validate.fail("x", f"a torch.Tensor of shape (..., T-1, d_embed={self.d_embed})",
-                  tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__)
-        if not x.is_floating_point():
-            _validate.fail("x.dtype", "a floating-point dtype", x.dtype)
+        """What the signature cannot say: x's width is this chain's, and its values are finite."""
+        if x.shape[-1] != self.d_embed:
+            _validate.fail("x", f"shape (..., T-1, d_embed={self.d_embed})", x)
         _validate.finite_values("x", x)
 
-    def posterior(self, x):
+    @checked
+    def posterior(self, x: Float[Tensor, "*B N d_embed"]) -> Float[Tensor, "*B N n_symbols"]:
         """Exact p(y_t | x_0..x_t) for every t, by the forward filter; shape (..., T-1, n_symbols).
 
         Computed in float64 on x's device whatever x's dtype. The belief over the current symbol
@@ -208,14 +208,13 @@ class StickyMarkovChain:
             predictive[..., t, :] = prior
         return predictive
 
-    def bayes_metrics(self, x, y):
+    @checked
+    def bayes_metrics(self, x: Float[Tensor, "*B N d_embed"], y: Int[Tensor, "*B N"]) -> dict:
         """Loss (cross-entropy, nats), predictive entropy (nats) and accuracy of the exact predictor.
 
         Means over positions (and over any leading axes of x); floats.
         """
         p = self.posterior(x)
-        if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(p.shape[:-1]):
-            _validate.fail("y", f"an integer tensor of shape {tuple(p.shape[:-1])}", getattr(y, "shape", y))
         _validate.labels("y", y, self.n_symbols)
         y = y.to(p.device).long()
         loss = -torch.log(p.gather(-1, y.unsqueeze(-1))).mean()
@@ -274,20 +273,20 @@ class SourcesTask:
         x = centres + self.noise * torch.randn(B, T, self.d_x, generator=gen, dtype=torch.float64)
         return Sample(x.to(dtype), z[:, None].expand(B, T).clone(), self, is_signal)
 
-    def _densities(self, x):
+    @checked
+    def _densities(self, x: Float[Array, "B T d_x"]):
         """log N(x_t; mu_z, noise^2 I) for every source, (B, T, K), and log N(x_t; mu_D, noise^2 I),
         (B, T, 1), float64, constants dropped (the same in both)."""
-        x = _validate.tensor("x", x, 3, floating=True)
         if x.shape[-1] != self.d_x:
             _validate.fail("x", f"shape (B, T, d_x={self.d_x})", x)
-        x = x.to(torch.float64)
+        x = _validate.finite_values("x", torch.as_tensor(x)).to(torch.float64)
         var = self.noise ** 2
         means, distractor = self.means.to(x.device), self.distractor.to(x.device)  # x may be on a GPU
         log_source = -((x[..., None, :] - means) ** 2).sum(-1) / (2 * var)       # (B, T, K)
         log_distractor = -((x - distractor) ** 2).sum(-1, keepdim=True) / (2 * var)  # (B, T, 1)
         return log_source, log_distractor
 
-    def log_likelihoods(self, x):
+    def log_likelihoods(self, x: Float[Array, "B T d_x"]) -> Float[Tensor, "B T K"]:
         """log p(x_t | z) for every position and source, (B, T, K), float64 (constants dropped)."""
         log_source, log_distractor = self._densities(x)
         if self.signal_prob == 1:  # no distractors at all (log(1 - rho) would be log 0)
@@ -295,12 +294,12 @@ class SourcesTask:
         return torch.logaddexp(math.log(self.signal_prob) + log_source,
                                math.log1p(-self.signal_prob) + log_distractor)
 
-    def posterior(self, x):
+    def posterior(self, x: Float[Array, "B T d_x"]) -> Float[Tensor, "B T K"]:
         """The exact posterior p(z | x_0..t) at every position, (B, T, K), float64: what a causal
         Bayes-optimal predictor outputs."""
         return torch.softmax(self.log_likelihoods(x).cumsum(dim=1), dim=-1)
 
-    def signal_log_odds(self, x):
+    def signal_log_odds(self, x: Float[Array, "B T d_x"]) -> Float[Tensor, "B T"]:
         """log p(signal | x_t) / p(distractor | x_t) for every observation alone, (B, T), float64:
         how sure one observation is that it came from a source (chapter 4's content oracle); +inf
         everywhere when ``signal_prob`` is 1 (no distractors: every observation is a source's)."""
@@ -310,29 +309,29 @@ class SourcesTask:
         signal = torch.logsumexp(log_source, -1) + math.log(self.signal_prob / self.n_sources)
         return signal - (log_distractor[..., 0] + math.log1p(-self.signal_prob))
 
-    def observation_posterior(self, x):
+    def observation_posterior(self, x: Float[Array, "B T d_x"]) -> Float[Tensor, "B T K"]:
         """p(z | x_t) from one observation alone, (B, T, K): how much a single value can know."""
         return torch.softmax(self.log_likelihoods(x), dim=-1)
 
-    def bayes_loss(self, x, y):
+    @checked
+    def bayes_loss(self, x: Float[Array, "B T d_x"], y: Int[Tensor, "B T"]) -> float:
         """The cross-entropy (nats) of the exact posterior on (x, y): the floor no model can beat on average."""
         post = self.posterior(x)
-        if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(post.shape[:2]):
-            _validate.fail("y", f"an integer tensor of shape {tuple(post.shape[:2])}", y)
         _validate.labels("y", y, self.n_sources)
         return -torch.log(post.gather(-1, y[..., None].long()).clamp_min(1e-300)).mean().item()
 
-    def kl_bits_by_position(self, logits, x):
+    @checked
+    def kl_bits_by_position(self, logits: Float[Tensor, "B T K"], x: Float[Array, "B T d_x"]) -> Float[Tensor, " T"]:
         """KL(p_Bayes || p_model) in bits at every position, the mean over the sequences: (T,) float64.
         Arguments in ``diagnostics.kl_bits``'s order: the model's logits (B, T, K), then the data."""
         post = self.posterior(x)
-        logits = _validate.tensor("logits", logits, 3, floating=True)
-        if tuple(logits.shape) != tuple(post.shape):
-            _validate.fail("logits", f"shape {tuple(post.shape)} (B, T, K)", logits)
+        if logits.shape[-1] != self.n_sources:
+            _validate.fail("logits", f"shape (B, T, K={self.n_sources}): one logit per source", logits)
+        _validate.finite_values("logits", logits)
         log_model = torch.log_softmax(logits.detach().to(post.device, torch.float64), dim=-1)
         return diagnostics.kl_divergence(post, log_model, bits=True).mean(0)
 
-    def kl_bits(self, logits, x):
+    def kl_bits(self, logits: Float[Tensor, "B T K"], x: Float[Array, "B T d_x"]) -> float:
         """Mean KL(p_Bayes || p_model) in bits over positions: how far a model is from the exact posterior."""
         return self.kl_bits_by_position(logits, x).mean().item()
 
@@ -397,13 +396,13 @@ class CuedSourcesTask:
         y = z.gather(1, cue[:, None]).expand(B, T).clone()
         return Sample(x.to(dtype), y, self, is_signal)
 
-    def log_likelihoods(self, x):
+    @checked
+    def log_likelihoods(self, x: Float[Array, "B T d_x"]) -> Float[Tensor, "B T K"]:
         """log p(x_t | z) for every position and source, (B, T, K), float64 (constants dropped): 0 at
         the positions of the other stream, which say nothing about the cued source."""
-        x = _validate.tensor("x", x, 3, floating=True)
         if x.shape[-1] != self.d_x:
             _validate.fail("x", f"shape (B, T, d_x={self.d_x})", x)
-        x = x.to(torch.float64)
+        x = _validate.finite_values("x", torch.as_tensor(x)).to(torch.float64)
         content = -((x[..., None, :-2] - self.means[:, :-2].to(x.device)) ** 2).sum(-1) / (2 * self.noise ** 2)
         return content * (x[..., -2:-1] * x[..., -1:] > 0)
 
