@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _validate
+from ._types import Float, Int, Tensor, checked
 
 IGNORE_INDEX = -100  # targets at positions that are not scored (torch's cross_entropy default)
 
@@ -44,13 +45,8 @@ def data_seed(seed, step, rank=0, world=1):
     return DATA_SEED_BASE + (seed * MAX_STEPS + step) * world + rank
 
 
-def _indices(what, value, high, dims=2, shape=None):
-    """An integer tensor of ``dims`` dimensions (and ``shape`` if given) with values in [0, high)."""
-    value = _validate.tensor(what, value, dims, convert=False)
-    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
-        _validate.fail(f"{what}.dtype", "an integer dtype (torch.long)", value.dtype)
-    if shape is not None and tuple(value.shape) != tuple(shape):
-        _validate.fail(f"{what}.shape", f"{tuple(shape)}", tuple(value.shape))
+def _indices(what, value, high):
+    """An integer tensor (its dtype and shape checked by the signature) with values in [0, high), as int64."""
     if value.numel() and (int(value.min()) < 0 or int(value.max()) >= high):
         _validate.fail(what, f"values in [0, {high - 1}]", f"values from {int(value.min())} to {int(value.max())}",
                        described=True)
@@ -207,11 +203,12 @@ class BijectionTask(_WindTunnel):
         batch = self._check_batch(batch)
         return batch.mask[..., None].float() / self.V * torch.ones(self.V)
 
-    def batch_from_pairs(self, keys, values):
+    @checked
+    def batch_from_pairs(self, keys: Int[Tensor, "B L"], values: Int[Tensor, "B L"]) -> WindTunnelBatch:
         """The batch for given (B, L) keys and values (used by sample, and by tests on hand-made cases)."""
         keys = _indices("keys", keys, self.V)
         B, L = keys.shape
-        values = _indices("values", values, self.V, shape=keys.shape)
+        values = _indices("values", values, self.V)
         if not 1 <= L <= self.V:
             _validate.fail("keys", f"(B, L) with 1 <= L <= V={self.V} pairs", keys)
         _distinct_rows("keys", keys)
@@ -254,29 +251,21 @@ def quantised_stochastic_rows(n_rows, n_cols, batch_size, resolution, floor, gen
     return units.double() / n_units, units
 
 
-def forward_filter(transition, emission, observations, initial=None):
+@checked
+def forward_filter(transition: Float[Tensor, "B S S"], emission: Float[Tensor, "B S O"],
+                   observations: Int[Tensor, "B K"], initial: Float[Tensor, "B S"] | None = None) -> Float[Tensor, "B K S"]:
     """p(s_t | o_0..o_t) for every t: the HMM forward algorithm, normalised at every step.
 
     transition (B, S, S), emission (B, S, O) row-stochastic; observations (B, K) int64; initial (B, S)
     or None for uniform. Returns (B, K, S) in the dtype of ``transition``.
     """
-    transition = _validate.tensor("transition", transition, 3, floating=True, convert=False)
-    B, S, S2 = transition.shape
-    if S2 != S or S < 1:
-        _validate.fail("transition", "shape (B, S, S): a square matrix per sequence", transition)
-    emission = _validate.tensor("emission", emission, 3, floating=True, convert=False)
-    if emission.shape[:2] != (B, S) or emission.shape[2] < 1:
-        _validate.fail("emission", f"shape (B={B}, S={S}, O): as many states as the transition matrix", emission)
-    observations = _indices("observations", observations, emission.shape[2])
-    if observations.shape[0] != B:
-        _validate.fail("observations", f"shape (B={B}, K): one row per sequence", observations)
-    matrices = [("transition", transition), ("emission", emission)]
-    if initial is not None:
-        initial = _validate.tensor("initial", initial, 2, floating=True, convert=False)
-        if tuple(initial.shape) != (B, S):
-            _validate.fail("initial", f"shape (B={B}, S={S}): as many states as the transition matrix", initial)
-        matrices.append(("initial", initial))
+    B, S, O = emission.shape
+    if S < 1 or O < 1:
+        _validate.fail("emission", "shape (B, S, O) with S >= 1 states and O >= 1 symbols", emission)
+    observations = _indices("observations", observations, O)
+    matrices = [("transition", transition), ("emission", emission)] + ([("initial", initial)] if initial is not None else [])
     for name, m in matrices:  # probabilities: a belief pushed through anything else is not one
+        _validate.finite_values(name, m)
         if (m < 0).any() or ((m.sum(-1) - 1).abs() > 1e-4).any():
             _validate.fail(name, "rows of probabilities (entries >= 0 summing to 1)",
                            f"row sums from {m.sum(-1).min().item():.4g} to {m.sum(-1).max().item():.4g} "
@@ -374,21 +363,19 @@ class HMMTask(_WindTunnel):
         out[:, self.prefix_len:] = (lik / lik.sum(-1, keepdim=True)).float()
         return out * batch.mask[..., None]
 
-    def batch_from_parts(self, A_units, E_units, observations, states):
+    @checked
+    def batch_from_parts(self, A_units: Int[Tensor, "B S S"], E_units: Int[Tensor, "B S O"],
+                         observations: Int[Tensor, "B K"], states: Int[Tensor, "B K"]) -> WindTunnelBatch:
         """The batch for given grid units of A (B, S, S) and E (B, S, O), observations and states (B, K)."""
         n_units = self.n_levels - 1
         for name, units, cols in (("A_units", A_units, self.S), ("E_units", E_units, self.O)):
-            units = _indices(name, units, self.n_levels, dims=3)
+            units = _indices(name, units, self.n_levels)
             if units.shape[1:] != (self.S, cols) or (units.sum(-1) != n_units).any():
                 _validate.fail(name, f"(B, {self.S}, {cols}) grid units in [0, {n_units}], each row summing to "
                                f"{n_units} (probability 1 at resolution {self.resolution:g})", units)
-        if E_units.shape[0] != A_units.shape[0]:
-            _validate.fail("E_units", f"{A_units.shape[0]} matrices (one per sequence, as A_units)", E_units)
         observations = _indices("observations", observations, self.O)
         B, K = observations.shape
-        if B != A_units.shape[0]:
-            _validate.fail("observations", f"shape (B={A_units.shape[0]}, K): one row per sequence", observations)
-        _indices("states", states, self.S, shape=observations.shape)
+        _indices("states", states, self.S)
         A = A_units.double() * self.resolution
         E = E_units.double() * self.resolution
         prefix = torch.cat([A_units.reshape(B, -1), E_units.reshape(B, -1)], dim=1)
@@ -466,12 +453,12 @@ class AssociativeRecallTask(_WindTunnel):
         batch = self._check_batch(batch)
         return batch.mask[..., None].float() / self.n_values * torch.ones(self.n_values)
 
-    def batch_from_pairs(self, keys, shown, answer):
+    @checked
+    def batch_from_pairs(self, keys: Int[Tensor, "B n"], shown: Int[Tensor, "B n"], answer: Int[Tensor, "B n"]) -> WindTunnelBatch:
         """The batch for given (B, n) keys, shown values and true values of those keys."""
         keys = _indices("keys", keys, self.n_keys)
         B, n = keys.shape
-        _indices("shown", shown, self.n_values, shape=keys.shape)
-        _indices("answer", answer, self.n_values, shape=keys.shape)
+        shown, answer = _indices("shown", shown, self.n_values), _indices("answer", answer, self.n_values)
         M = self.n_values
         tokens = torch.stack([keys, shown + self.n_keys], dim=-1).reshape(B, 2 * n)
         earlier = torch.ones(n, n).tril(-1).bool()                       # j < i
