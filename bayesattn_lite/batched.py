@@ -42,6 +42,7 @@ import math
 import multiprocessing
 import os
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
@@ -49,6 +50,7 @@ import numpy as np
 import torch
 
 from . import _validate, attention, checkpoints
+from ._types import Float, Int, Tensor, checked
 from .attention import PARAM_NAMES
 from .train import TrainingDiverged, pick_device
 
@@ -77,32 +79,27 @@ def stack(param_dicts):
     return {name: torch.stack([p[name] for p in param_dicts]) for name in PARAM_NAMES}
 
 
-def check_inputs(x, y, params):
-    """Raise ValueError, naming what was expected, unless x, y and params fit M stacked models."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 3 or not x.is_floating_point():
-        _validate.fail("x", "a float tensor of shape (M models, N positions, d_x)", getattr(x, "shape", type(x).__name__))
-    M, N, d_x = x.shape
-    if N < 1:
+@checked
+def _fit(x: Float[Tensor, "M N d_x"], y: Int[Tensor, "M N"], W_Q: Float[Tensor, "M d_k d_x"],
+         W_K: Float[Tensor, "M d_k d_x"], W_V: Float[Tensor, "M d_v d_x"], W_O: Float[Tensor, "M C d_v"]):
+    """M stacked models and their data: the annotations say how the shapes fit; below, what they cannot."""
+    if x.shape[1] < 1:
         _validate.fail("x", "at least one position", tuple(x.shape))
-    _validate.finite_values("x", x)
-    if not hasattr(params, "keys"):
-        _validate.fail("params", f"a mapping with keys {PARAM_NAMES}", type(params).__name__, described=True)
-    missing = [name for name in PARAM_NAMES if name not in params]
-    if missing:
-        _validate.fail("params", f"a mapping with keys {PARAM_NAMES}", f"missing {missing}")
-    W_Q, W_K, W_V, W_O = (params[name] for name in PARAM_NAMES)
-    d_k, d_v = W_Q.shape[1], W_V.shape[1]
-    expected = {"W_Q": (M, d_k, d_x), "W_K": (M, d_k, d_x), "W_V": (M, d_v, d_x), "W_O": (M, W_O.shape[1], d_v)}
-    for name, shape in expected.items():
-        W = params[name]
-        if tuple(W.shape) != shape:
-            _validate.fail(f"{name}.shape", f"{shape} (one matrix per model, matching x {tuple(x.shape)})", tuple(W.shape))
-        if W.dtype != x.dtype or W.device != x.device:
-            _validate.fail(name, f"dtype {x.dtype} on {x.device} (those of x)", f"{W.dtype} on {W.device}")
-        _validate.finite_values(name, W)
-    if not isinstance(y, torch.Tensor) or tuple(y.shape) != (M, N) or y.is_floating_point():
-        _validate.fail("y", f"an integer tensor of shape {(M, N)}", getattr(y, "shape", type(y).__name__))
+    for name, t in (("x", x), ("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V), ("W_O", W_O)):
+        if t.dtype != x.dtype or t.device != x.device:
+            _validate.fail(name, f"dtype {x.dtype} on {x.device} (those of x)", f"{t.dtype} on {t.device}")
+        _validate.finite_values(name, t)
     _validate.labels("y", y, W_O.shape[1])
+
+
+def check_inputs(x, y, params):
+    """Raise ValueError, naming what was expected, unless x (M, N, d_x), y (M, N) and params (a mapping
+    of W_Q, W_K, W_V (M, d, d_x) and W_O (M, C, d_v)) fit M stacked models."""
+    missing = [name for name in PARAM_NAMES if name not in params] if isinstance(params, Mapping) else PARAM_NAMES
+    if missing:
+        _validate.fail("params", f"a mapping with keys {PARAM_NAMES}", f"{type(params).__name__} missing {list(missing)}",
+                       described=True)
+    _fit(x, y, *(params[name] for name in PARAM_NAMES))
 
 
 LOG2E = 1.4426950408889634  # exp(s) = 2^(s log2 e): exp2 is several times faster than exp on CPUs

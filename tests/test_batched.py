@@ -65,9 +65,9 @@ def test_float32_agrees_with_float64():
 
 def test_bad_inputs_raise():
     x, y, params = problem()
-    with pytest.raises(ValueError, match=r"x: expected a float tensor of shape \(M models"):
+    with pytest.raises(ValueError, match=r"x: expected a float tensor of shape \(M, N, d_x\)"):
         batched.forward_backward(x[0], y, params)
-    with pytest.raises(ValueError, match="W_V.shape"):
+    with pytest.raises(ValueError, match=r"W_V: expected .* with M = 3 \(as in x\)"):
         batched.forward_backward(x, y, dict(params, W_V=params["W_V"][:2]))
     with pytest.raises(ValueError, match="y: expected an integer tensor"):
         batched.forward_backward(x, y[:, :-1], params)
