@@ -65,15 +65,18 @@ def checked(fn):
             name = re.search(r"typechecking parameter '(\w+)'", str(exc))
             if name is None:  # the return value or a nested call: the package's fault, not the caller's
                 raise
-            raise ValueError(_message(signature, name.group(1), args, kwargs, str(exc))) from None
+            raise ValueError(_message(signature, name.group(1), args, kwargs, str(exc), fn.__globals__)) from None
 
     return call
 
 
-def _message(signature, name, args, kwargs, text):
-    """The package's message for argument ``name``: what its annotation asks for, what came instead."""
+def _message(signature, name, args, kwargs, text, names):
+    """The package's message for argument ``name``: what its annotation asks for, what came instead
+    (``names``: the function's module globals, for an annotation written as a string, "Recipe")."""
     bound = signature.bind(*args, **kwargs)
     hint, value = signature.parameters[name].annotation, bound.arguments.get(name)
+    if isinstance(hint, str):
+        hint = eval(hint, names)  # noqa: S307 (the package's own annotation, a class it defines later)
     expected = words(hint)
     arrays = [h for h in _alternatives(hint) if _is_array(h)]
     with jaxtyped("context"):   # a fresh record of axis sizes, not the caller's (a checked function calling this one)
@@ -130,6 +133,11 @@ def _word(hint):
         return "a mapping (a dict)"
     if callable(hint) and getattr(origin, "__name__", "") == "Callable":
         return "a function"
+    module = getattr(origin, "__module__", "")
+    if module.startswith("bayesattn_lite."):   # the package's own classes by the name a user imports them
+        return f"a {module.removeprefix('bayesattn_lite.')}.{origin.__qualname__}"
+    if module.startswith("torch.nn"):
+        return f"a torch.nn.{origin.__qualname__}"
     return f"a {getattr(origin, '__name__', str(hint))}"
 
 

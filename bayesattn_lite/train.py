@@ -25,12 +25,14 @@ import fnmatch
 import math
 import os
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 
 from . import _validate, checkpoints
+from ._types import Flag, checked
 
 # What each matrix of a head does: queries and keys decide where it looks (routing), W_V what it
 # reads (values), W_O how that reaches the output (readout). The EM-like schedule speeds up "values".
@@ -161,6 +163,13 @@ def _factor(step, steps, schedule, warmup):
 
 # ----------------------------------------------------------------------------- history
 
+class MetricNotFound(KeyError, ValueError):
+    """``history[key]`` for a metric the history does not have (a KeyError, as a dict's; said plainly)."""
+
+    def __str__(self):
+        return str(self.args[0])
+
+
 class History:
     """One dict of floats per logged step. ``h["loss"]`` and ``h.steps`` are numpy arrays."""
 
@@ -178,7 +187,7 @@ class History:
 
     def __getitem__(self, key):
         if key not in self._columns:
-            raise KeyError(f"no metric {key!r} in this history; it has {self.keys()}")
+            raise MetricNotFound(f"key: expected a metric of this history, one of {self.keys()}, got {key!r}")
         return np.array(self._columns[key], dtype=np.float64)
 
     @property
@@ -419,8 +428,10 @@ def _step(model, loss_fn, opt, recipe, step, on_step):
     return value, {**metrics, **measured, "grad_norm": grad_norm, **scheduled}
 
 
-def train(model, loss_fn, recipe, *, seed=None, device=None, log_every=1, on_step=None,
-          checkpoint_path=None, checkpoint_every=100, resume=True, progress=True, desc="training"):
+@checked
+def train(model: torch.nn.Module, loss_fn: Callable, recipe: "Recipe", *, seed=None, device=None, log_every=1,
+          on_step: Callable | None = None, checkpoint_path=None, checkpoint_every=100, resume: Flag = True,
+          progress: Flag = True, desc: str = "training") -> History:
     """Train ``model`` on ``loss_fn(model, step)`` with ``recipe`` (a ``Recipe``); return the History.
 
     ``loss_fn`` returns a scalar loss tensor, or ``(loss, metrics)`` with a dict of floats or 0-d
@@ -436,17 +447,9 @@ def train(model, loss_fn, recipe, *, seed=None, device=None, log_every=1, on_ste
     the history and the RNG states, so a resumed run equals one that never stopped. A checkpoint
     written with another recipe or another model is refused, saying what differs.
     """
-    if not isinstance(model, torch.nn.Module):
-        _validate.fail("model", "a torch.nn.Module", type(model).__name__)
-    if not isinstance(recipe, Recipe):
-        _validate.fail("recipe", "a train.Recipe, e.g. Recipe(steps=500, lr=0.01)", recipe)
-    _validate.function("loss_fn", loss_fn, "a function loss_fn(model, step) -> loss")
-    if on_step is not None:
-        _validate.function("on_step", on_step, "a function on_step(model, step) -> dict or None")
     log_every, checkpoint_every = _validate.integer("log_every", log_every, 1), _validate.integer(
         "checkpoint_every", checkpoint_every, 1)
     checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path) if checkpoint_path else None
-    resume = _validate.boolean("resume", resume)
     model.to(pick_device(device))
     opt = _make_optimizer(model, recipe)
     if seed is not None:
