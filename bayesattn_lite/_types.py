@@ -24,6 +24,7 @@ A training loop's step passes ``check=False`` (its data was checked once before 
 skips the annotations too: ``benchmarks/type_checks.py`` times both.
 """
 
+import contextlib
 import functools
 import inspect
 import re
@@ -37,7 +38,7 @@ from torch import Tensor
 
 from . import _validate
 
-__all__ = ["Array", "Bool", "Flag", "Float", "Int", "Shaped", "Tensor", "checked"]
+__all__ = ["Array", "Bool", "Flag", "Float", "Int", "Shaped", "Tensor", "checked", "unchecked"]
 
 Flag = bool | np.bool_   # a yes/no argument: numpy's bool (what a comparison of arrays gives) is one too
 Array = Tensor | np.ndarray   # where a numpy array is taken as well as a tensor: Float[Array, "n d"]
@@ -45,6 +46,21 @@ Array = Tensor | np.ndarray   # where a numpy array is taken as well as a tensor
 _DTYPE_WORDS = {"Float": "a float", "Int": "an integer", "Integer": "an integer", "Bool": "a bool"}
 _CLASS_WORDS = {bool: "True or False", np.bool_: "True or False", str: "a str", int: "an int", float: "a number",
                 type(None): "None"}
+
+
+_UNCHECKED = [0]   # > 0 inside ``unchecked()``
+
+
+@contextlib.contextmanager
+def unchecked():
+    """Within it (or on a function it decorates, ``@unchecked()``), checked functions skip their
+    annotations: for the package's own measurements inside a training loop, on data it made and
+    checked once. The checks in the bodies (finite values, ranges) still run."""
+    _UNCHECKED[0] += 1
+    try:
+        yield
+    finally:
+        _UNCHECKED[0] -= 1
 
 
 def checked(fn):
@@ -57,7 +73,7 @@ def checked(fn):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if skippable and kwargs.get("check", True) is False:   # a training loop's step, its data checked once
+        if _UNCHECKED[0] or (skippable and kwargs.get("check", True) is False):   # a loop's own step or measure
             return fn(*args, **kwargs)
         try:
             return typed(*args, **kwargs)

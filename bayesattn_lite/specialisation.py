@@ -58,6 +58,7 @@ import numpy as np
 import torch
 
 from . import _validate, attention, diagnostics, tasks
+from ._types import unchecked
 from .attention import AttentionHead
 from .train import GROUPS, History, Recipe, em_like, pick_device, rates, train, usable_cpus
 
@@ -350,6 +351,7 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
     values = []  # the probe's values at every snapshot, for the rate relative to their final size
     snapshots = {}  # the parameters at every snapshot (a few hundred numbers each)
 
+    @unchecked()   # the run's own measurements, on data made and checked here: not checked again each time
     def measure(step):
         metrics, snap = probe_metrics(model, task, probe)
         if prev:
@@ -366,6 +368,7 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
     lrs = rates(cfg.lr, lr_multipliers(cfg))
     bought = {group: [] for group in GROUPS}
 
+    @unchecked()
     def on_step(m, step):
         """Everything the chapters measure at step t, on the weights before the step's update (the
         gradients are in .grad): the loss each group buys, the loop's states, the probe metrics."""

@@ -83,3 +83,22 @@ def test_words():
     assert words(Float[Tensor | np.ndarray, "n d"]) == "a float tensor or array of shape (n, d)"
     assert words(Shaped[np.ndarray, "*S"]) == "an array of shape (*S)"
     assert words(Flag | None) == "True or False or None"
+
+
+def test_unchecked_skips_the_annotations_inside_it_only():
+    from bayesattn_lite._types import unchecked
+
+    @checked
+    def width(x: Float[Tensor, "n d"]) -> int:
+        return x.shape[-1]
+
+    with unchecked():
+        assert width(torch.zeros(3)) == 3   # a package loop's own measurement: not checked again
+
+    @unchecked()
+    def measure():
+        return width(torch.zeros(4))
+
+    assert measure() == 4
+    with pytest.raises(ValueError, match="^x: expected"):   # outside, checked as before
+        width(torch.zeros(3))
