@@ -63,6 +63,7 @@ import torch
 from torch import nn
 
 from . import _validate, attention, diagnostics, models
+from ._types import Float, Tensor, checked
 
 SUMMARIES = ("positive_mass", "weighted_entropy", "entropy", "score_grad", "advantage_share", "u_norm",
              "frame_rate", "precision_rate")
@@ -143,19 +144,15 @@ def _heads(t, H):
 
 # ----------------------------------------------------------------------------- summaries
 
-def summarise(alpha, u, v):
+@checked
+def summarise(alpha: Float[Tensor, "B H T S"], u: Float[Tensor, "B H T d"],
+              v: Float[Tensor, "B H S d"]) -> tuple[Float[Tensor, "B H T S"], Float[Tensor, "B H T S"], dict]:
     """The record of one layer: b, the advantage and the scalar summaries (module docstring).
 
     alpha (B, H, T, S), u (B, H, T, d), v (B, H, S, d). Masked keys (alpha exactly 0) get advantage 0.
     """
-    alpha = _validate.tensor("alpha", alpha, 4, floating=True, convert=False)
-    u = _validate.tensor("u", u, 4, floating=True, convert=False)
-    v = _validate.tensor("v", v, 4, floating=True, convert=False)
-    if u.shape[:3] != alpha.shape[:3]:
-        _validate.fail("u", f"shape (B, H, T, d) with (B, H, T) = {tuple(alpha.shape[:3])} (those of alpha)", u)
-    if v.shape[:2] + v.shape[2:3] != alpha.shape[:2] + alpha.shape[3:] or v.shape[3] != u.shape[3]:
-        _validate.fail("v", f"shape (B, H, S, d) = {tuple(alpha.shape[:2] + alpha.shape[3:]) + (u.shape[3],)} "
-                       "(the keys of alpha, the d of u)", v)
+    for name, t in (("alpha", alpha), ("u", u), ("v", v)):
+        _validate.finite_values(name, t)
     # attention rows, or all-zero rows (a query that sees no key), up to the dtype's rounding
     tol = max(1e-4, 10 * torch.finfo(alpha.dtype).eps)
     _validate.distributions("alpha", alpha.double(), -1, sum_tol=tol, entry_tol=tol,
