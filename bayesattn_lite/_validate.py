@@ -235,6 +235,18 @@ def distributions(what, probs, dim=-1, sum_tol=1e-3, entry_tol=1e-6, expected=No
     return probs
 
 
+def folder(what, value):
+    """None (the package's own folder) or a folder path (a str or os.PathLike), as a Path."""
+    import os
+    from pathlib import Path
+
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        fail(what, "None or a folder path (a str or pathlib.Path)", value)
+    return Path(value)
+
+
 def writable_path(what, path):
     """A file path that can be written: a str or os.PathLike, not a directory, in a folder that
     exists or can be made and that this process may write to. Checked before any work starts."""

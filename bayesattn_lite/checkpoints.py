@@ -13,7 +13,10 @@ import hashlib
 import json
 import os
 import tempfile
+import zipfile
+from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -22,6 +25,57 @@ from . import _validate
 
 class CheckpointMismatch(ValueError):
     """A checkpoint that cannot be resumed into this run (damaged, another loop, another run)."""
+
+
+class DamagedFile(ValueError):
+    """A record, a saved run or a weights file that cannot be read as what it should be."""
+
+
+def _damaged(path, what, why, advice):
+    raise DamagedFile(f"{path}: expected {what}, but {why}; it may be damaged or another kind of file: {advice}")
+
+
+def read_json(path, what, keys=(), advice="delete it and train it again"):
+    """The JSON object (a dict holding ``keys``) in the file at ``path``; DamagedFile naming the file,
+    what it should hold and ``advice`` when it cannot be read as one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:   # JSONDecodeError is a ValueError
+        _damaged(path, what, f"it cannot be read ({type(exc).__name__}: {str(exc)[:100]})", advice)
+    missing = [k for k in keys if k not in data] if isinstance(data, dict) else list(keys)
+    if not isinstance(data, dict) or missing:
+        _damaged(path, what, f"it holds {type(data).__name__ if not isinstance(data, dict) else 'a dict'}"
+                             f"{f' without {missing}' if missing and isinstance(data, dict) else ''}", advice)
+    return data
+
+
+def read_npz(path, what, advice="delete it and train it again"):
+    """Every array of the .npz file at ``path`` (with ``meta``, a JSON dict, decoded), as a dict."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+        arrays["meta"] = json.loads(str(arrays["meta"]))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+        _damaged(path, what, f"it cannot be read ({type(exc).__name__}: {str(exc)[:100]})", advice)
+    if not isinstance(arrays["meta"], dict):
+        _damaged(path, what, "its meta is not a dict", advice)
+    return arrays
+
+
+def load_weights(model, path, what, advice="delete it and train it again", transform=None):
+    """``model`` with the state dict saved at ``path`` (``transform`` maps what the file holds to the
+    state dict); DamagedFile when the file cannot be read or its weights do not fit the model."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        state = transform(saved) if transform else saved
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message
+        _damaged(path, what, f"it cannot be read as one ({type(exc).__name__}: {str(exc)[:100]})", advice)
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as exc:   # missing or unexpected keys, other shapes
+        first = str(exc).strip().splitlines()[0][:160]
+        _damaged(path, what, f"its weights do not fit a {type(model).__name__} of these sizes ({first})", advice)
+    return model
 
 
 def fingerprint(*parts):

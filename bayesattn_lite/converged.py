@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import _validate, comparison, diagnostics, models, wind_tunnels
+from . import _validate, checkpoints, comparison, diagnostics, models, wind_tunnels
 from .comparison import EVAL_SEED, run_name
 
 # The recipe, measured on the 2-core CPU: AdamW at 3e-3, a 5% linear warm-up, a cosine decay to 0,
@@ -116,6 +116,7 @@ def _settings(size="small", variant=None, directory=None, existing=False):
     _validate.choice("size", size, SIZES)
     if variant is not None:
         _variant(variant)
+    _validate.folder("directory", directory)
     if existing and directory is not None and not (isinstance(directory, (str, Path)) and Path(directory).is_dir()):
         _validate.fail("directory", "an existing folder of runs (or None: the shipped ones)", directory)
 
@@ -159,7 +160,7 @@ def variant_task(task_name, variant_name=None, size="small"):
 
 def folder(size="small", directory=None, variant_name=None):
     """Where the shipped runs of ``size`` (and ``variant_name``) live, unless ``directory`` says otherwise."""
-    _settings(size, variant_name)
+    _settings(size, variant_name, directory)
     if directory:
         return Path(directory)
     return PRETRAINED_DIR / size / "variants" / variant_name if variant_name else PRETRAINED_DIR / size
@@ -274,7 +275,9 @@ def load_record(arch, task_name, seed, variant=None, size="small", directory=Non
             f"{f', variant {variant!r}' if variant else ''}: {path} is missing. Train it with "
             f"`{train_command(arch, task_name, seed, variant, size)}` from the repository root, "
             "or set RETRAIN = True in the chapter")
-    return json.loads(path.read_text())
+    return checkpoints.read_json(path, f"the record of a trained {arch} for {task_name!r}",
+                                 keys=("arch", "task", "seed", "model_sizes"),
+                                 advice=f"rebuild it with `{train_command(arch, task_name, seed, variant, size)} --force`")
 
 
 def pretrained_variants(size="small", directory=None):
@@ -286,7 +289,7 @@ def pretrained_variants(size="small", directory=None):
     for name in VARIANTS:
         runs = []
         for path in sorted((root / name).glob("*.json")):
-            r = json.loads(path.read_text())
+            r = checkpoints.read_json(path, f"the record of a run of variant {name!r}", keys=("arch", "task", "seed"))
             runs.append((r["arch"], r["task"], r["seed"], path.with_suffix(".pt").exists()))
         if runs:
             out[name] = runs
@@ -299,7 +302,7 @@ def training_summary(size="small", directory=None):
     path = folder(size, directory) / "summary.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python {TRAIN_SCRIPT} --size {size}`")
-    return json.loads(path.read_text())
+    return checkpoints.read_json(path, "the summary of a training run", advice=f"run `python {TRAIN_SCRIPT} --size {size}`")
 
 
 def load_pretrained(arch, task_name, seed, variant=None, size="small", directory=None):
@@ -315,7 +318,8 @@ def load_pretrained(arch, task_name, seed, variant=None, size="small", directory
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing beside its record (weights not shipped at this size); "
                                 f"rebuild it with `{train_command(arch, task_name, seed, variant, size)} --force`")
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    checkpoints.load_weights(model, path, f"the weights of a {arch} for {task_name!r} (sizes {record['model_sizes']})",
+                             advice=f"rebuild it with `{train_command(arch, task_name, seed, variant, size)} --force`")
     return model.eval()
 
 

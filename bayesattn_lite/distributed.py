@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from . import comparison, models, wind_tunnels
+from . import _validate, checkpoints, comparison, models, wind_tunnels
 from .train import Recipe, seed_everything, train
 
 
@@ -70,11 +70,19 @@ def parser():
 
 def load_model(path, arch, task, size="small", **sizes):
     """The trained model from a checkpoint this script wrote (DDP's "module." prefix removed)."""
-    task = wind_tunnels.wind_tunnel(task, size) if isinstance(task, str) else task
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
+        _validate.fail("path", "a checkpoint file this script wrote (its --out folder's .pt)", path)
+    task = wind_tunnels.as_wind_tunnel(task, size)
     model = models.build(arch, task.vocab_size, task.n_classes, **models.sizes(arch, size, **sizes))
-    weights = torch.load(path, map_location="cpu", weights_only=True)["model"]
-    model.load_state_dict({k.removeprefix("module."): v for k, v in weights.items()})
-    return model
+
+    def state(saved):   # the checkpoint holds the model's weights under "model", with DDP's prefix
+        if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
+            raise ValueError("no 'model' entry (a shipped converged model loads with converged.load_pretrained)")
+        return {k.removeprefix("module."): v for k, v in saved["model"].items()}
+
+    return checkpoints.load_weights(model, path, f"a checkpoint of bayesattn_lite.distributed for a {arch} on "
+                                    f"{task.name!r}, sizes {models.sizes(arch, size, **sizes)}",
+                                    advice="pass the arch, task and sizes it was trained with", transform=state)
 
 
 def main(argv=None):

@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import _validate, comparison, converged, diagnostics, models, wind_tunnels
+from . import _validate, checkpoints, comparison, converged, diagnostics, models, wind_tunnels
 from .train import Recipe, seed_everything, train
 
 TASKS = ("bijection", "recall")
@@ -306,7 +306,7 @@ def record_path(task_name, seed, directory=None, optimizer=SHIPPED):
     the controls add the optimizer, ``transformer-<task>-seed<seed>-sgd-constant.json``."""
     seed = _run_key(task_name, seed, optimizer)
     suffix = "" if optimizer == SHIPPED else f"-{optimizer}"
-    return (DYNAMICS_DIR if directory is None else Path(directory)) / f"{ARCH}-{task_name}-seed{seed}{suffix}.json"
+    return (DYNAMICS_DIR if directory is None else _validate.folder("directory", directory)) / f"{ARCH}-{task_name}-seed{seed}{suffix}.json"
 
 
 def save_record(record, directory=None):
@@ -329,7 +329,8 @@ def load_record(task_name, seed, directory=None, optimizer=SHIPPED):
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python {SCRIPT} --tasks {task_name} --seeds {seed} "
                                 f"--optimizer {optimizer}` from the repository root, or set RETRAIN = True in chapter 9")
-    record = json.loads(path.read_text())
+    record = checkpoints.read_json(path, f"the dynamics record of {task_name!r}, seed {seed}", keys=("layers",),
+                                   advice=f"run `python {SCRIPT} --tasks {task_name} --seeds {seed} --optimizer {optimizer}`")
     record.setdefault("optimizer", SHIPPED)  # records written before run() took an optimizer are the shipped recipe's
     return record
 

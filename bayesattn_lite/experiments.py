@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import _validate, attention, batched, diagnostics
+from . import _validate, attention, batched, checkpoints, diagnostics
 from .attention import PARAM_NAMES
 from .tasks import StickyMarkovChain
 from .train import GROUPS, em_like, pick_device, rates, usable_cpus
@@ -738,9 +738,10 @@ LONG_RUNS = (
     LongRunConfig.paper(),
     LongRunConfig(name="paper-design-std0.1", schedules=LONG_SCHEDULES[1:], steps=3000, pool=0),  # the paper's design, longer
     # the init-scale sweep: 0.03, 0.1, 1/sqrt(d_x) and 0.3, for the two schedules that can settle
-    # within its 3000 steps (SGD at 0.01 moves too slowly), at T = 1000 to keep it within minutes
+    # within its 3000 steps (SGD at 0.01 moves too slowly), at T = 1000 to keep it within minutes;
+    # its rates also at snapshots 200 updates apart, to see whether its settle order holds at both
     *(LongRunConfig(name=f"pool64-std{std:g}" + ("-short" if std == INIT_STD else ""), schedules=LONG_SCHEDULES[1:],
-                    steps=3000, T=1000, init_std=std, record_every=50)
+                    steps=3000, T=1000, init_std=std, record_every=50, intervals=(200,))
       for std in (0.03, INIT_STD, round(1 / math.sqrt(20), 4), 0.3)),
     # fresh data (a new sequence at every update, none seen twice), photographed every 10 updates,
     # with the rates also at 40 and 100: where constant-rate SGD's noise floor shows. T = 1000 and
@@ -840,11 +841,13 @@ def save_schedule_run(run, path):
 
 def saved_run_config(path):
     """The configuration a saved run was trained with (``_run_config``), or None if there is none."""
-    path = Path(path)
-    if not path.exists():
+    if not isinstance(path, (str, os.PathLike)) or os.path.isdir(path):
+        _validate.fail("path", "the path of a run's .npz file (save_schedule_run writes one)", path)
+    if not os.path.exists(path):
         return None
-    with np.load(path, allow_pickle=False) as f:
-        meta = json.loads(str(f["meta"]))
+    meta = checkpoints.read_npz(path, "a run saved by save_schedule_run")["meta"]
+    if not all(k in meta for k in RUN_CONFIG):
+        _validate.fail(str(path), f"a saved run whose meta holds {list(RUN_CONFIG)}", sorted(meta))
     return {k: meta[k] for k in RUN_CONFIG}
 
 
@@ -852,8 +855,11 @@ def load_schedule_run(path):
     """A ``ScheduleRun`` as ``save_schedule_run`` wrote it (on the default chain; no snapshots)."""
     if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
         _validate.fail("path", "a file that save_schedule_run wrote", path)
-    with np.load(path, allow_pickle=False) as f:
-        meta, a = json.loads(str(f["meta"])), {k: f[k] for k in f.files}
+    a = checkpoints.read_npz(path, "a run saved by save_schedule_run")
+    meta = a.pop("meta")
+    wanted = ("chain", "names", "schedules", "seeds", "steps", "T", "seconds", "device", "pool", "init_std")
+    if not all(k in meta for k in wanted):
+        _validate.fail(str(path), f"a saved run whose meta holds {list(wanted)}", sorted(meta))
     chain = StickyMarkovChain()
     if repr(chain) != meta["chain"]:
         _validate.fail(str(path), f"a run saved for the default chain {chain!r}",
@@ -871,7 +877,7 @@ def load_schedule_run(path):
 
 
 def controls_path(directory=None):
-    return Path(directory or RECORDS) / f"{CONTROLS_NAME}.npz"
+    return (_validate.folder("directory", directory) or RECORDS) / f"{CONTROLS_NAME}.npz"
 
 
 def load_controls(directory=None):
@@ -884,7 +890,7 @@ def load_controls(directory=None):
 
 
 def record_path(name, directory=None):
-    return Path(directory or RECORDS) / f"long-{name}.json"
+    return (_validate.folder("directory", directory) or RECORDS) / f"long-{name}.json"
 
 
 def load_long_run(name="pool64-std0.1", directory=None):
@@ -895,7 +901,8 @@ def load_long_run(name="pool64-std0.1", directory=None):
     path = record_path(name, directory)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python {LONG_RUN_SCRIPT}` to train it")
-    return json.loads(path.read_text())
+    return checkpoints.read_json(path, f"the record of the long run {name!r}", keys=("config", "schedules"),
+                                 advice=f"run `python {LONG_RUN_SCRIPT} --only {name} --force` to train it again")
 
 
 def within(steps, excess, tolerance):

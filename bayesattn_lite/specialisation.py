@@ -52,13 +52,14 @@ import contextlib
 import functools
 import math
 import multiprocessing
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
 
 from . import _validate, attention, diagnostics, tasks
-from ._types import unchecked
+from ._types import Float, Int, Tensor, checked, unchecked
 from .attention import AttentionHead
 from .train import GROUPS, History, Recipe, em_like, pick_device, rates, train, usable_cpus
 
@@ -233,7 +234,8 @@ def content_margin(params, means):
     return float((logits.diagonal() - (logits.sum(1) - logits.diagonal()) / (K - 1)).mean())
 
 
-def probe_metrics(model, task, probe):
+@checked
+def probe_metrics(model: AttentionHead, task, probe):
     """The chapter's measurements of a head on the probe sequences, plus the snapshot (alpha, v)
     that the change rates compare."""
     xp, yp, sp = probe
@@ -481,14 +483,16 @@ def _close_pools():
         _POOLS.popitem()[1].shutdown(wait=True, cancel_futures=True)
 
 
-def curves(runs, key):
+@checked
+def curves(runs: Sequence[Run], key: str):
     """(steps, values): values is (n_runs, n_logged) for one metric of several runs."""
     runs = _check_runs(runs)
     steps = runs[0].history.steps
     return steps, np.stack([r.history[key] for r in runs])
 
 
-def reference_entropies(run_):
+@checked
+def reference_entropies(run_: Run):
     """Mean attention entropy (nats) of uniform causal attention, and of ideal routing (uniform over
     the visible signal positions, or over all visible ones where none is a signal yet), on the probe."""
     _, _, sp = _check_run(run_).probe
@@ -503,16 +507,24 @@ def reference_entropies(run_):
 
 # ----------------------------------------------------------------------------- summaries
 
-def loop_window(runs, key, start, stop):
+@checked
+def loop_window(runs: Sequence[Run], key: str, start, stop):
     """One number per run: the mean of a loop measurement over the recorded steps in [start, stop)."""
+    start, stop = _window(start, stop)
     out = []
-    for r in runs:
+    for r in _check_runs(runs):
         if key not in r.loop:
             _validate.fail("runs", f"runs with the loop measurement {key!r} (pass loop_every > 0 to run)",
                            f"the run with seed {r.seed}, which has none", described=True)
         steps = r.loop["step"]
         out.append(float(np.mean(r.loop[key][(steps >= start) & (steps < stop)])))
     return np.array(out)
+
+
+def _window(start, stop):
+    """[start, stop): two steps >= 0 with start < stop."""
+    start = _validate.integer("start", start, 0)
+    return start, _validate.integer("stop", stop, start + 1)
 
 
 def _time_corr(a, b):
@@ -524,7 +536,8 @@ def _time_corr(a, b):
     return (a * b).sum(0)[keep] / den[keep]
 
 
-def loop_correlations(run_, start=0, stop=100):
+@checked
+def loop_correlations(run_: Run, start=0, stop=100):
     """The loop's prediction-vs-realisation correlations of one run over the loop steps in
     [start, stop), each statistic for pairs and for groups of keys:
 
@@ -535,7 +548,7 @@ def loop_correlations(run_, start=0, stop=100):
     mean_time       over time, of the two means over all queries (flow and change of signal mass):
                     one group made of every signal key, which is what a shared W_K acts on
     """
-    L = run_.loop
+    L, (start, stop) = run_.loop, _window(start, stop)
     if "ts_pair_pred" not in L:
         _validate.fail("run_", "a run with loop measurements (pass loop_every > 0 to run)",
                        f"the run with seed {run_.seed}, which has none", described=True)
@@ -555,7 +568,8 @@ def loop_correlations(run_, start=0, stop=100):
             if np.ptp(L["dmass"][k]) > 0 and np.ptp(L["flow"][k]) > 0 else math.nan}
 
 
-def loop_size(run_, start=0, stop=100):
+@checked
+def loop_size(run_: Run, start=0, stop=100):
     """Does the advantage flow predict the *size* of the aggregate change, or only its timing? From
     the loop measurements of one run (the means over all queries, ``flow`` and ``dmass``):
 
@@ -565,7 +579,7 @@ def loop_size(run_, start=0, stop=100):
                     flow peaks: 1 if the change of mass kept a fixed proportion to the flow
 
     A correlation over time ignores the scale of either curve; these ratios are what it leaves out."""
-    L = run_.loop
+    L, (start, stop) = run_.loop, _window(start, stop)
     if "flow" not in L:
         _validate.fail("run_", "a run with loop measurements (pass loop_every > 0 to run)",
                        f"the run with seed {run_.seed}, which has none", described=True)
@@ -586,7 +600,8 @@ def loop_size(run_, start=0, stop=100):
             "gain_vs_peak": float(gain.mean() / (dmass[top] / flow[top])) if len(gain) else math.nan}
 
 
-def manifold(run_, model=None):
+@checked
+def manifold(run_: Run, model: AttentionHead | None = None):
     """The value cloud of the probe sequences: PCA (top K-1 components), the single-observation
     posterior entropy of every position, and their link (Spearman of the distance from the cloud's
     centre in the PC plane with that entropy). ``model`` defaults to the trained head."""
@@ -605,7 +620,9 @@ def _suffix(fraction, fractions):
     return "" if fraction == fractions[0] else f"_{round(100 * fraction)}"
 
 
-def timescales(run_, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics.SETTLE_WINDOW, fraction=0.9):
+@checked
+def timescales(run_: Run, fractions: Sequence = diagnostics.SETTLE_FRACTIONS, window=diagnostics.SETTLE_WINDOW,
+               fraction=0.9):
     """The two-timescale summary of one run (chapter 5), with the course's one settle measure.
 
     The **frame rate** is the mean total-variation distance between the attention rows of
@@ -628,7 +645,10 @@ def timescales(run_, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics.
                             steps from t_frame on} (first order, ``normalisation_check``); None where
                             the frame has not settled. ``loss_after_10`` etc. at the second fraction.
     """
-    h, steps = _check_run(run_).history, run_.history.steps
+    h, steps = run_.history, run_.history.steps
+    if not fractions:
+        _validate.fail("fractions", "one or more fractions of the peak, e.g. (0.2, 0.1)", fractions)
+    fraction = _validate.real("fraction", fraction, 0, 1, low_open=True)
     last = int(steps[-1])
     frame = diagnostics.settle(steps[1:], run_.frame_rate, fractions, window)
     values = diagnostics.settle(steps[1:], run_.precision_rate, fractions, window)
@@ -655,7 +675,8 @@ def timescales(run_, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics.
     return out
 
 
-def normalisation_check(run_, early=100):
+@checked
+def normalisation_check(run_: Run, early=100):
     """The first-order attribution of the loss decrease to the parameter groups (chapter 5).
 
     peak_value_final        the step at which the precision rate (the values' change against their
@@ -665,7 +686,8 @@ def normalisation_check(run_, early=100):
     routing_early, values_early, readout_early  the same over the first ``early`` steps only
     first_order             the sum of the three shares (near 1 when the first-order account holds)
     """
-    steps, loss = _check_run(run_).history.steps, run_.history["loss"]
+    steps, loss = run_.history.steps, run_.history["loss"]
+    early = _validate.integer("early", early, 1)
     out = {"peak_value_final": int(steps[1:][np.argmax(run_.precision_rate)])}
     drop = loss[0] - loss[-1]
     for group, bought in run_.bought.items():
@@ -688,7 +710,8 @@ def _attended_inputs(x, params):
     return alpha @ x.double()
 
 
-def content_gap(run_, steps=None, iters=100):
+@checked
+def content_gap(run_: Run, steps=None, iters=100):
     """The EM reading's prediction, measured: is the head's content (W_O W_V) the best content for
     the routing it has at that step, as an M-step for the current E-step would be?
 
@@ -705,7 +728,8 @@ def content_gap(run_, steps=None, iters=100):
     share           gap / remaining: how much of what is still to come a full M-step would buy at
                     once (nan where nothing remains)
     """
-    steps = sorted(_check_run(run_).snapshots) if steps is None else [int(t) for t in steps]
+    steps = sorted(run_.snapshots) if steps is None else _validate.step_list("steps", steps)
+    iters = _validate.integer("iters", iters, 1)
     missing = [t for t in steps if t not in run_.snapshots]
     if missing:
         _validate.fail("steps", f"snapshot steps of the run (multiples of log_every up to {run_.cfg.steps})",
@@ -738,19 +762,25 @@ def _loss_of(x, y, params):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
 
 
-def routing_gap(run_, steps, iters=20, n_seqs=None):
+@checked
+def routing_gap(run_: Run, steps, iters=20, n_seqs=None):
     """The routing-side analogue of ``content_gap``: with W_V, W_O fixed at step t, how much lower
     the training loss gets by optimising W_Q, W_K alone (L-BFGS, ``iters`` iterations from the
     head's own routing). Not convex, so this is a lower bound on the routing gap. ``n_seqs``
     limits it to the first training sequences (the content gap on the same ones is returned too,
     so both are compared on one set). Returns arrays: steps, loss, routing_best, routing_gap,
     content_gap."""
-    x, y, _ = _check_run(run_).train
+    x, y, _ = run_.train
+    steps, iters = _validate.step_list("steps", steps), _validate.integer("iters", iters, 1)
+    missing = [t for t in steps if t not in run_.snapshots]
+    if missing:
+        _validate.fail("steps", f"snapshot steps of the run ({sorted(run_.snapshots)[:3]}...)", missing[:3])
     if n_seqs is not None:
+        n_seqs = _validate.integer("n_seqs", n_seqs, 1)
         x, y = x[:n_seqs], y[:n_seqs]
     out = {k: [] for k in ("steps", "loss", "routing_best", "routing_gap", "content_gap")}
     with _one_thread():
-        for t in [int(s) for s in steps]:
+        for t in steps:
             p = {n: w.double() for n, w in run_.snapshots[t].items()}
             with torch.no_grad():
                 trained = _loss_of(x, y, p)
@@ -777,7 +807,8 @@ def routing_gap(run_, steps, iters=20, n_seqs=None):
     return {k: np.array(v) for k, v in out.items()}
 
 
-def compare_with_gmm(run_, n_iter=100, restarts=5, confident=0.9):
+@checked
+def compare_with_gmm(run_: Run, n_iter=100, restarts=5, confident=0.9):
     """Chapter 5's side-by-side: EM for a (K+1)-component Gaussian mixture on the run's pooled
     training observations (no labels, no sequences), against the head trained on those sequences.
 
@@ -793,7 +824,7 @@ def compare_with_gmm(run_, n_iter=100, restarts=5, confident=0.9):
     """
     from . import em
 
-    _check_run(run_)
+    confident = _validate.real("confident", confident, 0, 1, high_open=True)
     with _one_thread():
         task, K = run_.task, run_.task.n_sources
         x_train = run_.train[0].reshape(-1, task.d_x).double()
@@ -831,7 +862,9 @@ def parameter_snapshots(cfg, seed, at):
     *before* that step's update, ``cfg.steps`` for the final state. Trains only as far as needed.
     Returns {step: {name: tensor}}."""
     _check_cfg(cfg)
-    at = sorted(set(int(s) for s in at))
+    if isinstance(at, str):
+        _validate.fail("at", "steps (ints, e.g. [0, 10, 20])", at)
+    at = sorted(set(_validate.integer(f"at[{i}]", s, 0) for i, s in enumerate(at)))
     if not at or at[0] < 0 or at[-1] > cfg.steps:
         _validate.fail("at", f"steps in [0, cfg.steps={cfg.steps}]", f"{at[:3]}...{at[-3:]}", described=True)
     with _one_thread():
@@ -851,7 +884,9 @@ def parameter_snapshots(cfg, seed, at):
     return snaps
 
 
-def score_step(x, y, p0, p1, lr):
+@checked
+def score_step(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], p0: Mapping[str, Tensor], p1: Mapping[str, Tensor],
+               lr):
     """One step t -> t+1 of the scores on a batch (x, y), against two predictions, over the visible
     pairs with i >= 1 (query 0 has one key, so its score cannot matter):
 
@@ -865,6 +900,8 @@ def score_step(x, y, p0, p1, lr):
     decrease         -(dL/ds) . (first-order Delta s) / lr = grad_s L . K grad_s L, >= 0 (K is PSD)
     """
     lr = _validate.positive("lr", lr)  # the rate of the step p0 -> p1 (a training rate: > 0)
+    attention._check_inputs(x, p0, y)
+    attention._check_inputs(x, p1, y)
     for name in PARAM_NAMES:  # p1 is p0 after one step: the same matrices, of the same shapes
         _validate.shape(f"p1[{name!r}]", p1[name], p0[name].shape, f"the shape of p0[{name!r}]")
     g = attention.gradients(x, y, p0)
@@ -882,7 +919,8 @@ def score_step(x, y, p0, p1, lr):
             "decrease": (free * lin).sum().item() / lr}
 
 
-def kernel_offdiagonal(x, params, n_seqs=16):
+@checked
+def kernel_offdiagonal(x: Float[Tensor, "B T d_x"], params: Mapping[str, Tensor], n_seqs=16):
     """The share of the score kernel's mass off its diagonal, sum_{off} |K| / sum |K|, over the
     visible pairs (i >= 1) of each of the first ``n_seqs`` sequences of x, one number per sequence.
     K[i'j', ij] = [(x_i.x_i')(k_j.k_j') + (x_j.x_j')(q_i.q_i')]/d_k (``attention.score_kernel``);
@@ -904,6 +942,8 @@ def score_kernel_record(cfg, seed, every=10, until=300, kernel_at=(0, 100, 300),
     ``kernel_at``. Returns {"step": ..., each key of score_step: (n,) arrays, "offdiag": {step: share},
     "snapshots": {step: params} for the steps in ``keep`` (from the same training run)}."""
     _check_cfg(cfg)
+    every, until = _validate.integer("every", every, 1), _validate.integer("until", until, 1)
+    kernel_at, keep = _validate.step_list("kernel_at", kernel_at), list(keep) and _validate.step_list("keep", keep)
     loop = list(range(0, min(until, cfg.steps), every))
     snaps = parameter_snapshots(cfg, seed, set(loop) | {t + 1 for t in loop} | set(kernel_at) | set(keep))
     _, (x, y, _), _ = make_data(cfg, seed)
