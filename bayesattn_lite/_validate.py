@@ -235,6 +235,38 @@ def distributions(what, probs, dim=-1, sum_tol=1e-3, entry_tol=1e-6, expected=No
     return probs
 
 
+def record(what, value, keys, made_by):
+    """A dict holding ``keys``, as ``made_by`` returns it (a result of another kind, or None, is named)."""
+    if not isinstance(value, dict):
+        fail(what, f"the dict {made_by} returns", f"a {type(value).__name__}", described=True)
+    missing = [k for k in keys if k not in value]
+    if missing:
+        fail(what, f"the dict {made_by} returns (with {', '.join(map(repr, keys))})", f"a dict without {missing}",
+             described=True)
+    return value
+
+
+def figure_or_axes(what, value, n):
+    """A matplotlib Figure, or a sequence of ``n`` Axes; returns (figure, axes or None)."""
+    import matplotlib.axes
+    import matplotlib.figure
+
+    if isinstance(value, matplotlib.figure.Figure):
+        return value, None
+    axes = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+    if axes is None or len(axes) != n or not all(isinstance(a, matplotlib.axes.Axes) for a in axes):
+        fail(what, f"a matplotlib Figure or {n} Axes (fig, axes = plt.subplots(...))",
+             f"{len(axes)} items" if axes is not None else f"a {type(value).__name__}", described=True)
+    return axes[0].figure, axes
+
+
+def figsize(what, value):
+    """A figure size: (width, height) in inches, two positive numbers."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+        fail(what, "(width, height) in inches, e.g. (12, 4)", value)
+    return tuple(positive(f"{what}[{i}]", v) for i, v in enumerate(value))
+
+
 def folder(what, value):
     """None (the package's own folder) or a folder path (a str or os.PathLike), as a Path."""
     import os

@@ -176,7 +176,7 @@ def error_signal(logits: Float[Tensor, "*B T C"], y: Int[Tensor, "*B T"], W_O: F
 
 
 @checked
-def score_gradient(alpha: Float[Tensor, "*B Tq Tk"], b: Float[Tensor, "*B Tq Tk"]):
+def score_gradient(alpha: Float[Tensor, "*B Tk"], b: Float[Tensor, "*B Tk"]):
     """dL/ds_ij = alpha_ij (b_ij - E_{alpha_i}[b]), and the advantage A_ij = E_{alpha_i}[b] - b_ij.
 
     Where alpha_ij = 0 (behind a causal mask) the gradient is exactly 0: masked keys get none.

@@ -17,12 +17,14 @@ error signal u_i and the scores s_ij. The panel shows
 """
 
 import functools
+from collections.abc import Mapping
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from . import _validate, experiments, plots, specialisation
+from ._types import Float, Int, Shaped, Tensor, checked
 from .plots import COLORS, heatmap, to_numpy
 from .train import TrainingDiverged
 
@@ -53,11 +55,13 @@ def advantage_state(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES, e
     Returns a dict: values, u, scores, eta, alpha, b, expected_b, advantage, ds (= dL/ds_ij),
     g (= sum_j alpha_ij v_j), scores_next, alpha_next and delta_alpha (= alpha_next - alpha).
     """
-    values = to_numpy(values).reshape(-1, 2)
-    u = to_numpy(u).reshape(2)
-    scores = to_numpy(scores).reshape(-1)
-    if scores.shape[0] != values.shape[0]:
-        _validate.fail("scores", f"{values.shape[0]} entries (one per value)", scores.shape[0])
+    values, u, scores = to_numpy(values), to_numpy(u), to_numpy(scores)
+    if values.ndim != 2 or values.shape[1] != 2 or not len(values):
+        _validate.fail("values", "shape (n >= 1, 2): one value v_j in the plane per position", values)
+    if u.shape != (2,):
+        _validate.fail("u", "shape (2,): the error signal u_i in the values' plane", u)
+    if scores.shape != (len(values),):
+        _validate.fail("scores", f"shape ({len(values)},): one score per value", scores)
     for what, a in (("values", values), ("u", u), ("scores", scores)):   # NaN in would be NaN on every panel
         if not np.isfinite(a).all():
             _validate.fail(what, "finite values", f"{int((~np.isfinite(a)).sum())} NaN/inf entries", described=True)
@@ -142,16 +146,14 @@ def draw_advantage_panel(fig_or_axes, state, moved=DEFAULT_MOVED):
     whose value is drawn bold (the one the explorer's sliders move; None for none).
     Returns the five axes.
     """
-    if isinstance(fig_or_axes, plt.Figure):
-        fig = fig_or_axes
+    fig, axes = _validate.figure_or_axes("fig_or_axes", fig_or_axes, 5)
+    _validate.record("state", state, ("values", "u", "alpha", "b", "advantage", "delta_alpha"), "advantage_state")
+    if moved is not None:
+        moved = _validate.integer("moved", moved, 0, len(state["alpha"]) - 1)
+    if axes is None:
         grid = fig.add_gridspec(2, 3, width_ratios=(1.25, 1, 1))
         axes = [fig.add_subplot(grid[:, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[0, 2]),
                 fig.add_subplot(grid[1, 1]), fig.add_subplot(grid[1, 2])]
-    else:
-        axes = list(fig_or_axes)
-        if len(axes) != 5:
-            _validate.fail("fig_or_axes", "a Figure or 5 Axes", f"{len(axes)} Axes", described=True)
-        fig = axes[0].figure
     ax_space, ax_alpha, ax_b, ax_adv, ax_delta = axes
     n = len(state["alpha"])
 
@@ -266,7 +268,8 @@ def advantage_explorer(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES
 # in one fixed plane (the top two principal components of the last snapshot's values) with their
 # path so far, so that the slider shows the training as motion, not as before and after.
 
-def snapshot_states(snapshots, x, y, is_signal):
+@checked
+def snapshot_states(snapshots: Mapping, x: Float[Tensor, "T d_x"], y: Int[Tensor, " T"], is_signal: Shaped[Tensor, " T"]) -> dict:
     """What the snapshot panel shows, for every recorded step.
 
     ``snapshots`` is {step: params} (the four matrices of ``attention``, e.g. from
@@ -277,11 +280,8 @@ def snapshot_states(snapshots, x, y, is_signal):
     """
     from . import attention, diagnostics
 
-    if not snapshots:
-        _validate.fail("snapshots", "a non-empty {step: params} dict", snapshots)
-    if x.dim() != 2 or y.shape != x.shape[:1] or is_signal.shape != x.shape[:1]:
-        _validate.fail("x, y, is_signal", "one sequence, (T, d_x), (T,) and (T,)",
-                       f"{tuple(x.shape)}, {tuple(y.shape)} and {tuple(is_signal.shape)}", described=True)
+    if not snapshots or not all(isinstance(k, int) and isinstance(v, Mapping) for k, v in snapshots.items()):
+        _validate.fail("snapshots", "a non-empty {step: params} dict (specialisation.parameter_snapshots)", snapshots)
     steps = sorted(snapshots)
     rows = []
     for step in steps:
@@ -308,17 +308,12 @@ def draw_snapshot_panel(fig_or_axes, states, index):
     """Draw step number ``index`` of ``states`` (from ``snapshot_states``) on three axes: the attention
     map, the advantage map (red: gradient descent raises the score) and the values in the fixed plane,
     each value's path up to this step as a faint line. Returns the three axes."""
-    if isinstance(fig_or_axes, plt.Figure):
-        fig = fig_or_axes
-        axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": (1, 1, 1.1)})
-    else:
-        axes = list(fig_or_axes)
-        if len(axes) != 3:
-            _validate.fail("fig_or_axes", "a Figure or 3 Axes", f"{len(axes)} Axes", described=True)
-        fig = axes[0].figure
+    fig, axes = _validate.figure_or_axes("fig_or_axes", fig_or_axes, 3)
+    _validate.record("states", states, ("steps", "alpha", "advantage", "plane", "is_signal"), "snapshot_states")
     n = len(states["steps"])
-    if not 0 <= index < n:
-        _validate.fail("index", f"0 <= index < {n} (one per recorded step)", index)
+    index = _validate.integer("index", index, 0, n - 1)   # one per recorded step
+    if axes is None:
+        axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": (1, 1, 1.1)})
     step, sig = int(states["steps"][index]), states["is_signal"]
     T = len(sig)
     hidden = np.triu(np.ones((T, T)), 1)
@@ -373,6 +368,7 @@ def snapshot_slider(states, index=0, figsize=(14.0, 4.2)):
 def specialisation_figure(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
     """Train ``cfg`` (default ``specialisation.Config.small()``) for ``seeds`` and draw ``plots.specialisation_curves``: the widget's
     figure, and the static figure of its default state."""
+    figsize = _validate.figsize("figsize", figsize)
     runs = specialisation.run_seeds(cfg or specialisation.Config.small(), seeds)
     fig = plt.figure(figsize=figsize)
     plots.specialisation_curves(fig, runs)

@@ -125,7 +125,7 @@ def test_snapshot_states_agree_with_the_head():
     np.testing.assert_allclose(states["values"][2], attention.forward(x, snaps[20])["v"].double().numpy(), atol=1e-6)
     assert states["plane"].shape == (3, x.shape[0], 2)
     assert np.allclose(np.triu(states["advantage"][0], 1), 0)  # masked keys have no advantage
-    with pytest.raises(ValueError, match="one sequence"):
+    with pytest.raises(ValueError, match=r"x: expected a float tensor of shape \(T, d_x\)"):
         widgets.snapshot_states(snaps, x[None], states["y"], states["is_signal"])
 
 
