@@ -246,20 +246,6 @@ def record(what, value, keys, made_by):
     return value
 
 
-def figure_or_axes(what, value, n):
-    """A matplotlib Figure, or a sequence of ``n`` Axes; returns (figure, axes or None)."""
-    import matplotlib.axes
-    import matplotlib.figure
-
-    if isinstance(value, matplotlib.figure.Figure):
-        return value, None
-    axes = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
-    if axes is None or len(axes) != n or not all(isinstance(a, matplotlib.axes.Axes) for a in axes):
-        fail(what, f"a matplotlib Figure or {n} Axes (fig, axes = plt.subplots(...))",
-             f"{len(axes)} items" if axes is not None else f"a {type(value).__name__}", described=True)
-    return axes[0].figure, axes
-
-
 def figsize(what, value):
     """A figure size: (width, height) in inches, two positive numbers."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:

@@ -8,7 +8,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from collections.abc import Sequence
+
 from . import _validate, models, specialisation
+from ._types import checked
+from .experiments import EMvsSGDResult
+from .specialisation import Run
+
+Figure = matplotlib.figure.FigureBase   # a figure or a subfigure
+Axes = matplotlib.axes.Axes
+AxesList = Sequence[Axes] | np.ndarray   # what fig.subplots returns, or a list of axes
 
 # The Okabe-Ito palette: eight colours that stay distinct under the common colour-vision deficiencies.
 OKABE_ITO = {
@@ -95,6 +104,17 @@ def _points(what, value):
     return p
 
 
+def figure_or_axes(what, value, n):
+    """A matplotlib Figure, or a sequence of ``n`` Axes; returns (figure, axes or None)."""
+    if isinstance(value, matplotlib.figure.Figure):
+        return value, None
+    axes = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+    if axes is None or len(axes) != n or not all(isinstance(a, matplotlib.axes.Axes) for a in axes):
+        _validate.fail(what, f"a matplotlib Figure or {n} Axes (fig, axes = plt.subplots(...))",
+                       f"{len(axes)} items" if axes is not None else f"a {type(value).__name__}", described=True)
+    return axes[0].figure, axes
+
+
 def _formats_a_number(fmt):
     try:
         return isinstance(fmt, str) and fmt.format(0.5) != fmt
@@ -115,6 +135,9 @@ def heatmap(ax, matrix, title="", signed=False, mask=None, fmt=None, xlabel="key
         _validate.fail("fmt", 'None or a format string with one {} field for the value, such as "{:.2f}"', fmt)
     hidden = np.zeros(m.shape, dtype=bool) if mask is None else (
         _validate.shape("mask", _array("mask", mask), m.shape, "the shape of matrix") > 0)
+    if not np.isfinite(m[~hidden]).all():   # a NaN cell would be drawn as nothing, a colour scale of NaN
+        _validate.fail("matrix", "finite values (mask the cells that have none)",
+                       f"{int((~np.isfinite(m[~hidden])).sum())} NaN/inf entries", described=True)
     shown = np.ma.masked_where(hidden, m)
     # A copy of the colour map with masked cells light grey (never edit the registered map).
     cmap = plt.get_cmap("RdBu_r" if signed else "viridis").with_extremes(bad="0.9")
@@ -144,6 +167,9 @@ def arrows(ax, points, deltas, color, label=None, scale=1.0, annotate=None):
     _color("color", color)
     p, d = _validate.same_shape("points, deltas", _points("points", points), _points("deltas", deltas))
     d = d * _validate.real("scale", scale)
+    if annotate is not None and not _formats_a_number(annotate):
+        _validate.fail("annotate", 'None or a format string with one {} field for the point\'s number, e.g. "$v_{}$"',
+                       annotate)
     ax.scatter(p[:, 0], p[:, 1], color=color, s=30, label=label, zorder=3)
     ax.quiver(p[:, 0], p[:, 1], d[:, 0], d[:, 1], color=color, angles="xy", scale_units="xy",
               scale=1.0, width=0.006, zorder=2)
@@ -340,6 +366,9 @@ def binned(ax, x, y, n_bins=8, **kwargs):
     if x.shape != y.shape or x.size < n_bins:
         _validate.fail("x, y", f"two samples of the same size >= n_bins={n_bins}", f"{x.size} and {y.size}",
                        described=True)
+    for what, a in (("x", x), ("y", y)):
+        if not np.isfinite(a).all():
+            _validate.fail(what, "finite values", f"{int((~np.isfinite(a)).sum())} NaN/inf entries", described=True)
     edges = np.quantile(x, np.linspace(0, 1, n_bins + 1))
     idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, n_bins - 1)
     keep = [b for b in range(n_bins) if (idx == b).any()]
@@ -365,12 +394,14 @@ def trajectories(ax, paths, color, label=None, ls="-", marker="o"):
 
 # ----------------------------------------------------------------------------- chapter 4: the score kernel
 
-def score_kernel_panels(axes, steps, agree_gradient, agree_kernel, kernel):
+@checked
+def score_kernel_panels(axes: AxesList, steps, agree_gradient, agree_kernel, kernel):
     """Two panels for chapter 4's score kernel. Left: over training steps, the share of pairs whose
     realised score change has the sign of -dL/ds (the pair's own gradient) and of the kernel's
     first-order step -lr K dL/ds, median and range over seeds (rows of the two (seeds, steps) arrays),
     with chance (1/2) dotted. Right: ``kernel``, the (pairs, pairs) score kernel of one sequence,
     divided by the mean of its diagonal, on a signed scale."""
+    _, axes = figure_or_axes("axes", axes, 2)
     ax = axes[0]
     seed_bands(ax, agree_gradient, COLORS["error"], r"sign of $-\partial L/\partial s_{ij}$", steps=steps)
     seed_bands(ax, agree_kernel, COLORS["query"], r"sign of the first-order step $-\eta K \nabla_s L$", steps=steps)
@@ -381,6 +412,8 @@ def score_kernel_panels(axes, steps, agree_gradient, agree_kernel, kernel):
     k = to_numpy(kernel)
     if k.ndim != 2 or k.shape[0] != k.shape[1]:
         _validate.fail("kernel", "a square (pairs, pairs) matrix", f"shape {k.shape}", described=True)
+    if not np.isfinite(k).all() or not np.abs(np.diag(k)).mean() > 0:
+        _validate.fail("kernel", "a finite kernel with a nonzero diagonal (it is divided by its mean)", k)
     k = k / np.abs(np.diag(k)).mean()
     bound = float(np.abs(k).max())
     im = axes[1].imshow(k, cmap="RdBu_r", vmin=-bound, vmax=bound, interpolation="nearest")
@@ -391,9 +424,13 @@ def score_kernel_panels(axes, steps, agree_gradient, agree_kernel, kernel):
 
 # ----------------------------------------------------------------------------- chapters 4 and 5: one head on the hidden sources
 
-def specialisation_curves(fig, runs, color=None, label=None, axes=None):
+@checked
+def specialisation_curves(fig: Figure, runs: Sequence[Run], color=None, label=None, axes: AxesList | None = None):
     """Four panels over training: probe loss and its KL to the Bayes posterior; attention entropy;
     attended compatibility; share of value variance in the first K-1 principal components."""
+    runs = specialisation._check_runs(runs)
+    if axes is not None:
+        _, axes = figure_or_axes("axes", axes, 4)
     color = color or COLORS["em" if runs[0].cfg.value_ratio != 1 else "sgd"]
     if axes is None:
         axes = fig.subplots(1, 4)
@@ -417,9 +454,13 @@ def specialisation_curves(fig, runs, color=None, label=None, axes=None):
     return axes
 
 
-def value_manifold(axes, before, after, n_bins=8):
+@checked
+def value_manifold(axes: AxesList, before: dict, after: dict, n_bins=8):
     """Value clouds before and after training (PC plane, coloured by posterior entropy), and the mean
     entropy as a function of the distance from the centre."""
+    _, axes = figure_or_axes("axes", axes, 3)
+    for what, m in (("before", before), ("after", after)):
+        _validate.record(what, m, ("projected", "share", "entropy", "radius", "spearman"), "specialisation.manifold")
     vmax = float(np.log(before["projected"].shape[1] + 1))  # log K: K - 1 components were kept
     for ax, m, title in ((axes[0], before, "values at initialisation"), (axes[1], after, "values after training")):
         order = np.argsort(-m["entropy"])  # low-entropy points on top
@@ -438,24 +479,40 @@ def value_manifold(axes, before, after, n_bins=8):
 
 def signal_attention_maps(axes, alphas, is_signal, titles):
     """Attention maps of one sequence, with the signal positions marked on the key axis."""
+    alphas, titles = list(alphas), list(titles)
+    if is_signal is None:
+        _validate.fail("is_signal", "one flag per position (True where the observation is a signal)", is_signal)
+    _, axes = figure_or_axes("axes", axes, len(alphas))
+    if len(titles) != len(alphas):
+        _validate.fail("titles", f"{len(alphas)} titles (one per map)", len(titles))
+    flags = _array("is_signal", is_signal).ravel()
     for ax, alpha, title in zip(axes, alphas, titles):
-        a = alpha.detach().cpu().numpy() if isinstance(alpha, torch.Tensor) else np.asarray(alpha)
+        a = _array("alphas", alpha, ndim=2, expected="(T, T) attention maps")
+        if a.shape != (len(flags), len(flags)):
+            _validate.fail("alphas", f"(T, T) maps with T = {len(flags)} (one flag of is_signal per position)", a)
         im = ax.imshow(np.ma.masked_where(np.triu(np.ones_like(a), 1) > 0, a), cmap="viridis", vmin=0)
         im.cmap.set_bad("0.92")
         T = a.shape[0]
         ax.set_xticks(range(T))
-        ax.set_xticklabels(["S" if s else "·" for s in is_signal.tolist()], fontsize=7)
-        for tick, s in zip(ax.get_xticklabels(), is_signal.tolist()):
+        ax.set_xticklabels(["S" if s else "·" for s in flags.tolist()], fontsize=7)
+        for tick, s in zip(ax.get_xticklabels(), flags.tolist()):
             tick.set_color(COLORS["value"] if s else "0.5")
         ax.set(title=title, xlabel="key j (S: signal position)", ylabel="query i")
         plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
 
 
-def one_step_loop(axes, runs, example=0):
+@checked
+def one_step_loop(axes: AxesList, runs: Sequence[Run], example=0):
     """Left: for one run, the advantage flow into the signal positions at step t and the realised
     change of attention mass on them from t to t+1. Right: per-pair and per-prototype agreement of
     prediction and realised step over training, median and min-max band over seeds."""
-    r = runs[example]
+    _, axes = figure_or_axes("axes", axes, 2)
+    runs = specialisation._check_runs(runs)
+    r = runs[_validate.integer("example", example, 0, len(runs) - 1)]
+    for x in runs:
+        if "step" not in x.loop:
+            _validate.fail("runs", "runs with loop measurements (run with loop_every > 0)",
+                           f"the run with seed {x.seed}, which has none", described=True)
     steps = r.loop["step"]
     ax = axes[0]
     ax.plot(steps, r.loop["flow"] / np.abs(r.loop["flow"]).max(), color=COLORS["key"],
@@ -477,7 +534,8 @@ def one_step_loop(axes, runs, example=0):
 
 # ----------------------------------------------------------------------------- chapter 6: EM-like against SGD
 
-def sticky_em_vs_sgd(fig, result):
+@checked
+def sticky_em_vs_sgd(fig: Figure, result: EMvsSGDResult):
     """Loss curves (both schedules, exact Bayes level, held-out loss of the final weights as
     diamonds at the right edge) and the speed-up per seed, on ``fig``."""
     ax_loss, ax_speed = fig.subplots(1, 2, gridspec_kw={"width_ratios": (2.2, 1)})
@@ -525,6 +583,15 @@ def _ladder_rows(rows, group):
                            f"a dict without {missing}" if missing else type(r).__name__, described=True)
 
 
+def _number_of(value, row):
+    """value(row) as a float; a function that fails on a row, or returns no number, is named."""
+    try:
+        return float(value(row))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        _validate.fail("value", "a function row -> number, e.g. lambda r: r['kl_bits']",
+                       f"one that raised {type(exc).__name__}: {exc} on a row with keys {sorted(row)}", described=True)
+
+
 def ladder(ax, rows, value, group="task", colors=None, ylabel="", log_y=False, labels=None):
     """One panel of the size ladder: ``value(row)`` against the parameter count (log scale), one
     point per run and a line through the mean of each rung, one colour per ``group`` (rows from
@@ -540,7 +607,7 @@ def ladder(ax, rows, value, group="task", colors=None, ylabel="", log_y=False, l
         color = (colors or {}).get(g, palette[i % len(palette)])
         mine = [r for r in rows if r[group] == g]
         x = np.array([r["n_params"] for r in mine], dtype=float)
-        y = np.array([value(r) for r in mine], dtype=float)
+        y = np.array([_number_of(value, r) for r in mine], dtype=float)
         ax.scatter(x, y, s=14, color=color, alpha=0.7)
         rungs = sorted(set(x))
         ax.plot(rungs, [y[x == n].mean() for n in rungs], color=color, lw=1.4, marker="o", ms=3,

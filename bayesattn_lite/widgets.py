@@ -146,7 +146,7 @@ def draw_advantage_panel(fig_or_axes, state, moved=DEFAULT_MOVED):
     whose value is drawn bold (the one the explorer's sliders move; None for none).
     Returns the five axes.
     """
-    fig, axes = _validate.figure_or_axes("fig_or_axes", fig_or_axes, 5)
+    fig, axes = plots.figure_or_axes("fig_or_axes", fig_or_axes, 5)
     _validate.record("state", state, ("values", "u", "alpha", "b", "advantage", "delta_alpha"), "advantage_state")
     if moved is not None:
         moved = _validate.integer("moved", moved, 0, len(state["alpha"]) - 1)
@@ -308,7 +308,7 @@ def draw_snapshot_panel(fig_or_axes, states, index):
     """Draw step number ``index`` of ``states`` (from ``snapshot_states``) on three axes: the attention
     map, the advantage map (red: gradient descent raises the score) and the values in the fixed plane,
     each value's path up to this step as a faint line. Returns the three axes."""
-    fig, axes = _validate.figure_or_axes("fig_or_axes", fig_or_axes, 3)
+    fig, axes = plots.figure_or_axes("fig_or_axes", fig_or_axes, 3)
     _validate.record("states", states, ("steps", "alpha", "advantage", "plane", "is_signal"), "snapshot_states")
     n = len(states["steps"])
     index = _validate.integer("index", index, 0, n - 1)   # one per recorded step
