@@ -66,6 +66,7 @@ def fresh_sequences(chain, T, seeds, step):
     """(x, y) of a fresh-data run at ``step``: a new sequence per seed, seen at this step only
     ((S, T-1, d_x), (S, T-1)), none of them a pool's, the paper's or a held-out sequence."""
     step = _validate.integer("step", step, 0, FRESH_STRIDE - 1)
+    seeds = _validate.distinct_seeds("seeds", seeds)
     data = [_check_chain(chain).sample(T, FRESH_OFFSET + FRESH_STRIDE * s + step, dtype=torch.float64) for s in seeds]
     return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
 
@@ -86,7 +87,7 @@ def first_step_at_or_below(curve, final, threshold):
         _validate.fail("curve", "an array of losses of shape (S seeds, steps)", curve)
     if curve.ndim != 2:
         _validate.fail("curve", "shape (S seeds, steps)", curve)
-    final, threshold = np.asarray(final, dtype=float), np.asarray(threshold, dtype=float)
+    final, threshold = _floats("final", final), _floats("threshold", threshold)
     for what, a in (("final", final), ("threshold", threshold)):
         if a.shape != curve.shape[:1]:
             _validate.fail(what, f"shape ({curve.shape[0]},): one value per seed, as curve", a)
@@ -95,6 +96,14 @@ def first_step_at_or_below(curve, final, threshold):
     losses = np.concatenate([curve, final[:, None]], axis=1)
     hit = losses <= np.asarray(threshold)[:, None] * (1 + RTOL)
     return np.where(hit.any(axis=1), hit.argmax(axis=1), np.nan).astype(float)
+
+
+def _floats(what, values):
+    """``values`` as a float array; text or other objects are named."""
+    try:
+        return np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        _validate.fail(what, "numbers (an array or a list of them)", values)
 
 
 def _summary(values):
@@ -151,14 +160,20 @@ class ScheduleRun:
         the held-out sequence of a pool run (it has no one training sequence)."""
         return self.held_out_data() if self.pool or self.fresh else self.training_data()
 
+    def schedule(self, name):
+        """``name`` if it is one of this run's schedules; an error listing them otherwise."""
+        return _validate.choice("name", name, list(self.schedules))
+
     def snapshot_params(self, name, k):
         """Schedule ``name``'s weights (stacked over seeds, float64) at snapshot ``k``."""
+        self.schedule(name)
+        k = _validate.integer("k", k, 0, len(self.snapshot_steps) - 1)
         return {n: torch.as_tensor(self.snapshots[name][n][:, k], dtype=torch.float64) for n in PARAM_NAMES}
 
     def held_out_curve(self, name):
         """(S, snapshots) loss of schedule ``name`` on each seed's held-out sequence at every
         snapshot, and (S,) the exact Bayes loss on it: where a pool run's loss stands, without noise."""
-        key = ("held_out_curve", name)
+        key = ("held_out_curve", self.schedule(name))
         if key not in self.extra:
             x, y = self.held_out_data()
             curve = np.stack([batched.evaluate(x, y, self.snapshot_params(name, k))["loss"]
@@ -169,17 +184,19 @@ class ScheduleRun:
 
     def steps_to(self, name, threshold):
         """Per seed, the first number of updates after which schedule ``name`` is at or below ``threshold``."""
-        return first_step_at_or_below(self.loss[name], self.final[name]["loss"], threshold)
+        return first_step_at_or_below(self.loss[self.schedule(name)], self.final[name]["loss"], threshold)
 
     def speedup(self, name, baseline="sgd"):
         """(steps_to, speed-up) of ``name`` against ``baseline``'s final loss: steps / steps_to."""
-        steps_to = self.steps_to(name, self.final[baseline]["loss"])
+        steps_to = self.steps_to(name, self.final[_validate.choice("baseline", baseline, list(self.schedules))]["loss"])
         with np.errstate(divide="ignore", invalid="ignore"):
             return steps_to, self.steps / steps_to
 
     def held_out(self, T=None, offset=HELD_OUT_OFFSET):
         """Metrics of every schedule's final weights, and of the exact predictor, on a fresh sequence
         per seed (``chain.sample(T, seed + offset)``): {name or "bayes": {metric: (S,)}}."""
+        if T is not None:
+            T = _validate.integer("T", T, 2)
         x, y = self.held_out_data(T, offset)
         out = {}
         for name in self.schedules:
@@ -191,7 +208,7 @@ class ScheduleRun:
 
     def table(self, names=None):
         """Mean ± sd over seeds of the final loss, entropy and accuracy, and the exact Bayes predictor."""
-        names = list(names or self.schedules)
+        names = [self.schedule(n) for n in (names or self.schedules)]
         rows = [f"{'':>14}  {'loss (nats)':>17}  {'entropy (nats)':>17}  {'accuracy':>17}"]
         for name in names:
             f = self.final[name]
@@ -549,6 +566,7 @@ def snapshot_attribution(run, name, x, y):
     The gradient at the midpoint of each interval makes the account exact to second order, so the
     groups add up to the realised decrease when the snapshots are close (``first_order``)."""
     K = len(_check_run(run).snapshot_steps)
+    run.schedule(name)
     out = {g: np.zeros((len(run.seeds), K - 1)) for g in GROUPS}
     for k in range(K - 1):
         before, after = run.snapshot_params(name, k), run.snapshot_params(name, k + 1)
@@ -564,9 +582,11 @@ def rates_at_intervals(run, name, every):
     measured between snapshots ``k`` apart for each ``k`` in ``every`` (n = k x record_every updates):
     the same run photographed less often. Drift over n updates grows like n, noise more slowly, so
     a rate that is mostly noise falls, relative to its peak, as the interval grows."""
-    x, _ = run.probe_data()
+    x, _ = _check_run(run).probe_data()
+    run.schedule(name)
     steps, out = np.asarray(run.snapshot_steps), {}
-    for k in every:
+    empty = isinstance(every, (list, tuple, range, np.ndarray)) and not len(every)   # no extra intervals
+    for k in ([] if empty else _validate.step_list("every", every, 1)):
         n = int(steps[k] - steps[0])
         out[f"rate_steps_{n}"] = steps[k::k]
         out[f"frame_rate_{n}"], out[f"precision_rate_{n}"] = _rates(run, name, x, every=k)
@@ -616,6 +636,8 @@ def measure_frame_precision(run, name):
 
 def frame_precision_of(m):
     """``FramePrecision`` from the measurements of ``measure_frame_precision`` (or a record's)."""
+    _validate.record("m", m, ("rate_steps", "loss_steps", "frame_rate", "precision_rate", "loss", "bought"),
+                     "measure_frame_precision (or a long-run record's schedule)")
     steps, loss_steps = np.asarray(m["rate_steps"]), np.asarray(m["loss_steps"])
     frame, precision, loss = (np.asarray(m[k], float) for k in ("frame_rate", "precision_rate", "loss"))
     frame_settle = [diagnostics.settle(steps, r) for r in frame]
@@ -908,8 +930,8 @@ def load_long_run(name="pool64-std0.1", directory=None):
 def within(steps, excess, tolerance):
     """The first of ``steps`` at which ``excess`` (a loss above some target) is <= ``tolerance``
     and stays there to the end, per row; nan where it never does."""
-    excess = np.atleast_2d(np.asarray(excess, float))
-    steps = np.asarray(steps)
+    excess = np.atleast_2d(_floats("excess", excess))
+    steps = _floats("steps", steps)
     if steps.ndim != 1 or len(steps) != excess.shape[-1]:
         _validate.fail("steps", f"{excess.shape[-1]} steps (one per column of excess)", steps)
     tolerance = _validate.real("tolerance", tolerance)  # may be < 0: excess is signed (below the target)
@@ -925,7 +947,7 @@ def within(steps, excess, tolerance):
 
 def frame_precision_of_record(record, name):
     """``FramePrecision`` of schedule ``name`` of a long-run record (``long_run``, ``load_long_run``)."""
-    schedules = record["schedules"]
+    schedules = _validate.record("record", record, ("schedules",), "load_long_run")["schedules"]
     if name not in schedules:
         _validate.fail("name", f"one of {list(schedules)}", name)
     m = schedules[name]
@@ -948,7 +970,7 @@ def convergence(record, name, plateau=PLATEAU):
                       falls below the exact Bayes loss of the training data, nan if never: a model
                       below the Bayes loss of its own training data has memorised it
     """
-    schedules = record["schedules"]
+    schedules = _validate.record("record", record, ("config", "schedules"), "load_long_run")["schedules"]
     if name not in schedules:
         _validate.fail("name", f"one of {list(schedules)}", name)
     plateau = _validate.real("plateau", plateau, 0)  # a distance from the lowest value
