@@ -22,6 +22,7 @@ refused instead of silently mixing two.
 """
 
 import fnmatch
+import inspect
 import math
 import os
 import random
@@ -91,6 +92,8 @@ def rates(lr, lr_multipliers=None, names=("W_Q", "W_K", "W_V", "W_O")):
     (e.g. ``em_like()``), 1 where none is given. ``rates(0.01, em_like())`` ->
     {"W_Q": 0.01, "W_K": 0.01, "W_V": 0.1, "W_O": 0.01}."""
     lr = _validate.real("lr", lr, 0)
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        _validate.fail("names", "a list of matrix names, e.g. ('W_Q', 'W_K')", names)
     if lr_multipliers is not None and not isinstance(lr_multipliers, dict):
         _validate.fail("lr_multipliers", "a dict {matrix name: factor}, e.g. train.em_like(10)", lr_multipliers)
     factors = dict(lr_multipliers or {})
@@ -178,6 +181,12 @@ class History:
         self._columns = {}  # metric name -> one float per logged step (nan where it was absent)
 
     def append(self, step, **metrics):
+        step = _validate.integer("step", step, 0)
+        for key, value in metrics.items():   # one number per metric: float() also unwraps 0-d tensors
+            try:
+                float(value)
+            except (TypeError, ValueError, RuntimeError):
+                _validate.fail(f"metric {key!r}", "a number (a float, or a 0-d tensor)", value)
         for key in metrics:
             if key not in self._columns:  # a metric first seen late is nan before that
                 self._columns[key] = [math.nan] * len(self._steps)
@@ -201,7 +210,9 @@ class History:
         return len(self._steps)
 
     def last(self, key):
-        return self[key][-1].item() if len(self) else math.nan
+        """The last logged value of metric ``key``: MetricNotFound for a metric it does not have,
+        also while it is empty (nothing logged yet has no last value)."""
+        return self[key][-1].item()
 
     def to_dict(self):
         """Plain python lists, so torch.save and json both take it."""
@@ -209,6 +220,9 @@ class History:
 
     @classmethod
     def from_dict(cls, d):
+        ok = isinstance(d, dict) and isinstance(d.get("steps"), list) and isinstance(d.get("metrics"), dict)
+        if not ok or any(not isinstance(v, list) or len(v) != len(d["steps"]) for v in d["metrics"].values()):
+            _validate.fail("d", "what History.to_dict returns: {'steps': [...], 'metrics': {name: [one per step]}}", d)
         history = cls()
         history._steps = [int(s) for s in d["steps"]]
         history._columns = {k: [float(x) for x in v] for k, v in d["metrics"].items()}
@@ -341,7 +355,7 @@ class Recipe:
 
     def rate_factor(self, step):
         """The factor on every base rate at ``step`` (the schedule and the warm-up)."""
-        return _factor(step, self.steps, self.schedule, self.warmup)
+        return _factor(_validate.integer("step", step, 0), self.steps, self.schedule, self.warmup)
 
     def fingerprint_fields(self):
         """The fields a checkpoint must match (the number of steps only where the schedule uses it)."""
@@ -385,7 +399,12 @@ def _clip(model, norm, max_norm):
 
 def _loss_of(out, step, optimizer):
     """(loss tensor, its value, metrics) from what loss_fn returned; a nan/inf loss stops the run."""
+    if isinstance(out, tuple) and len(out) != 2:
+        _validate.fail("loss_fn", "a function returning a loss, or (loss, metrics)", f"a tuple of {len(out)}",
+                       described=True)
     loss, metrics = out if isinstance(out, tuple) else (out, {})
+    if not isinstance(metrics, dict):
+        _validate.fail("loss_fn's metrics", "a dict of numbers (the second of (loss, metrics))", metrics)
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         _validate.fail("loss_fn's loss", "a scalar tensor (or (loss, metrics))", loss)
     if not loss.requires_grad:
@@ -447,6 +466,8 @@ def train(model: torch.nn.Module, loss_fn: Callable, recipe: "Recipe", *, seed=N
     the history and the RNG states, so a resumed run equals one that never stopped. A checkpoint
     written with another recipe or another model is refused, saying what differs.
     """
+    for name, fn in (("loss_fn", loss_fn), ("on_step", on_step)):
+        _called_with_model_and_step(name, fn)
     log_every, checkpoint_every = _validate.integer("log_every", log_every, 1), _validate.integer(
         "checkpoint_every", checkpoint_every, 1)
     checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path) if checkpoint_path else None
@@ -478,6 +499,20 @@ def train(model: torch.nn.Module, loss_fn: Callable, recipe: "Recipe", *, seed=N
     if checkpoint_path and done > start:  # the end of the run (the loop skips its own last save)
         save_now()
     return history
+
+
+def _called_with_model_and_step(name, fn):
+    """Refuse a callback that cannot be called as fn(model, step) before the run starts."""
+    if fn is None:
+        return
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):   # a builtin or a C function: nothing to read
+        return
+    try:
+        signature.bind(None, 0)
+    except TypeError:
+        _validate.fail(name, f"a function {name}(model, step)", f"a function {fn.__name__}{signature}", described=True)
 
 
 def _make_optimizer(model, recipe):
