@@ -73,8 +73,9 @@ def load_weights(model, path, what, advice="delete it and train it again", trans
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as exc:   # missing or unexpected keys, other shapes
-        first = str(exc).strip().splitlines()[0][:160]
-        _damaged(path, what, f"its weights do not fit a {type(model).__name__} of these sizes ({first})", advice)
+        lines = [line.strip() for line in str(exc).strip().splitlines()]
+        detail = (lines[1] if len(lines) > 1 else lines[0])[:200]   # the first missing key or size mismatch
+        _damaged(path, what, f"its weights do not fit a {type(model).__name__} of these sizes ({detail})", advice)
     return model
 
 

@@ -34,6 +34,8 @@ CURVE_SEED = 54321  # the held-out sequences of the learning curves (not the one
 
 def run_name(arch, task_name, seed):
     """The name of a run's files, ``<arch>-<task>-seed<seed>`` (checkpoints, shipped weights, records)."""
+    _validate.choice("arch", arch, models.ARCHITECTURES)
+    _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
     seed = _validate.seed("seed", seed)
     return f"{arch}-{task_name}-seed{seed}"
 
@@ -225,6 +227,8 @@ def compare(archs, task_names, seeds, steps, size="small", lr=3e-3, batch_size=3
     if size not in ("small", "paper"):
         _validate.fail("size", "'small' or 'paper'", size)
     workers = _validate.integer("workers", workers, 1)
+    if threads is not None:
+        threads = _validate.integer("threads", threads, 1)
     if workers > 1 and pick_device(device).type != "cpu":
         _validate.fail("workers", "1 on a GPU (worker processes are for CPU runs)", workers)
     horizons, model_sizes = dict(horizons or {}), dict(model_sizes or {})
@@ -266,8 +270,8 @@ def compare(archs, task_names, seeds, steps, size="small", lr=3e-3, batch_size=3
 def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon")):
     """Mean, standard deviation (ddof=1; 0 for one seed), min, max and count of ``metric`` over the
     rows sharing ``by``: a dict keyed by the tuple of those fields, in first-seen order."""
-    if not isinstance(rows, (list, tuple)) or not rows:
-        _validate.fail("rows", "a non-empty list of rows from compare", rows)
+    if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) for r in rows):
+        _validate.fail("rows", "a non-empty list of row dicts from compare", rows)
     if metric not in rows[0]:
         _validate.fail("metric", f"one of {sorted(k for k, v in rows[0].items() if isinstance(v, float))}", metric)
     if isinstance(by, str) or not all(k in rows[0] for k in by):

@@ -134,6 +134,8 @@ def variant_seeds(variant_name, arch, task_name=None):
     """The seeds a variant trains ``arch`` on (on ``task_name``, where the variant gives that task its own)."""
     _validate.choice("arch", arch, models.ARCHITECTURES)
     variant = _variant(variant_name)
+    if task_name is not None:
+        _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
     if task_name is not None and task_name in variant.task_seeds:
         return variant.task_seeds[task_name]
     return variant.seeds[arch] if isinstance(variant.seeds, dict) else variant.seeds
@@ -209,7 +211,7 @@ def train_converged(arch, task_name, seed, size="small", steps=None, device=None
     _run_key(arch, task_name, seed, size, variant)
     variant_name = variant
     task = variant_task(task_name, variant_name, size)
-    steps = variant_steps(task.name, variant_name, size) if steps is None else steps
+    steps = variant_steps(task.name, variant_name, size) if steps is None else _validate.integer("steps", steps, 1)
     log_every = max(1, steps // 200)
     eval_every = eval_every or log_every * max(1, steps // (40 * log_every))
     sizes = _run_sizes(arch, task, size, variant_name)
@@ -249,9 +251,17 @@ def save_pretrained(model, record, directory=None):
                        described=True)
     if not isinstance(record, dict) or not {"arch", "task", "seed", "size"} <= set(record):
         _validate.fail("record", "the record train_converged returned (a dict with arch, task, seed, size)", record)
+    _run_key(record["arch"], record["task"], record["seed"], record["size"], record.get("variant"))
     stem = folder(record["size"], directory, record.get("variant")) / run_name(record["arch"], record["task"],
                                                                                  record["seed"])
     _validate.writable_path("directory", stem.with_suffix(".json"))
+    task = variant_task(record["task"], record.get("variant"), record["size"])
+    expected = models.build(record["arch"], task.vocab_size, task.n_classes, **record.get("model_sizes", {}))
+    shapes = {k: tuple(v.shape) for k, v in expected.state_dict().items()}
+    if {k: tuple(v.shape) for k, v in model.state_dict().items()} != shapes:   # its .pt would not load
+        sizes = record.get("model_sizes", "the default")
+        _validate.fail("model", f"the {record['arch']} the record describes (sizes {sizes})",
+                       f"a {type(model).__name__} with other weights", described=True)
     weights, meta = stem.with_suffix(".pt"), stem.with_suffix(".json")
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, weights)
     meta.write_text(json.dumps(record, indent=1) + "\n")

@@ -29,6 +29,7 @@ through them; ``has_probes`` is the one rule that finds such a layer (``run_with
                                                    backward hook on it gives u = dL/dg
 """
 
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -410,12 +411,23 @@ def sizes(name, scale="small", **overrides):
     if scale not in ("small", "paper"):
         _validate.fail("scale", "'small' or 'paper'", scale)
     arch = REGISTRY[name]
-    return {**arch.small, **(arch.paper if scale == "paper" else {}), **overrides}
+    known = [p for p in inspect.signature(arch.cls).parameters if p not in ("vocab_size", "n_classes")]
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:   # a misspelt size would be ignored without a word
+        _validate.fail("overrides", f"sizes of a {name}, from {known}", unknown)
+    checked = {k: v if k == "stream_start" and v is None else _validate.integer(k, v, 0 if k == "stream_start" else 1)
+               for k, v in overrides.items()}
+    out = {**arch.small, **(arch.paper if scale == "paper" else {}), **checked}
+    if "n_heads" in out and out["d_model"] % out["n_heads"]:
+        _validate.fail("n_heads", f"a divisor of d_model={out['d_model']} (each head gets d_model / n_heads)",
+                       out["n_heads"])
+    return out
 
 
 def build(name, vocab_size, n_classes, **sizes_):
     """The ``name`` model at the CPU scale (``sizes(name)``), any of its sizes overridden by ``sizes_``."""
     kwargs = sizes(name, "small", **sizes_)  # checks the name first
+    vocab_size, n_classes = _validate.integer("vocab_size", vocab_size, 1), _validate.integer("n_classes", n_classes, 1)
     return REGISTRY[name].cls(vocab_size, n_classes, **kwargs)
 
 

@@ -238,7 +238,10 @@ def content_margin(params, means):
 def probe_metrics(model: AttentionHead, task, probe):
     """The chapter's measurements of a head on the probe sequences, plus the snapshot (alpha, v)
     that the change rates compare."""
-    xp, yp, sp = probe
+    try:
+        xp, yp, sp = probe
+    except (TypeError, ValueError):
+        _validate.fail("probe", "the run's probe data (x, y, is_signal), e.g. run_.probe", probe)
     params = _params(model)
     fw = attention.forward(xp, params)
     g = attention.gradients(xp, yp, params)
