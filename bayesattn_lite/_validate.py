@@ -158,10 +158,22 @@ def device(what, value):
     return dev
 
 
-def function(what, value, expected):
-    """A callable; ``expected`` says what it is called with, e.g. "a function f(tensor) -> number"."""
+def function(what, value, expected, n_args=None):
+    """A callable; ``expected`` says what it is called with, e.g. "a function f(tensor) -> number".
+    With ``n_args``, it must take that many positional arguments (checked before it is called)."""
+    import inspect
+
     if not callable(value):
         fail(what, expected, value)
+    if n_args is not None:
+        try:
+            signature = inspect.signature(value)
+        except (TypeError, ValueError):   # a builtin or a C function: nothing to read
+            return value
+        try:
+            signature.bind(*[None] * n_args)
+        except TypeError:
+            fail(what, expected, f"a function {getattr(value, '__name__', '')}{signature}", described=True)
     return value
 
 

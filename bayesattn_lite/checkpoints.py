@@ -158,6 +158,8 @@ def load(path, kind, device="cpu", required=()):
 
 def refuse(path, expected_fingerprint, ckpt, differences):
     """Raise CheckpointMismatch when the run that wrote ``ckpt`` differs from this one."""
+    if not isinstance(ckpt, dict):
+        _validate.fail("ckpt", "a checkpoint (the dict checkpoints.load returns)", ckpt)
     if differences:
         raise CheckpointMismatch(
             f"checkpoint {path}: expected a checkpoint of this run (fingerprint {expected_fingerprint}), but it "
@@ -169,6 +171,8 @@ def refuse(path, expected_fingerprint, ckpt, differences):
 
 def progress_bar(start, steps, desc, progress=True):
     """A tqdm bar over range(start, steps); BAYESATTN_PROGRESS=0 silences every bar (CI, scripts)."""
+    start = _validate.integer("start", start, 0)
+    steps = _validate.integer("steps", steps, start)
     show = progress and os.environ.get("BAYESATTN_PROGRESS", "1") != "0"
     return tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not show, dynamic_ncols=True)
 

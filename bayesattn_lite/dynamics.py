@@ -348,6 +348,11 @@ def summarise(record, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics
     probe loss decrease after t_frame, the first-order decrease after t_frame by group (its share
     of their sum) and the KL at t_frame and at the end. A list, one dict per layer."""
     _check_record(record, ("steps", "loss", "kl_bits", "attribution", "layers"))
+    if not fractions:
+        _validate.fail("fractions", "one or more fractions of the peak, e.g. (0.2, 0.1)", fractions)
+    for i, layer in enumerate(record["layers"]):
+        if not isinstance(layer, dict) or not {"frame_rate", "precision_rate"} <= set(layer):
+            _validate.fail(f"record['layers'][{i}]", "a layer's rates (a dict with frame_rate, precision_rate)", layer)
     steps = np.asarray(record["steps"])
     rate_steps = steps[1:]
     loss = np.asarray(record["loss"], dtype=float)

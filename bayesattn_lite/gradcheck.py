@@ -43,6 +43,7 @@ def finite_difference(f: Callable, tensor: Float[Tensor, "..."], index, eps=1e-6
     ``f`` takes the tensor and returns a scalar; ``tensor`` is left unchanged. Use float64.
     """
     # the signature refuses an integer tensor, which would truncate the bump to 0
+    _validate.function("f", f, "a function f(tensor) -> a number", n_args=1)
     if tensor.isnan().any():   # -inf is a masked score; NaN is nothing a derivative can be taken at
         _validate.fail("tensor", "no NaN entries (masked scores may be -inf)", f"{int(tensor.isnan().sum())} NaN entries",
                        described=True)

@@ -398,12 +398,15 @@ def measure_overhead(make_model, step_fn, steps=50, every=10, repeats=3, **monit
     step. The two variants alternate ``repeats`` times (so a busy machine slows both alike); the
     medians are returned as {"without": s, "with": s, "ratio": with / without}.
     """
-    _validate.function("make_model", make_model, "a function make_model() -> a fresh model")
-    _validate.function("step_fn", step_fn, "a function step_fn(model, optimizer, step)")
+    _validate.function("make_model", make_model, "a function make_model() -> a fresh model", n_args=0)
+    _validate.function("step_fn", step_fn, "a function step_fn(model, optimizer, step)", n_args=3)
     steps, repeats = _validate.integer("steps", steps, 1), _validate.integer("repeats", repeats, 1)
     every = _validate.integer("every", every, 1)
     def timed(monitored):
         model = make_model()
+        if not isinstance(model, torch.nn.Module):
+            _validate.fail("make_model", "a function returning a fresh torch.nn.Module", f"one returning {model!r}",
+                           described=True)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         mon = Monitor(model, every=every, **monitor_kwargs) if monitored else None
         start = time.perf_counter()

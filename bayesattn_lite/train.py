@@ -22,7 +22,6 @@ refused instead of silently mixing two.
 """
 
 import fnmatch
-import inspect
 import math
 import os
 import random
@@ -466,8 +465,9 @@ def train(model: torch.nn.Module, loss_fn: Callable, recipe: "Recipe", *, seed=N
     the history and the RNG states, so a resumed run equals one that never stopped. A checkpoint
     written with another recipe or another model is refused, saying what differs.
     """
-    for name, fn in (("loss_fn", loss_fn), ("on_step", on_step)):
-        _called_with_model_and_step(name, fn)
+    _validate.function("loss_fn", loss_fn, "a function loss_fn(model, step)", n_args=2)
+    if on_step is not None:
+        _validate.function("on_step", on_step, "a function on_step(model, step)", n_args=2)
     log_every, checkpoint_every = _validate.integer("log_every", log_every, 1), _validate.integer(
         "checkpoint_every", checkpoint_every, 1)
     checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path) if checkpoint_path else None
@@ -499,20 +499,6 @@ def train(model: torch.nn.Module, loss_fn: Callable, recipe: "Recipe", *, seed=N
     if checkpoint_path and done > start:  # the end of the run (the loop skips its own last save)
         save_now()
     return history
-
-
-def _called_with_model_and_step(name, fn):
-    """Refuse a callback that cannot be called as fn(model, step) before the run starts."""
-    if fn is None:
-        return
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):   # a builtin or a C function: nothing to read
-        return
-    try:
-        signature.bind(None, 0)
-    except TypeError:
-        _validate.fail(name, f"a function {name}(model, step)", f"a function {fn.__name__}{signature}", described=True)
 
 
 def _make_optimizer(model, recipe):

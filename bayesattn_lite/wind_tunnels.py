@@ -234,6 +234,10 @@ def quantised_stochastic_rows(n_rows, n_cols, batch_size, resolution, floor, gen
     added to the smallest entries or taken from the largest (never below the floor). Returned with the
     integer grid units, (…, n_cols) int64, which are the tokens the model reads.
     """
+    n_rows, n_cols = _validate.integer("n_rows", n_rows, 1), _validate.integer("n_cols", n_cols, 1)
+    batch_size = _validate.integer("batch_size", batch_size, 1)
+    resolution = _validate.real("resolution", resolution, 0, 1, low_open=True)
+    floor = _validate.real("floor", floor, 0, 1 / n_cols)   # every entry at least floor: n_cols floors fit in 1
     n_units = round(1 / resolution)
     floor_units = round(floor / resolution)
     raw = -torch.log(torch.rand(batch_size, n_rows, n_cols, generator=gen, dtype=torch.float64).clamp_min(1e-300))
