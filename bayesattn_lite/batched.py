@@ -231,6 +231,7 @@ def _forward_backward(x, y, params, B, grads, exact_max):
 
 def evaluate(x, y, params, block_size=None):
     """Per-model loss, entropy and accuracy ((M,) CPU float64 numpy arrays), no gradients."""
+    x, y = (torch.from_numpy(t) if isinstance(t, np.ndarray) else t for t in (x, y))   # numpy arrays too
     with torch.no_grad():
         metrics, _ = forward_backward(x, y, params, block_size, grads=False)
     return {key: value.detach().to("cpu", torch.float64).numpy() for key, value in metrics.items()}
@@ -370,12 +371,18 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     if sampler is not None and (not callable(sampler) or len(pool) > 1):
         _validate.fail("sampler", "None, or a callable step -> (x, y) when x is one batch (M, N, d_x), not a pool",
                        sampler)
+    if sampler is not None:
+        _validate.function("sampler", sampler, "a function sampler(step) -> (x, y)", n_args=1)
 
     def batch_at(step):
         if sampler is None:
             return pool[step % len(pool)]
-        xs, ys = sampler(step)
-        return xs.to(device, dtype), ys.to(device)
+        drawn = sampler(step)   # checked where it is read: (x, y) of the first batch's shapes
+        if not isinstance(drawn, tuple) or len(drawn) != 2 or not all(isinstance(t, torch.Tensor) for t in drawn) \
+                or drawn[0].shape != x.shape or drawn[1].shape != y.shape:
+            _validate.fail("sampler", f"a function returning (x, y) of shapes {tuple(x.shape)} and {tuple(y.shape)}",
+                           f"one returning {_validate.describe(drawn)} at step {step}", described=True)
+        return drawn[0].to(device, dtype), drawn[1].to(device)
 
     steps = _validate.integer("steps", steps, 1)
     record_every = _validate.integer("record_every", record_every, 1)

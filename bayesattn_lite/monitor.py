@@ -182,8 +182,9 @@ def precision_rates(snapshots):
     ``diagnostics.change_vs_final`` of the stack, ||v_t - v_{t-1}|| / ||v_last||. A snapshot whose
     shape differs from its predecessor's (a batch of another size, without a probe) gets nan."""
     if isinstance(snapshots, (str, torch.Tensor, np.ndarray)) or not hasattr(snapshots, "__len__") \
-            or not all(isinstance(s, torch.Tensor) for s in snapshots):
-        _validate.fail("snapshots", "a list of value tensors (one per record)", snapshots)
+            or not all(isinstance(s, (torch.Tensor, np.ndarray)) for s in snapshots):
+        _validate.fail("snapshots", "a list of value tensors or arrays (one per record)", snapshots)
+    snapshots = [torch.as_tensor(s) for s in snapshots]
     if len(snapshots) < 2:
         return [math.nan] * len(snapshots)
     last = snapshots[-1]

@@ -189,6 +189,10 @@ def _label_points(ax, points, deltas, fmt, color):
                     ha="center", va="center", fontsize=9, color=color)
 
 
+LEGEND_PLACES = ("best", "upper right", "upper left", "lower left", "lower right", "right", "center left",
+                 "center right", "lower center", "upper center", "center")
+
+
 def _finish_plane(ax, points, title, legend_loc):
     """Equal aspect, thin axes through 0, limits that include every point and arrow tip, a legend."""
     everything = np.vstack([*points, np.zeros((1, 2))])
@@ -200,6 +204,8 @@ def _finish_plane(ax, points, title, legend_loc):
     ax.axhline(0, color="0.85", lw=0.8, zorder=0)
     ax.axvline(0, color="0.85", lw=0.8, zorder=0)
     ax.set_title(title)
+    if legend_loc not in LEGEND_PLACES:
+        _validate.fail("legend_loc", f"one of matplotlib's legend places {LEGEND_PLACES}", legend_loc)
     ax.legend(loc=legend_loc, fontsize=8)
     return ax
 
@@ -271,6 +277,7 @@ def seed_bands(ax, curves, color, label, steps=None, lw=1.6):
     """
     _axes("ax", ax)
     _color("color", color)
+    lw = _validate.positive("lw", lw)
     c = _array("curves", curves)
     if c.ndim != 2 or c.shape[0] == 0:
         _validate.fail("curves", "shape (seeds >= 1, steps)", f"shape {c.shape}", described=True)
@@ -291,6 +298,8 @@ def strip(ax, labels, values, colors=None, reference=None, reference_label=None,
     _axes("ax", ax)
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         _validate.fail("values", "a list of 1-D arrays, one per label", values)
+    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
+        _validate.fail("labels", "a list of labels, one per column", labels)
     if len(labels) != len(values):
         _validate.fail("labels, values", "the same length", f"{len(labels)} and {len(values)}", described=True)
     if colors is not None and (isinstance(colors, str) or len(colors) != len(labels)):
@@ -581,6 +590,7 @@ def _ladder_rows(rows, group):
         if missing is None or missing:
             _validate.fail(f"rows[{i}]", f"a dict with the keys 'n_params' and {group!r}",
                            f"a dict without {missing}" if missing else type(r).__name__, described=True)
+        _validate.integer(f"rows[{i}]['n_params']", r["n_params"], 1)
 
 
 def _number_of(value, row):

@@ -184,13 +184,14 @@ class StickyMarkovChain:
         _validate.finite_values("x", x)
 
     @checked
-    def posterior(self, x: Float[Tensor, "*B N d_embed"]) -> Float[Tensor, "*B N n_symbols"]:
+    def posterior(self, x: Float[Array, "*B N d_embed"]) -> Float[Tensor, "*B N n_symbols"]:
         """Exact p(y_t | x_0..x_t) for every t, by the forward filter; shape (..., T-1, n_symbols).
 
         Computed in float64 on x's device whatever x's dtype. The belief over the current symbol
         is kept normalised at every step (filtering in probabilities, with the emission
         log-likelihoods shifted by their maximum), so long sequences neither under- nor overflow.
         """
+        x = torch.as_tensor(x)
         self._check_x(x)
         x = x.to(torch.float64)
         mu = self.means.to(x.device)

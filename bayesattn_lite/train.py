@@ -209,8 +209,10 @@ class History:
         return len(self._steps)
 
     def last(self, key):
-        """The last logged value of metric ``key``: MetricNotFound for a metric it does not have,
-        also while it is empty (nothing logged yet has no last value)."""
+        """The last logged value of metric ``key``; nan while nothing is logged, for the metrics every
+        run logs ("loss", "grad_norm"); MetricNotFound for any other metric it does not have."""
+        if not len(self) and key in ("loss", "grad_norm"):
+            return math.nan
         return self[key][-1].item()
 
     def to_dict(self):
