@@ -93,9 +93,10 @@ def fingerprint(*parts):
 def _as_text(value):
     """What json cannot write, as text; an object whose text is only its memory address would give
     equal runs different fingerprints, so it is refused."""
-    if type(value).__repr__ is object.__repr__ and type(value).__str__ is object.__str__:
+    text = str(value)
+    if type(value).__repr__ is object.__repr__ and type(value).__str__ is object.__str__ or " at 0x" in text:
         _validate.fail("parts", "tensors and JSON-able values (numbers, strings, lists, dicts)", value)
-    return str(value)
+    return text
 
 
 _LEAVES = (bool, int, float, complex, str, bytes, bytearray, type(None), torch.device)

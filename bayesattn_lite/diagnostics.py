@@ -618,6 +618,9 @@ def key_orthogonality(keys: Shaped[Array, "n d"]) -> float:
     directions in d dimensions give about sqrt(2 / (pi d))."""
     keys = torch.as_tensor(keys).double()
     _validate.matrix("keys", keys, min_rows=2)
+    if (keys.norm(dim=-1) == 0).any():   # a zero key has no direction: its cosine with anything is undefined
+        _validate.fail("keys", "nonzero rows (each key a direction)", f"{int((keys.norm(dim=-1) == 0).sum())} zero rows",
+                       described=True)
     unit = keys / keys.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     cos = unit @ unit.T
     off = ~torch.eye(len(keys), dtype=torch.bool)
