@@ -513,7 +513,7 @@ def reference_entropies(run_: Run):
 @checked
 def loop_window(runs: Sequence[Run], key: str, start, stop):
     """One number per run: the mean of a loop measurement over the recorded steps in [start, stop)."""
-    start, stop = _window(start, stop)
+    start, stop = _start_stop(start, stop)
     out = []
     for r in _check_runs(runs):
         if key not in r.loop:
@@ -524,7 +524,7 @@ def loop_window(runs: Sequence[Run], key: str, start, stop):
     return np.array(out)
 
 
-def _window(start, stop):
+def _start_stop(start, stop):
     """[start, stop): two steps >= 0 with start < stop."""
     start = _validate.integer("start", start, 0)
     return start, _validate.integer("stop", stop, start + 1)
@@ -551,7 +551,7 @@ def loop_correlations(run_: Run, start=0, stop=100):
     mean_time       over time, of the two means over all queries (flow and change of signal mass):
                     one group made of every signal key, which is what a shared W_K acts on
     """
-    L, (start, stop) = run_.loop, _window(start, stop)
+    L, (start, stop) = run_.loop, _start_stop(start, stop)
     if "ts_pair_pred" not in L:
         _validate.fail("run_", "a run with loop measurements (pass loop_every > 0 to run)",
                        f"the run with seed {run_.seed}, which has none", described=True)
@@ -582,7 +582,7 @@ def loop_size(run_: Run, start=0, stop=100):
                     flow peaks: 1 if the change of mass kept a fixed proportion to the flow
 
     A correlation over time ignores the scale of either curve; these ratios are what it leaves out."""
-    L, (start, stop) = run_.loop, _window(start, stop)
+    L, (start, stop) = run_.loop, _start_stop(start, stop)
     if "flow" not in L:
         _validate.fail("run_", "a run with loop measurements (pass loop_every > 0 to run)",
                        f"the run with seed {run_.seed}, which has none", described=True)
