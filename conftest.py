@@ -8,7 +8,9 @@ cell; ``$BAYESATTN_TIMES_JSON`` changes the path.
 Under pytest-xdist (``pytest tests -n 2``, as the README's test command runs the unit tests), each
 worker gets an equal share of the cores for torch's threads: two workers that each start as many
 threads as there are cores would fight over them (the wait of one thread stalls the other's work).
-Only the controller writes the times.
+Only the controller writes the times. The longest test files are collected first, so that xdist
+(one file per worker) starts them at once and the short files fill the other workers beside them,
+instead of a long file starting last and running alone at the end.
 """
 
 import json
@@ -29,6 +31,18 @@ def pytest_configure(config):
         threads = max(1, usable_cpus() // workers)
         os.environ["OMP_NUM_THREADS"] = str(threads)    # the kernels and processes this worker starts
         torch.set_num_threads(threads)
+
+
+# the longest files of tests/ (the Colab-like run of every learner copy in CI, the two held-out tables,
+# the browser's four widths on every page), in the order they should start
+LONGEST_FIRST = ("tests/test_colab_like.py", "tests/test_bad_inputs.py", "tests/test_browser.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item):
+        path = item.nodeid.split("::")[0]
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+    items.sort(key=rank)   # stable: within a file, and among the other files, the order stays
 
 
 def pytest_runtest_logreport(report):

@@ -137,6 +137,10 @@ def test_chapter_installs_the_package_and_runs_top_to_bottom(colab, monkeypatch,
     monkeypatch.setenv("BAYESATTN_LITE_SPEC", str(wheel))
     monkeypatch.setenv("BAYESATTN_PROGRESS", "0")
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # every core for the kernel's torch (an xdist worker keeps only its share for itself): once the
+    # other workers are done, the learner copies, the longest part of CI, run alone
+    from bayesattn_lite.train import usable_cpus
+    monkeypatch.setenv("OMP_NUM_THREADS", str(usable_cpus()))
     monkeypatch.delenv("PYTHONPATH", raising=False)
     nb = nbformat.read(ROOT / chapter, as_version=4)
     # run outside the repository, so `import bayesattn_lite` cannot find the source folder
