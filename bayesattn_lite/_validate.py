@@ -60,6 +60,20 @@ def seed(what, value, limit=2**63):
     return int(number)
 
 
+def number_array(what, value, expected="a tensor, array or list of numbers"):
+    """``value`` (a tensor, numpy array or nested list of numbers) as a float64 numpy array; text, None
+    and what numpy cannot read as numbers are refused (``expected`` words the message)."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().to("cpu", torch.float64).numpy()
+    try:
+        array = None if value is None or isinstance(value, (str, bytes)) else np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        array = None
+    if array is None:
+        fail(what, expected, value)
+    return array
+
+
 def distinct_seeds(what, value):
     """One or more distinct seeds, as a tuple of ints: a seed given twice would count one run twice."""
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):

@@ -143,6 +143,11 @@ def forward(x: Float[Tensor, "*B T d_x"], params: Mapping[str, Tensor], causal: 
     alpha (..., T, T; rows sum to 1), g (..., T, d_v) and logits (..., T, n_classes).
     """
     _check_inputs(x, params)
+    return _forward(x, params, causal)
+
+
+def _forward(x, params, causal=True):
+    """``forward`` without the checks (``loss`` and ``gradients`` have checked their inputs already)."""
     q = x @ params["W_Q"].T
     k = x @ params["W_K"].T
     v = x @ params["W_V"].T
@@ -157,7 +162,7 @@ def forward(x: Float[Tensor, "*B T d_x"], params: Mapping[str, Tensor], causal: 
 def loss(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], params: Mapping[str, Tensor], causal: Flag = True) -> Tensor:
     """Mean cross-entropy over every position (and batch element): the L of the paper."""
     _check_inputs(x, params, y)
-    logits = forward(x, params, causal)["logits"]
+    logits = _forward(x, params, causal)["logits"]
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).long())
 
 
@@ -196,7 +201,7 @@ def gradients(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], params: Mapp
     (b, advantage and s are (..., T, T)).
     """
     _check_inputs(x, params, y)
-    fw = forward(x, params, causal)
+    fw = _forward(x, params, causal)
     q, k, v, alpha, g = fw["q"], fw["k"], fw["v"], fw["alpha"], fw["g"]
     dlogits, u = error_signal(fw["logits"], y, params["W_O"])
     b = u @ v.transpose(-1, -2)

@@ -351,7 +351,7 @@ def drift_ratio(short, long, k):
     inequality: 1 for a steady drift (k short moves add up), about 1/sqrt(k) for a random walk,
     and about 1/k for noise around a fixed point (past its correlation time the long move is no
     longer than one short one). A rate with a ratio near 1/k is noise, not learning."""
-    short, long = _sample_array("short", short), _sample_array("long", long)
+    short, long = _validate.number_array("short", short), _validate.number_array("long", long)
     k = _validate.integer("k", k, 2)
     if short.ndim < 1 or short.shape[:-1] != long.shape[:-1] or short.shape[-1] != k * long.shape[-1]:
         _validate.fail("short, long", f"rates of shapes (..., {k} x m) and (..., m)",
@@ -404,8 +404,8 @@ def bought_in_window(attribution, loss, k):
     Chapter 6's runs and chapter 9's records both read their late windows through it."""
     if not isinstance(attribution, dict) or not attribution:
         _validate.fail("attribution", "a non-empty dict {group: (..., intervals) per-interval decreases}", attribution)
-    loss = _sample_array("loss", loss)
-    arrays = {g: _sample_array(f"attribution[{g!r}]", a) for g, a in attribution.items()}
+    loss = _validate.number_array("loss", loss)
+    arrays = {g: _validate.number_array(f"attribution[{g!r}]", a) for g, a in attribution.items()}
     for g, a in arrays.items():   # interval i runs from snapshot i to i + 1
         if a.shape[-1] != loss.shape[-1] - 1:
             _validate.fail(f"attribution[{g!r}]", f"{loss.shape[-1] - 1} intervals (one between each two of the "
@@ -414,14 +414,6 @@ def bought_in_window(attribution, loss, k):
     out = {g: a[..., k:].sum(-1) for g, a in arrays.items()}
     out["realised"] = loss[..., k] - loss[..., -1]
     return out
-
-
-def _sample_array(what, values):
-    """``values`` as a float numpy array (text or objects named)."""
-    try:
-        return np.asarray(values.detach().cpu() if isinstance(values, torch.Tensor) else values, dtype=float)
-    except (TypeError, ValueError):
-        _validate.fail(what, "numbers (an array, a tensor or a list of them)", values)
 
 
 def progress_step(steps, curve, fraction):
@@ -463,10 +455,7 @@ def pca(points, n_components=2):
 
 def _sample(name, a):
     """A flat float64 numpy copy of a sample (tensor, array or list of numbers), all finite."""
-    try:
-        a = (a.detach().to("cpu", torch.float64).numpy() if isinstance(a, torch.Tensor) else np.asarray(a, float)).ravel()
-    except (TypeError, ValueError):
-        _validate.fail(name, "a sample of numbers (a tensor, an array or a list)", a)
+    a = _validate.number_array(name, a, "a sample of numbers (a tensor, an array or a list)").ravel()
     if not np.isfinite(a).all():
         _validate.fail(name, "finite values", f"{int((~np.isfinite(a)).sum())} NaN/inf entries", described=True)
     return a

@@ -87,7 +87,7 @@ def first_step_at_or_below(curve, final, threshold):
         _validate.fail("curve", "an array of losses of shape (S seeds, steps)", curve)
     if curve.ndim != 2:
         _validate.fail("curve", "shape (S seeds, steps)", curve)
-    final, threshold = _floats("final", final), _floats("threshold", threshold)
+    final, threshold = _validate.number_array("final", final), _validate.number_array("threshold", threshold)
     for what, a in (("final", final), ("threshold", threshold)):
         if a.shape != curve.shape[:1]:
             _validate.fail(what, f"shape ({curve.shape[0]},): one value per seed, as curve", a)
@@ -96,14 +96,6 @@ def first_step_at_or_below(curve, final, threshold):
     losses = np.concatenate([curve, final[:, None]], axis=1)
     hit = losses <= np.asarray(threshold)[:, None] * (1 + RTOL)
     return np.where(hit.any(axis=1), hit.argmax(axis=1), np.nan).astype(float)
-
-
-def _floats(what, values):
-    """``values`` as a float array; text or other objects are named."""
-    try:
-        return np.asarray(values, dtype=float)
-    except (TypeError, ValueError):
-        _validate.fail(what, "numbers (an array or a list of them)", values)
 
 
 def _summary(values):
@@ -930,8 +922,8 @@ def load_long_run(name="pool64-std0.1", directory=None):
 def within(steps, excess, tolerance):
     """The first of ``steps`` at which ``excess`` (a loss above some target) is <= ``tolerance``
     and stays there to the end, per row; nan where it never does."""
-    excess = np.atleast_2d(_floats("excess", excess))
-    steps = _floats("steps", steps)
+    excess = np.atleast_2d(_validate.number_array("excess", excess))
+    steps = _validate.number_array("steps", steps)
     if steps.ndim != 1 or len(steps) != excess.shape[-1]:
         _validate.fail("steps", f"{excess.shape[-1]} steps (one per column of excess)", steps)
     tolerance = _validate.real("tolerance", tolerance)  # may be < 0: excess is signed (below the target)

@@ -21,7 +21,7 @@ def autograd_gradients(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], par
     """
     attention._check_inputs(x, params, y)
     leaves = {name: W.detach().clone().requires_grad_(True) for name, W in params.items()}
-    fw = attention.forward(x, leaves, causal)
+    fw = attention._forward(x, leaves, causal)   # checked above
     for name in ("q", "k", "v", "s", "alpha", "g"):
         fw[name].retain_grad()
     logits = fw["logits"]

@@ -1,14 +1,13 @@
 """Figure helpers shared by the chapters, so every chapter draws the same things the same way."""
 
+from collections.abc import Sequence
+
 import matplotlib
 import matplotlib.axes
 import matplotlib.colors
 import matplotlib.figure
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
-
-from collections.abc import Sequence
 
 from . import _validate, models, specialisation
 from ._types import checked
@@ -69,14 +68,7 @@ def to_numpy(a):
 def _array(what, value, ndim=None, expected=None):
     """``value`` (a tensor, array or nested list of numbers) as a float64 numpy array, with ``ndim``
     dimensions when given (``expected`` says which shape, e.g. "shape (seeds, steps)")."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach().to("cpu", torch.float64).numpy()
-    try:
-        array = None if value is None or isinstance(value, (str, bytes)) else np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        array = None
-    if array is None:
-        _validate.fail(what, "a tensor, array or list of numbers", value)
+    array = _validate.number_array(what, value)
     if ndim is not None and array.ndim != ndim:
         _validate.fail(what, expected or f"{ndim} dimension(s)", f"shape {array.shape}", described=True)
     return array

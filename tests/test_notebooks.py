@@ -269,8 +269,8 @@ def test_a_renamed_paste_of_a_package_function_is_caught():
     names, bodies = package_functions()
     paste = '''
 def first_time_within(xs, gaps, tol):
-    gaps = np.atleast_2d(_floats("excess", gaps))
-    xs = _floats("steps", xs)
+    gaps = np.atleast_2d(_validate.number_array("excess", gaps))
+    xs = _validate.number_array("steps", xs)
     if xs.ndim != 1 or len(xs) != gaps.shape[-1]:
         _validate.fail("steps", f"{gaps.shape[-1]} steps (one per column of excess)", xs)
     tol = _validate.real("tolerance", tol)
