@@ -512,3 +512,21 @@ def test_the_scorecards_tables_read_as_cards_on_a_phone(browser, server):
     for t in tables:
         assert t["cells"] == "block" and t["width"] <= 390, t
     assert max(t["height"] for t in tables) < 16000, tables
+
+
+PHONE_FIGURES = """() => [...document.querySelectorAll('div.cell.tag_full-width div.cell_output img')].map(img => ({
+  width: Math.round(img.getBoundingClientRect().width), laptop: parseFloat(img.style.width) || img.naturalWidth,
+  box: getComputedStyle(img.closest('div.cell_output')).overflowX,
+  page: document.documentElement.scrollWidth, window: window.innerWidth}))"""
+
+
+@pytest.mark.parametrize("page_name", NUMBERED_CHAPTERS)
+def test_multi_panel_figures_stay_readable_on_a_phone(browser, server, page_name):
+    """At 390 px a wide figure (tagged full-width: a row of panels) keeps the size it has on a laptop
+    (at least 600 px, about 200 px a panel), in an output box that scrolls sideways on its own; the page
+    does not scroll sideways."""
+    figures = evaluate_at(browser, server, page_name, {"width": 390, "height": 844}, PHONE_FIGURES)
+    for f in figures:
+        assert f["width"] >= min(600, f["laptop"]) and f["width"] >= f["laptop"] - 1, f"{page_name}: shrunk on a phone: {f}"
+        assert f["box"] in ("auto", "scroll"), f"{page_name}: the figure's box does not scroll: {f}"
+        assert f["page"] <= f["window"], f"{page_name}: the page scrolls sideways at 390 px: {f}"

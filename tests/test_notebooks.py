@@ -123,11 +123,15 @@ def shown_width(output):
 @pytest.mark.parametrize("path", EXECUTED, ids=lambda p: p.name)
 def test_wide_figures_take_the_full_width_of_the_page(path):
     """A figure wider than 10 inches (1000 px at the course's 100 dpi), squeezed into the text column,
-    would show its labels at half size: such cells carry the tag full-width (sphinx-book-theme)."""
+    would show its labels at half size: such cells carry the tag full-width (sphinx-book-theme). So does
+    a figure more than 2.2 times as wide as tall (a row of panels): on a phone, _static/course.css keeps
+    full-width figures at a readable width in a box that scrolls on its own."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
-        widths = [shown_width(out) for out in getattr(cell, "outputs", []) if "image/png" in out.get("data", {})]
-        if widths and max(widths) > 1000:
+        images = [out for out in getattr(cell, "outputs", []) if "image/png" in out.get("data", {})]
+        widths = [shown_width(out) for out in images]
+        sizes = [Image.open(io.BytesIO(base64.b64decode(out["data"]["image/png"]))).size for out in images]
+        if widths and (max(widths) > 1000 or max(w / h for w, h in sizes) > 2.2):
             assert "full-width" in cell.metadata.get("tags", []), f"{path.name}: tag this wide figure's cell full-width:\n{cell.source[:200]}"
 
 
