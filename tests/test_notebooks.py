@@ -445,3 +445,19 @@ def test_the_readme_chapter_table_matches_the_chapters():
         said = 60 * int(hours or 0) + int(minutes or 0)
         assert abs(said - (read + exercises)) <= 5, f"{path.name}: the README says {said} min, the box {read + exercises}"
         assert colab.endswith(f"{repo}/blob/{CONFIG['repository']['branch']}/learner/{path.name}"), colab
+
+
+def test_the_intro_states_the_courses_total_time_as_the_chapters_boxes_add_it_up():
+    """The intro's 'about H hours with their exercises' and 'lab notes about L hours more' are the sums of
+    the chapters' own boxes (reading and exercises; lab notes), to the nearest hour and half hour."""
+    intro = (ROOT / "book" / "intro.md").read_text()
+    stated = re.search(r"about (\d+) hours with their exercises, and the lab\s+notes about ([\d.]+) hours", intro)
+    assert stated, "book/intro.md should state the total time: 'about H hours with their exercises, and the lab notes about L hours'"
+    core = labs = 0
+    for path in CHAPTERS:
+        box = nbformat.read(path, as_version=4).cells[1].source
+        read, exercises = map(int, re.search(r"about (\d+) minutes to read, and (\d+) more", box).groups())
+        lab = re.search(r"the lab notes .*?about (\d+) minutes", box)
+        core, labs = core + read + exercises, labs + (int(lab.group(1)) if lab else 0)
+    assert int(stated.group(1)) == round(core / 60), f"the boxes add up to {core / 60:.1f} hours"
+    assert abs(float(stated.group(2)) - labs / 60) <= 0.25, f"the lab notes add up to {labs / 60:.1f} hours"
