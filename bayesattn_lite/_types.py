@@ -147,13 +147,19 @@ def _word(hint):
     origin = typing.get_origin(hint) or hint
     if origin in (dict, typing.Mapping) or getattr(origin, "__name__", "") == "Mapping":
         return "a mapping (a dict)"
+    if getattr(origin, "__name__", "") == "Sequence" and typing.get_args(hint):
+        return f"a list, each {words(typing.get_args(hint)[0])}"
     if callable(hint) and getattr(origin, "__name__", "") == "Callable":
         return "a function"
     module = getattr(origin, "__module__", "")
-    if module.startswith("bayesattn_lite."):   # the package's own classes by the name a user imports them
-        return f"a {module.removeprefix('bayesattn_lite.')}.{origin.__qualname__}"
+    if module.startswith("bayesattn_lite."):   # the package's own classes by the name a user imports them,
+        name = f"{module.removeprefix('bayesattn_lite.')}.{origin.__qualname__}"   # and where one comes from
+        hint = f" ({origin._made_by})" if hasattr(origin, "_made_by") else ""
+        return f"{'an' if name[0] in 'aeiou' else 'a'} {name}{hint}"
     if module.startswith("torch.nn"):
         return f"a torch.nn.{origin.__qualname__}"
+    if module.startswith("torch"):
+        return f"a torch.{origin.__qualname__}"
     return f"a {getattr(origin, '__name__', str(hint))}"
 
 
