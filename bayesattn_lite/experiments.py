@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from . import _validate, attention, batched, checkpoints, diagnostics
+from ._types import Flag, checked
 from .attention import PARAM_NAMES
 from .tasks import StickyMarkovChain
 from .train import GROUPS, em_like, pick_device, rates, usable_cpus
@@ -38,23 +39,17 @@ FRESH_OFFSET = 3_000_000         # the sequence of seed s at step t of a fresh-d
 FRESH_STRIDE = 100_000
 
 
-def _check_chain(chain):
-    if not isinstance(chain, StickyMarkovChain):
-        _validate.fail("chain", "a tasks.StickyMarkovChain", type(chain).__name__, described=True)
-    return chain
-
-
-def init_model(seed, chain, dtype=torch.float32, std=INIT_STD):
+@checked
+def init_model(seed, chain: StickyMarkovChain, dtype=torch.float32, std=INIT_STD):
     """The seed's initial weights, N(0, std^2) (the paper's 0.1 by default), as ``attention.init_params`` draws them."""
-    _check_chain(chain)
     return attention.init_params(chain.d_embed, D_K, D_V, chain.n_symbols, std=std, seed=seed, dtype=dtype)
 
 
-def training_sequences(chain, T, seed, pool=0):
+@checked
+def training_sequences(chain: StickyMarkovChain, T, seed, pool=0):
     """(x, y) of seed ``seed``'s training data: the paper's one sequence ``chain.sample(T, seed)``
     ((T-1, d_x), (T-1,)) when ``pool`` is 0, else ``pool`` fresh sequences stacked ((pool, T-1, d_x),
     (pool, T-1)), none of them the paper's sequence or the held-out one."""
-    _check_chain(chain)
     pool = _validate.integer("pool", pool, 0, POOL_STRIDE - 1)
     if pool == 0:
         return chain.sample(T, seed, dtype=torch.float64)
@@ -62,12 +57,13 @@ def training_sequences(chain, T, seed, pool=0):
     return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
 
 
-def fresh_sequences(chain, T, seeds, step):
+@checked
+def fresh_sequences(chain: StickyMarkovChain, T, seeds, step):
     """(x, y) of a fresh-data run at ``step``: a new sequence per seed, seen at this step only
     ((S, T-1, d_x), (S, T-1)), none of them a pool's, the paper's or a held-out sequence."""
     step = _validate.integer("step", step, 0, FRESH_STRIDE - 1)
     seeds = _validate.distinct_seeds("seeds", seeds)
-    data = [_check_chain(chain).sample(T, FRESH_OFFSET + FRESH_STRIDE * s + step, dtype=torch.float64) for s in seeds]
+    data = [chain.sample(T, FRESH_OFFSET + FRESH_STRIDE * s + step, dtype=torch.float64) for s in seeds]
     return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
 
 
@@ -114,6 +110,7 @@ class ScheduleRun:
     out, in)} every weight matrix at ``snapshot_steps``; ``grad_sq``: {matrix: (S, steps)} the
     squared norm of its gradient at each step (for ``frame_precision``).
     """
+    _made_by = "what run_schedules returns"   # in the message where one was expected (_types.words)
     schedules: dict
     seeds: tuple
     steps: int
@@ -226,17 +223,11 @@ def _check_schedules(schedules):
             for name, per in schedules.items()}
 
 
-def _check_run(run):
-    if not isinstance(run, ScheduleRun):
-        _validate.fail("run", "an experiments.ScheduleRun (what run_schedules returns)", type(run).__name__,
-                       described=True)
-    return run
-
-
-def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, device=None,
+@checked
+def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain: StickyMarkovChain | None = None, device=None,
                   dtype=torch.float32, record_every=10, block_size=None, progress=True,
                   checkpoint_path=None, checkpoint_every=100, desc="sticky Markov", pool=0, init_std=INIT_STD,
-                  fresh=False, workers=None):
+                  fresh: Flag = False, workers=None):
     """Train every schedule on every seed (all in one batched run) and measure them.
 
     ``schedules`` maps a name to per-matrix rates (``train.rates``). Models are laid out
@@ -252,9 +243,9 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain=None, 
     seeds = _validate.distinct_seeds("seeds", seeds)
     steps = _validate.integer("steps", steps, 1)
     init_std = _validate.positive("init_std", init_std)
-    if _validate.boolean("fresh", fresh) and pool:
+    if fresh and pool:
         _validate.fail("pool", "0 when fresh=True (fresh data has no pool)", pool)
-    chain = StickyMarkovChain() if chain is None else _check_chain(chain)
+    chain = StickyMarkovChain() if chain is None else chain
     names = list(schedules)
     S = len(seeds)
     models = [m % S for m in range(len(names) * S)]   # model m trains seed m % S
@@ -515,6 +506,7 @@ class FramePrecision:
     realised decrease; ``attribution`` its sum; ``attribution_after_frame`` the same after t_frame;
     ``first_order``: (S,) the sum over groups (near 1 when the first-order account is accurate).
     """
+    _made_by = "frame_precision, frame_precision_of_record"
     rate_steps: np.ndarray
     frame_rate: np.ndarray
     precision_rate: np.ndarray
@@ -552,12 +544,13 @@ def _settle_steps(settles, fraction):
     return np.array([np.nan if r["settled"][fraction] is None else r["settled"][fraction] for r in settles], float)
 
 
-def snapshot_attribution(run, name, x, y):
+@checked
+def snapshot_attribution(run: ScheduleRun, name, x, y):
     """{group: (S, snapshots - 1)} the first-order decrease of the loss on (x, y) (one sequence per
     seed) bought by each group between consecutive snapshots: -grad_g L(midpoint) . (W_g' - W_g).
     The gradient at the midpoint of each interval makes the account exact to second order, so the
     groups add up to the realised decrease when the snapshots are close (``first_order``)."""
-    K = len(_check_run(run).snapshot_steps)
+    K = len(run.snapshot_steps)
     run.schedule(name)
     out = {g: np.zeros((len(run.seeds), K - 1)) for g in GROUPS}
     for k in range(K - 1):
@@ -569,12 +562,13 @@ def snapshot_attribution(run, name, x, y):
     return out
 
 
-def rates_at_intervals(run, name, every):
+@checked
+def rates_at_intervals(run: ScheduleRun, name, every):
     """{"frame_rate_<n>", "precision_rate_<n>", "rate_steps_<n>": ...} the rates of schedule ``name``
     measured between snapshots ``k`` apart for each ``k`` in ``every`` (n = k x record_every updates):
     the same run photographed less often. Drift over n updates grows like n, noise more slowly, so
     a rate that is mostly noise falls, relative to its peak, as the interval grows."""
-    x, _ = _check_run(run).probe_data()
+    x, _ = run.probe_data()
     run.schedule(name)
     steps, out = np.asarray(run.snapshot_steps), {}
     empty = isinstance(every, (list, tuple, range, np.ndarray)) and not len(every)   # no extra intervals
@@ -600,12 +594,12 @@ def frame_precision(run, name):
     return frame_precision_of(measure_frame_precision(run, name))
 
 
-def measure_frame_precision(run, name):
+@checked
+def measure_frame_precision(run: ScheduleRun, name):
     """The raw measurements behind ``FramePrecision``, as plain arrays (what a record keeps):
     rates at the snapshots, how far each pathway moved, the loss the shares are taken of, and the
     first-order decrease each group bought (not yet divided by the realised decrease)."""
-    if name not in _check_run(run).schedules:
-        _validate.fail("name", f"one of {list(run.schedules)}", name)
+    run.schedule(name)
     x, y = run.probe_data()
     snaps = run.snapshots[name]
     S = len(run.seeds)
@@ -660,15 +654,13 @@ def frame_precision_of(m):
 WINDOWS = (1000, 2000, 4000)   # fixed starts of the late windows the attribution is summed over
 
 
-def bought_after(fp, after):
+@checked
+def bought_after(fp: FramePrecision, after):
     """Who bought the loss decrease after update ``after``, without any settle step: {group: (S,)}
     the loss (nats) each group bought from the first snapshot at or after ``after`` to the end,
     "values + readout" beside them (the W_V / W_O split depends on a rescaling, W_V -> c W_V,
     W_O -> W_O / c, that leaves the model unchanged), and "realised": (S,) the loss's actual
     decrease over the same window. A window that starts after the run ended is refused."""
-    if not isinstance(fp, FramePrecision):
-        _validate.fail("fp", "an experiments.FramePrecision (frame_precision, frame_precision_of_record)",
-                       type(fp).__name__, described=True)
     after = _validate.integer("after", after, 0)
     steps = np.asarray(fp.loss_steps)
     if after >= steps[-1]:
@@ -771,13 +763,12 @@ def _rounded(a, digits=6):
     return np.vectorize(lambda v: float(f"{v:.{digits}g}"))(np.asarray(a, float)).tolist()
 
 
-def long_run(cfg, device=None, progress=True, checkpoint_path=None):
+@checked
+def long_run(cfg: LongRunConfig, device=None, progress=True, checkpoint_path=None):
     """Train ``cfg`` and return its record: a JSON-able dict with the config, the time it took and,
     per schedule, the measurements of ``measure_frame_precision``, the held-out loss at every
     snapshot and the exact Bayes loss on the same held-out sequence, the training loss (mean over
     each record interval), and the final loss on the training data beside the Bayes loss there."""
-    if not isinstance(cfg, LongRunConfig):
-        _validate.fail("cfg", "an experiments.LongRunConfig", type(cfg).__name__, described=True)
     run = run_schedules(cfg.rates(), seeds=cfg.seeds, steps=cfg.steps, T=cfg.T, device=device,
                         record_every=cfg.record_every, progress=progress, pool=cfg.pool, init_std=cfg.init_std,
                         fresh=cfg.fresh, checkpoint_path=checkpoint_path, checkpoint_every=500, desc=cfg.name)
@@ -836,10 +827,10 @@ def _run_config(run):
             "chain": repr(run.chain), "pool": run.pool, "init_std": run.init_std}
 
 
-def save_schedule_run(run, path):
+@checked
+def save_schedule_run(run: ScheduleRun, path):
     """Save what ``ScheduleRun``'s speed-ups, tables and held-out scores need (the curves, final and
     Bayes metrics, final weights), not the snapshots, as one compressed numpy file."""
-    _check_run(run)
     path = _validate.writable_path("path", path)
     arrays = {f"bayes/{k}": np.asarray(v) for k, v in run.bayes.items()}
     for i, name in enumerate(run.schedules):
