@@ -73,6 +73,7 @@ class Config:
     train at rate 0 (a learning-rate multiplier of 0: the ablations of chapter 4's loop). ``cued``
     swaps the toy for ``tasks.cued_sources_task`` (two sources per sequence and a cue: the values
     need routing), with the same sizes; its last two input coordinates are the stream tag and the cue."""
+    _made_by = "Config.paper(), Config.small(...)"
 
     n_sources: int = 3
     d_x: int = 12
@@ -131,31 +132,18 @@ class Config:
         return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
 
 
-def _check_cfg(cfg):
-    if not isinstance(cfg, Config):
-        _validate.fail("cfg", "a specialisation.Config (Config.paper(), Config.small(...))", type(cfg).__name__,
-                       described=True)
-    return cfg
-
-
-def _check_run(run_, what="run_"):
-    if not isinstance(run_, Run):
-        _validate.fail(what, "a specialisation.Run (what run or run_seeds returns)", type(run_).__name__, described=True)
-    return run_
-
-
 def _check_runs(runs):
-    """A non-empty list (or tuple) of Runs, as a list."""
-    if not isinstance(runs, (list, tuple)):
-        _validate.fail("runs", "a list of specialisation.Run (what run_seeds returns)", type(runs).__name__,
-                       described=True)
+    """``runs: Sequence[Run]`` as a list, not empty and every one a Run (beartype checks one of them)."""
     if not runs:
         _validate.fail("runs", "at least one Run", "none", described=True)
-    return [_check_run(r, f"runs[{i}]") for i, r in enumerate(runs)]
+    for i, r in enumerate(runs):
+        if not isinstance(r, Run):
+            _validate.fail(f"runs[{i}]", f"a specialisation.Run ({Run._made_by})", r)
+    return list(runs)
 
 
-def make_task(cfg):
-    _check_cfg(cfg)
+@checked
+def make_task(cfg: Config):
     make = tasks.cued_sources_task if cfg.cued else tasks.sources_task
     return make(cfg.n_sources, cfg.d_x, cfg.seq_len, cfg.signal_prob, cfg.noise, cfg.separation, cfg.task_seed)
 
@@ -167,29 +155,30 @@ def make_data(cfg, seed):
     return task, task.sample(cfg.n_train, seed=10_000 + seed), task.sample(cfg.n_probe, seed=20_000 + seed)
 
 
-def make_model(cfg, seed):
-    _check_cfg(cfg)
+@checked
+def make_model(cfg: Config, seed):
     return AttentionHead(cfg.d_x, cfg.d_k, cfg.d_v, cfg.n_sources, std=cfg.init_std, seed=seed)
 
 
-def lr_multipliers(cfg):
+@checked
+def lr_multipliers(cfg: Config):
     """The run's schedule: plain gradient descent (None), or EM-like with ``cfg.value_ratio``, with a
     factor 0 for every matrix in ``cfg.frozen``."""
-    _check_cfg(cfg)  # its fields were checked when it was made
     factors = {} if cfg.value_ratio == 1 else em_like(cfg.value_ratio)
     factors.update(dict.fromkeys(cfg.frozen, 0.0))
     return factors or None
 
 
-def recipe(cfg, steps=None):
+@checked
+def recipe(cfg: Config, steps=None):
     """How ``cfg``'s head trains: plain SGD at ``cfg.lr`` with ``lr_multipliers(cfg)``, for
     ``steps`` (default ``cfg.steps``). A factor 0 leaves a frozen matrix exactly where it is."""
-    _check_cfg(cfg)
     return Recipe(cfg.steps if steps is None else steps, lr=cfg.lr, lr_multipliers=lr_multipliers(cfg))
 
 
 @dataclass
 class Run:
+    _made_by = "what run or run_seeds returns"   # in the message where one was expected (_types.words)
     cfg: Config
     seed: int
     model: AttentionHead
@@ -325,12 +314,12 @@ def _one_thread():
         torch.set_num_threads(before)
 
 
-def run(cfg=Config(), seed=0, loop_every=0, loop_until=300, progress=False, device="cpu"):
+@checked
+def run(cfg: Config = Config(), seed=0, loop_every=0, loop_until=300, progress=False, device="cpu"):
     """Train one head on the toy task and measure it (see the module docstring).
 
     ``device`` defaults to the CPU: at these sizes (a few thousand positions, an 8-wide head) a GPU
     only adds overhead; "cuda" (or None: the GPU when there is one) runs everything there."""
-    _check_cfg(cfg)
     if cfg.steps % cfg.log_every:
         _validate.fail("cfg.steps", f"a multiple of cfg.log_every={cfg.log_every}", cfg.steps)
     seed = _validate.seed("seed", seed)
@@ -403,11 +392,11 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
                snapshots=snapshots)
 
 
-def run_seeds(cfg=Config(), seeds=(0, 1, 2, 3, 4), workers=None, **kwargs):
+@checked
+def run_seeds(cfg: Config = Config(), seeds=(0, 1, 2, 3, 4), workers=None, **kwargs):
     """``run`` for each seed, in the order of ``seeds``. On the CPU the seeds train in ``workers``
     processes at once (default: one per CPU core, at most one per seed); each run is seeded on its
     own and uses one thread, so the results are those of one run after the other."""
-    _check_cfg(cfg)
     seeds = list(_validate.distinct_seeds("seeds", seeds))
     on_cpu = pick_device(kwargs.get("device", "cpu")).type == "cpu"
     if workers is None:
@@ -440,7 +429,8 @@ def _continue(cfg, seed, params, steps):
     return {"steps": cfg.steps + steps, "loss": loss, **metrics, "model": model}
 
 
-def continue_training(runs, steps, workers=None):
+@checked
+def continue_training(runs: Sequence[Run], steps, workers=None):
     """Train each run of ``runs`` for ``steps`` more steps of its own schedule, from its final weights,
     and measure the head again: one dict per run with ``steps`` (the total), the training ``loss``, the
     probe measurements of ``probe_metrics`` (``kl_bits``, ``attn_entropy``, ``signal_mass``, ...) and
@@ -498,7 +488,7 @@ def curves(runs: Sequence[Run], key: str):
 def reference_entropies(run_: Run):
     """Mean attention entropy (nats) of uniform causal attention, and of ideal routing (uniform over
     the visible signal positions, or over all visible ones where none is a signal yet), on the probe."""
-    _, _, sp = _check_run(run_).probe
+    _, _, sp = run_.probe
     T = sp.shape[1]
     visible = attention.causal_mask(T).expand(sp.shape[0], T, T)
     uniform = visible.double() / visible.sum(-1, keepdim=True)
@@ -608,7 +598,7 @@ def manifold(run_: Run, model: AttentionHead | None = None):
     """The value cloud of the probe sequences: PCA (top K-1 components), the single-observation
     posterior entropy of every position, and their link (Spearman of the distance from the cloud's
     centre in the PC plane with that entropy). ``model`` defaults to the trained head."""
-    model = model or _check_run(run_).model
+    model = model or run_.model
     xp = run_.probe[0]
     v = model.internals(xp)["v"].reshape(-1, run_.cfg.d_v)
     k = run_.task.n_sources - 1
@@ -859,12 +849,12 @@ def compare_with_gmm(run_: Run, n_iter=100, restarts=5, confident=0.9):
 
 # ----------------------------------------------------------------------------- chapter 4: the score kernel, an oracle head, snapshots
 
-def parameter_snapshots(cfg, seed, at):
+@checked
+def parameter_snapshots(cfg: Config, seed, at):
     """Retrain ``seed``'s head exactly as ``run`` does (same data, initial weights, rates and seed,
     hence the same weights) and keep a copy of its parameters at every step in ``at``: the state
     *before* that step's update, ``cfg.steps`` for the final state. Trains only as far as needed.
     Returns {step: {name: tensor}}."""
-    _check_cfg(cfg)
     if isinstance(at, str):
         _validate.fail("at", "steps (ints, e.g. [0, 10, 20])", at)
     at = sorted(set(_validate.integer(f"at[{i}]", s, 0) for i, s in enumerate(at)))
@@ -939,12 +929,12 @@ def kernel_offdiagonal(x: Float[Tensor, "B T d_x"], params: Mapping[str, Tensor]
     return np.array(shares)
 
 
-def score_kernel_record(cfg, seed, every=10, until=300, kernel_at=(0, 100, 300), n_seqs=16, keep=()):
+@checked
+def score_kernel_record(cfg: Config, seed, every=10, until=300, kernel_at=(0, 100, 300), n_seqs=16, keep=()):
     """Chapter 4's kernel measurements for one seed: ``score_step`` on the training batch at steps
     0, every, ... < until, and ``kernel_offdiagonal`` (mean over ``n_seqs`` sequences) at the steps
     ``kernel_at``. Returns {"step": ..., each key of score_step: (n,) arrays, "offdiag": {step: share},
     "snapshots": {step: params} for the steps in ``keep`` (from the same training run)}."""
-    _check_cfg(cfg)
     every, until = _validate.integer("every", every, 1), _validate.integer("until", until, 1)
     kernel_at, keep = _validate.step_list("kernel_at", kernel_at), list(keep) and _validate.step_list("keep", keep)
     loop = list(range(0, min(until, cfg.steps), every))
