@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _validate
+from ._types import checked
 
 
 # ----------------------------------------------------------------------------- validation
@@ -398,16 +399,11 @@ ARCHITECTURES = tuple(REGISTRY)
 PARAM_MATCH_FACTOR = 1.25  # largest / smallest parameter count across the four at the CPU scale, tested
 
 
-def _check_name(name):
-    if not isinstance(name, str) or name not in REGISTRY:
-        _validate.fail("architecture", f"one of {ARCHITECTURES}", name)
-
-
 def sizes(name, scale="small", **overrides):
     """The one size rule: the constructor kwargs of ``name`` at ``scale`` ("small": the entry's
     ``small``; "paper": its ``paper`` over them), then ``overrides`` on top. An override changes
     only what it names: ``sizes("transformer", "paper", n_layers=1)`` keeps d_model 256."""
-    _check_name(name)
+    _validate.choice("architecture", name, ARCHITECTURES)
     if scale not in ("small", "paper"):
         _validate.fail("scale", "'small' or 'paper'", scale)
     arch = REGISTRY[name]
@@ -431,10 +427,9 @@ def build(name, vocab_size, n_classes, **sizes_):
     return REGISTRY[name].cls(vocab_size, n_classes, **kwargs)
 
 
-def count_parameters(model):
+@checked
+def count_parameters(model: nn.Module):
     """Number of trainable scalars."""
-    if not isinstance(model, nn.Module):
-        _validate.fail("model", "a torch.nn.Module", type(model).__name__, described=True)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -453,7 +448,8 @@ def _keeper(record, key):
     return hook
 
 
-def run_with_probes(model, inputs, names=PROBES):
+@checked
+def run_with_probes(model: nn.Module, inputs, names=PROBES):
     """Run ``model(inputs)`` without gradients and return what passed through the probe points
     ``names`` of every attention layer (``has_probes``, in model order, the model itself included):
     a list indexed by layer of dicts probe name without "probe_" -> tensor, e.g. "k" (B, H, T, d_head),
@@ -461,8 +457,6 @@ def run_with_probes(model, inputs, names=PROBES):
     (B, T, d_model) tensor for a bare ``CausalSelfAttention``."""
     if isinstance(names, str) or not isinstance(names, (list, tuple)) or not set(names) <= set(PROBES):
         _validate.fail("names", f"a list of probe names from {PROBES}", names)
-    if not isinstance(model, nn.Module):
-        _validate.fail("model", "a torch.nn.Module", type(model).__name__, described=True)
     layers = [m for m in model.modules() if has_probes(m)]
     if not layers:
         _validate.fail("model", f"a model with attention layers carrying the probe points {PROBES}",

@@ -81,10 +81,9 @@ def _kind(module):
     return None
 
 
-def attention_layers(model):
+@checked
+def attention_layers(model: nn.Module):
     """(name, module, kind) of every attention layer the monitor understands, in model order."""
-    if not isinstance(model, nn.Module):
-        _validate.fail("model", "a torch.nn.Module", type(model).__name__, described=True)
     found = [(name or "model", m, _kind(m)) for name, m in model.named_modules() if _kind(m)]
     if not found:
         _validate.fail("model", "at least one attention layer (torch.nn.MultiheadAttention, a module with the "

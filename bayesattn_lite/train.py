@@ -103,7 +103,8 @@ def rates(lr, lr_multipliers=None, names=("W_Q", "W_K", "W_V", "W_O")):
     return {name: lr * _validate.real(f"lr_multipliers[{name!r}]", factors.get(name, 1.0), 0) for name in names}
 
 
-def param_groups(model, lr, lr_multipliers=None):
+@checked
+def param_groups(model: torch.nn.Module, lr, lr_multipliers=None):
     """Optimizer parameter groups with a learning rate per parameter, chosen by name.
 
     ``lr_multipliers`` maps fnmatch patterns on ``model.named_parameters()`` names to a factor
@@ -115,8 +116,6 @@ def param_groups(model, lr, lr_multipliers=None):
         param_groups(head, 0.1, {"W_Q": 0.1, "W_K": 0.1})     # slow routing, fast content
         param_groups(model, 0.1, {f"*{m}": 0.1 for m in GROUPS["routing"]})  # same, any nesting
     """
-    if not isinstance(model, torch.nn.Module):
-        _validate.fail("model", "a torch.nn.Module", type(model).__name__, described=True)
     _validate.positive("lr", lr)
     lr_multipliers = _multipliers(lr_multipliers)
     named = list(model.named_parameters())
