@@ -342,9 +342,10 @@ class AttentionHead(nn.Module):
     of ``train.param_groups`` match on (routing = W_Q, W_K; content = the rest).
     """
 
-    def __init__(self, d_x, d_k, d_v, n_classes, std=0.1, seed=0, causal=True, dtype=torch.float32):
+    @checked
+    def __init__(self, d_x, d_k, d_v, n_classes, std=0.1, seed=0, causal: Flag = True, dtype=torch.float32):
         super().__init__()
-        self.causal = _validate.boolean("causal", causal)
+        self.causal = bool(causal)
         for name, W in init_params(d_x, d_k, d_v, n_classes, std, seed, dtype).items():
             self.register_parameter(name, nn.Parameter(W))
 

@@ -159,8 +159,7 @@ def load(path, kind, device="cpu", required=()):
 
 def refuse(path, expected_fingerprint, ckpt, differences):
     """Raise CheckpointMismatch when the run that wrote ``ckpt`` differs from this one."""
-    if not isinstance(ckpt, dict):
-        _validate.fail("ckpt", "a checkpoint (the dict checkpoints.load returns)", ckpt)
+    _validate.record("ckpt", ckpt, (), "checkpoints.load")
     if differences:
         raise CheckpointMismatch(
             f"checkpoint {path}: expected a checkpoint of this run (fingerprint {expected_fingerprint}), but it "

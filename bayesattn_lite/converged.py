@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from . import _validate, checkpoints, comparison, diagnostics, models, wind_tunnels
+from ._types import checked
 from .comparison import EVAL_SEED, run_name
 
 # The recipe, measured on the 2-core CPU: AdamW at 3e-3, a 5% linear warm-up, a cosine decay to 0,
@@ -249,8 +250,7 @@ def save_pretrained(model, record, directory=None):
     if not isinstance(model, torch.nn.Module):
         _validate.fail("model", "a torch.nn.Module (the model train_converged returned)", type(model).__name__,
                        described=True)
-    if not isinstance(record, dict) or not {"arch", "task", "seed", "size"} <= set(record):
-        _validate.fail("record", "the record train_converged returned (a dict with arch, task, seed, size)", record)
+    _validate.record("record", record, ("arch", "task", "seed", "size"), "train_converged")
     _run_key(record["arch"], record["task"], record["seed"], record["size"], record.get("variant"))
     stem = folder(record["size"], directory, record.get("variant")) / run_name(record["arch"], record["task"],
                                                                                  record["seed"])
@@ -352,12 +352,11 @@ def verdict(kl_per_seed, baseline_kl):
     return "learned" if worst <= LEARNED_FRACTION else "partly" if worst <= PARTLY_FRACTION else "not learned"
 
 
-def baseline_kl(task, batch):
+@checked
+def baseline_kl(task, batch: wind_tunnels.WindTunnelBatch):
     """KL (bits) to the posterior of the task's baseline without the primitive, on ``batch``."""
     if not isinstance(task, wind_tunnels._WindTunnel):
         _validate.fail("task", "a wind tunnel (e.g. wind_tunnels.wind_tunnel('hmm'))", type(task).__name__, described=True)
-    if not isinstance(batch, wind_tunnels.WindTunnelBatch):
-        _validate.fail("batch", "a WindTunnelBatch (task.sample(...))", type(batch).__name__, described=True)
     if (batch.posterior.shape[-1] != task.n_classes or int(batch.tokens.max()) >= task.vocab_size
             or batch.tokens.shape[-1] <= getattr(task, "prefix_len", 0)):
         _validate.fail("batch", f"a batch of this task, {task!r}.sample(...)", f"a batch of {batch.posterior.shape[-1]} "

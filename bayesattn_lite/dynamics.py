@@ -103,9 +103,7 @@ def recipe(optimizer=SHIPPED):
 
 def _check_record(record, keys):
     """A record of ``run`` (a dict): at least ``keys``, the ones the caller reads."""
-    if not isinstance(record, dict) or not set(keys) <= set(record):
-        _validate.fail("record", f"a record of dynamics.run or load_record (a dict with {', '.join(keys)})", record)
-    return record
+    return _validate.record("record", record, keys, "dynamics.run or load_record")
 
 
 class _Stop(Exception):

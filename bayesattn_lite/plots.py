@@ -329,8 +329,7 @@ def value_trajectories(axes, pca, colors, titles=None):
     Each symbol's value W_V mu_s is a line from a hollow circle (start) to a filled one (end),
     labelled with the symbol. All panels use the same axes and limits.
     """
-    if not isinstance(pca, dict) or not {"projections", "explained"} <= pca.keys():
-        _validate.fail("pca", "the dict experiments.value_pca returns (keys 'projections', 'explained')", pca)
+    _validate.record("pca", pca, ("projections", "explained"), "experiments.value_pca")
     names = list(pca["projections"])
     if not hasattr(colors, "keys") or not set(names) <= set(colors.keys()):
         _validate.fail("colors", f"a dict with a colour for each schedule {names}", colors)

@@ -72,6 +72,7 @@ class WindTunnelBatch:
     posterior  (B, T, C) float32 exact Bayes posterior of the target given tokens[:, :t+1]; 0 where not scored
     mask       (B, T) bool, True where the position is scored
     """
+    _made_by = "task.sample(...)"   # in the message where one was expected (_types.words)
 
     tokens: torch.Tensor
     targets: torch.Tensor
@@ -87,15 +88,14 @@ class WindTunnelBatch:
         return self.tokens.shape[0]
 
 
-def _generator(seed, generator):
+@checked
+def _generator(seed, generator: torch.Generator | None):
     """The torch.Generator a sampler draws from: a fresh one seeded by ``seed``, the one given, or
     None (torch's global generator) when neither is given."""
     if seed is not None and generator is not None:
         _validate.fail("seed, generator", "at most one of them", "both", described=True)
     if seed is not None:
         return torch.Generator().manual_seed(_validate.seed("seed", seed))
-    if generator is not None and not isinstance(generator, torch.Generator):
-        _validate.fail("generator", "a torch.Generator", generator)
     return generator
 
 
@@ -129,12 +129,12 @@ class _WindTunnel:
     def __repr__(self):
         return f"{type(self).__name__}(" + ", ".join(f"{k}={getattr(self, k):g}" for k in self.settings) + ")"
 
-    def _check_batch(self, batch):
+    @checked
+    def _check_batch(self, batch: WindTunnelBatch):
         """A WindTunnelBatch of this task (its posterior has this task's n_classes)."""
-        if not isinstance(batch, WindTunnelBatch) or batch.posterior.shape[-1] != self.n_classes:
-            given = (f"a batch of {batch.posterior.shape[-1]} classes" if isinstance(batch, WindTunnelBatch)
-                     else type(batch).__name__)
-            _validate.fail("batch", f"a WindTunnelBatch of this task ({self!r}.sample(...))", given, described=True)
+        if batch.posterior.shape[-1] != self.n_classes:
+            _validate.fail("batch", f"a WindTunnelBatch of this task ({self!r}.sample(...))",
+                           f"a batch of {batch.posterior.shape[-1]} classes", described=True)
         return batch
 
     def _begin(self, batch_size, seed, generator, horizon, maximum=None):
