@@ -41,17 +41,6 @@ from ._types import Array, Flag, Float, Shaped, Tensor, checked
 Maps = Float[Array, "*B T T"]   # attention maps alpha (..., queries, keys), rows over the keys
 
 
-def _tensor(name, a, min_dim=1):
-    if not isinstance(a, torch.Tensor):
-        if isinstance(a, np.ndarray):
-            a = torch.from_numpy(a)
-        else:
-            _validate.fail(name, "a torch.Tensor or numpy array", type(a).__name__, described=True)
-    if a.dim() < min_dim:
-        _validate.fail(name, f"at least {min_dim} dimension(s)", f"shape {tuple(a.shape)}", described=True)
-    return a
-
-
 def _check_alpha(alpha):
     """Attention maps: weights in [0, 1], rows summing to 1 (the signature checked the shape)."""
     alpha = torch.as_tensor(alpha)
@@ -519,9 +508,10 @@ def _check_batch(batch):
             _validate.fail("batch", "a wind_tunnels.WindTunnelBatch", type(batch).__name__, described=True)
 
 
-def _logits_and_batch(logits, batch):
+@checked
+def _logits_and_batch(logits: Float[Array, "B T C"], batch):
     _check_batch(batch)
-    logits = _validate.tensor("logits", _tensor("logits", logits, 3), floating=True)
+    logits = _validate.finite_values("logits", torch.as_tensor(logits))
     _validate.shape("logits", logits, batch.posterior.shape, "the shape of the batch's posterior (B, T, n_classes) =")
     if not batch.mask.any():
         _validate.fail("batch", "at least one scored position", "none", described=True)
@@ -585,13 +575,11 @@ def per_position_kl_bits(logits, batch):
 # The three signatures Paper I reads off a trained transformer (chapter 7): orthogonal keys, queries
 # that focus layer by layer, and values on a low-dimensional manifold ordered by posterior entropy.
 
-def group_means(vectors, labels):
+@checked
+def group_means(vectors: Shaped[Array, "n d"], labels: Shaped[Array, " n"]):
     """The mean of the rows of ``vectors`` (n, d) sharing each label (n,): returns (labels present,
     sorted) and their means (n_labels, d). E.g. one key vector per token, averaged over positions."""
-    vectors, labels = _tensor("vectors", vectors, 2), _tensor("labels", labels)
-    if vectors.dim() != 2 or labels.shape != vectors.shape[:1]:
-        _validate.fail("vectors, labels", "(n, d) and (n,)", f"{tuple(vectors.shape)} and {tuple(labels.shape)}",
-                       described=True)
+    vectors, labels = torch.as_tensor(vectors), torch.as_tensor(labels)
     if labels.is_floating_point() or labels.is_complex():  # 0.1 + 0.2 and 0.3 would be two groups
         _validate.fail("labels.dtype", "an integer dtype (token ids or class indices)", labels.dtype)
     present, inverse = torch.unique(labels, return_inverse=True)
