@@ -8,7 +8,9 @@ A public function says what it takes in its signature, with jaxtyping's shapes::
 ``help(scores)`` shows the shapes, and ``checked`` has beartype check them at each call: the types,
 the number of axes, and that an axis named twice (d_k above) has one size across the arguments.
 What a type cannot say (a range, rows that sum to 1, finite values) stays a short check at the top
-of the function (``_validate``).
+of the function (``_validate``). Where one comes from goes after the type in the message: a class of
+the package says it in ``_made_by`` ("what run_schedules returns"), another class in its annotation,
+``Annotated[Axes, "fig, ax = plt.subplots()"]``.
 
 beartype's own message is a page long (the value, the type, every parameter, the axis sizes);
 ``checked`` turns it into the package's one format, a ValueError::
@@ -45,7 +47,7 @@ Array = Tensor | np.ndarray   # where a numpy array is taken as well as a tensor
 
 _DTYPE_WORDS = {"Float": "a float", "Int": "an integer", "Integer": "an integer", "Bool": "a bool"}
 _CLASS_WORDS = {bool: "True or False", np.bool_: "True or False", str: "a str", int: "an int", float: "a number",
-                type(None): "None"}
+                type(None): "None", np.ndarray: "a numpy array"}
 
 
 _UNCHECKED = [0]   # > 0 inside ``unchecked()``
@@ -144,6 +146,9 @@ def _array_words(dtype, dim_str, kind):
 def _word(hint):
     if hint in _CLASS_WORDS:
         return _CLASS_WORDS[hint]
+    if typing.get_origin(hint) is typing.Annotated:   # Annotated[Axes, "fig, ax = plt.subplots()"]: where one comes from
+        base, note = typing.get_args(hint)[:2]
+        return f"{words(base)} ({note})"
     origin = typing.get_origin(hint) or hint
     if origin in (dict, typing.Mapping) or getattr(origin, "__name__", "") == "Mapping":
         return "a mapping (a dict)"
@@ -160,6 +165,8 @@ def _word(hint):
         return f"a torch.nn.{origin.__qualname__}"
     if module.startswith("torch"):
         return f"a torch.{origin.__qualname__}"
+    if module.startswith("matplotlib"):
+        return f"a matplotlib {origin.__name__.removesuffix('Base')}"
     return f"a {getattr(origin, '__name__', str(hint))}"
 
 
