@@ -1,6 +1,7 @@
 """Figure helpers shared by the chapters, so every chapter draws the same things the same way."""
 
 from collections.abc import Sequence
+from typing import Annotated
 
 import matplotlib
 import matplotlib.axes
@@ -14,9 +15,9 @@ from ._types import checked
 from .experiments import EMvsSGDResult
 from .specialisation import Run
 
-Figure = matplotlib.figure.FigureBase   # a figure or a subfigure
-Axes = matplotlib.axes.Axes
-AxesList = Sequence[Axes] | np.ndarray   # what fig.subplots returns, or a list of axes
+Figure = Annotated[matplotlib.figure.FigureBase, "fig = plt.figure()"]   # a figure or a subfigure
+Axes = Annotated[matplotlib.axes.Axes, "fig, ax = plt.subplots()"]
+AxesList = Sequence[matplotlib.axes.Axes] | np.ndarray   # what fig.subplots returns, or a list of axes
 
 # The Okabe-Ito palette: eight colours that stay distinct under the common colour-vision deficiencies.
 OKABE_ITO = {
@@ -74,13 +75,6 @@ def _array(what, value, ndim=None, expected=None):
     return array
 
 
-def _axes(what, ax):
-    """A matplotlib Axes to draw on."""
-    if not isinstance(ax, matplotlib.axes.Axes):
-        _validate.fail(what, "a matplotlib Axes (fig, ax = plt.subplots())", type(ax).__name__, described=True)
-    return ax
-
-
 def _color(what, value):
     """A colour matplotlib understands."""
     if not matplotlib.colors.is_color_like(value):
@@ -114,12 +108,12 @@ def _formats_a_number(fmt):
         return False
 
 
-def heatmap(ax, matrix, title="", signed=False, mask=None, fmt=None, xlabel="key j", ylabel="query i"):
+@checked
+def heatmap(ax: Axes, matrix, title="", signed=False, mask=None, fmt=None, xlabel="key j", ylabel="query i"):
     """Draw a (T, T) matrix; ``signed`` centres a red-blue scale on zero; ``mask`` greys entries out.
 
     ``fmt`` (e.g. "{:.2f}") writes each value in its cell, for small matrices.
     """
-    _axes("ax", ax)
     m = _array("matrix", matrix, ndim=2, expected="a 2-D (rows, columns) matrix")
     if m.size == 0:
         _validate.fail("matrix", "at least one row and one column", f"shape {m.shape}", described=True)
@@ -153,9 +147,9 @@ def heatmap(ax, matrix, title="", signed=False, mask=None, fmt=None, xlabel="key
     return im
 
 
-def arrows(ax, points, deltas, color, label=None, scale=1.0, annotate=None):
+@checked
+def arrows(ax: Axes, points, deltas, color, label=None, scale=1.0, annotate=None):
     """Points in 2-D with an arrow from each to point + scale * delta (one gradient step)."""
-    _axes("ax", ax)
     _color("color", color)
     p, d = _validate.same_shape("points, deltas", _points("points", points), _points("deltas", deltas))
     d = d * _validate.real("scale", scale)
@@ -202,13 +196,13 @@ def _finish_plane(ax, points, title, legend_loc):
     return ax
 
 
-def qk_step(ax, q, k, dq, dk, lr, title="queries and keys: one gradient step", legend_loc="best"):
+@checked
+def qk_step(ax: Axes, q, k, dq, dk, lr, title="queries and keys: one gradient step", legend_loc="best"):
     """Queries and keys in a 2-D key space, each with an arrow for its step ``-lr * gradient``.
 
     ``q``, ``k`` are (T, 2) (d_k = 2) and ``dq``, ``dk`` their gradients dL/dq, dL/dk. The arrows
     are drawn at true length (the step itself), on equal axes, so angles can be read off.
     """
-    _axes("ax", ax)
     lr = _validate.positive("lr", lr)  # a step size: a negative one would draw the step uphill
     q, k = _points("q", q), _points("k", k)
     dq, dk = _points("dq", dq), _points("dk", dk)
@@ -223,7 +217,8 @@ def qk_step(ax, q, k, dq, dk, lr, title="queries and keys: one gradient step", l
     return _finish_plane(ax, [q, k, q - lr * dq, k - lr * dk], title, legend_loc)
 
 
-def value_step(ax, v, dv, u, lr, readout=None, u_scale=1.0,
+@checked
+def value_step(ax: Axes, v, dv, u, lr, readout=None, u_scale=1.0,
                title="values: one gradient step", legend_loc="best"):
     """Values in a 2-D value space with arrows ``-lr * dL/dv_j``, and the error signals u_i.
 
@@ -231,7 +226,6 @@ def value_step(ax, v, dv, u, lr, readout=None, u_scale=1.0,
     ``u_scale`` (stated in the legend) so it is visible next to the values. ``readout`` (C, 2),
     when given, is W_O: its rows, the class directions, are drawn as dashed grey lines.
     """
-    _axes("ax", ax)
     lr, u_scale = _validate.positive("lr", lr), _validate.positive("u_scale", u_scale)
     v, dv, u = (_points(name, a) for name, a in (("v", v), ("dv", dv), ("u", u)))
     if dv.shape != v.shape:
@@ -261,13 +255,13 @@ def value_step(ax, v, dv, u, lr, readout=None, u_scale=1.0,
 
 # ----------------------------------------------------------------------------- training runs over seeds
 
-def seed_bands(ax, curves, color, label, steps=None, lw=1.6):
+@checked
+def seed_bands(ax: Axes, curves, color, label, steps=None, lw=1.6):
     """Median over seeds as a line and the min-max range over seeds as a band.
 
     ``curves`` is (seeds, steps); ``steps`` the x values (default 0, 1, ...). The label says how
     many seeds the band spans.
     """
-    _axes("ax", ax)
     _color("color", color)
     lw = _validate.positive("lw", lw)
     c = _array("curves", curves)
@@ -281,13 +275,13 @@ def seed_bands(ax, curves, color, label, steps=None, lw=1.6):
     return ax
 
 
-def strip(ax, labels, values, colors=None, reference=None, reference_label=None, ylabel="", log=False):
+@checked
+def strip(ax: Axes, labels, values, colors=None, reference=None, reference_label=None, ylabel="", log=False):
     """One column of points per label (one point per seed) with its median as a bar.
 
     ``values`` is a list of 1-D arrays (nan entries are left out and counted in the tick label);
     ``reference`` draws a dashed horizontal line (e.g. the paper's number).
     """
-    _axes("ax", ax)
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         _validate.fail("values", "a list of 1-D arrays, one per label", values)
     if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
@@ -357,10 +351,10 @@ def value_trajectories(axes, pca, colors, titles=None):
 
 # ----------------------------------------------------------------------------- chapters 4-5: curves and clouds
 
-def binned(ax, x, y, n_bins=8, **kwargs):
+@checked
+def binned(ax: Axes, x, y, n_bins=8, **kwargs):
     """Mean of ``y`` in ``n_bins`` quantile bins of ``x``, drawn as a line with markers at the bins'
     mean x. For relations too noisy to read from a scatter of thousands of points."""
-    _axes("ax", ax)
     n_bins = _validate.integer("n_bins", n_bins, minimum=1)
     x, y = _array("x", x).ravel(), _array("y", y).ravel()
     if x.shape != y.shape or x.size < n_bins:
@@ -378,10 +372,10 @@ def binned(ax, x, y, n_bins=8, **kwargs):
     return centres, means
 
 
-def trajectories(ax, paths, color, label=None, ls="-", marker="o"):
+@checked
+def trajectories(ax: Axes, paths, color, label=None, ls="-", marker="o"):
     """Paths of K points over iterations, ``paths`` of shape (n_iter + 1, K, 2): a line per point,
     a hollow marker where it starts and a filled one where it ends."""
-    _axes("ax", ax)
     _color("color", color)
     p = _array("paths", paths)
     if p.ndim != 3 or p.shape[2] != 2:
@@ -564,10 +558,9 @@ def sticky_em_vs_sgd(fig: Figure, result: EMvsSGDResult):
     return ax_loss, ax_speed
 
 
-def message(fig, text):
+@checked
+def message(fig: Figure, text):
     """A figure that says ``text`` instead of drawing (e.g. why a widget's run diverged)."""
-    if not isinstance(fig, matplotlib.figure.FigureBase):
-        _validate.fail("fig", "a matplotlib Figure (fig = plt.figure())", type(fig).__name__, described=True)
     ax = fig.subplots()
     ax.axis("off")
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=10)
@@ -593,11 +586,11 @@ def _number_of(value, row):
                        f"one that raised {type(exc).__name__}: {exc} on a row with keys {sorted(row)}", described=True)
 
 
-def ladder(ax, rows, value, group="task", colors=None, ylabel="", log_y=False, labels=None):
+@checked
+def ladder(ax: Axes, rows, value, group="task", colors=None, ylabel="", log_y=False, labels=None):
     """One panel of the size ladder: ``value(row)`` against the parameter count (log scale), one
     point per run and a line through the mean of each rung, one colour per ``group`` (rows from
     ``converged.ladder_rows``). ``labels`` maps a group to its legend text."""
-    _axes("ax", ax)
     if not isinstance(rows, (list, tuple)) or not rows:
         _validate.fail("rows", "a non-empty list of row dicts (converged.ladder_rows)", rows)
     _validate.function("value", value, "a function row -> number, e.g. lambda r: r['kl_bits']")
