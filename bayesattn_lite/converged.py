@@ -28,6 +28,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -243,13 +244,11 @@ def train_converged(arch, task_name, seed, size="small", steps=None, device=None
     return model, record
 
 
-def save_pretrained(model, record, directory=None):
+@checked
+def save_pretrained(model: Annotated[torch.nn.Module, "the model train_converged returned"], record, directory=None):
     """Write ``<arch>-<task>-seed<seed>.pt`` (the weights, on the CPU) and ``.json`` (the record)
     into ``directory`` (default ``PRETRAINED_DIR / size``, or its ``variants/<name>`` for a
     variant's run); returns the two paths."""
-    if not isinstance(model, torch.nn.Module):
-        _validate.fail("model", "a torch.nn.Module (the model train_converged returned)", type(model).__name__,
-                       described=True)
     _validate.record("record", record, ("arch", "task", "seed", "size"), "train_converged")
     _run_key(record["arch"], record["task"], record["seed"], record["size"], record.get("variant"))
     stem = folder(record["size"], directory, record.get("variant")) / run_name(record["arch"], record["task"],
@@ -372,7 +371,8 @@ def baseline_kl(task, batch: wind_tunnels.WindTunnelBatch):
 # Computed from the weights where they ship; stored in the record ("measured") by the training
 # script for every run, so the rungs that ship no weights can be read too.
 
-def measure_run(model, task, n_seqs=N_EVAL_PRETRAINED, seed=EVAL_SEED):
+@checked
+def measure_run(model: Annotated[torch.nn.Module, "e.g. from load_pretrained"], task, n_seqs=N_EVAL_PRETRAINED, seed=EVAL_SEED):
     """A run's measurements on ``n_seqs`` held-out sequences, as plain floats for JSON.
 
     "kl_bits", "entropy_error_bits" and "entropy_bias_bits" (the signed H(model) - H(Bayes):
@@ -380,8 +380,6 @@ def measure_run(model, task, n_seqs=N_EVAL_PRETRAINED, seed=EVAL_SEED):
     per token group, as is and centred) with "d_head", the attention entropy per layer and the
     first principal component's share (and Spearman with the posterior entropy) of the last layer's
     head outputs, of each head and of the residual stream (``diagnostics.bayesian_geometry``)."""
-    if not isinstance(model, torch.nn.Module):
-        _validate.fail("model", "a torch.nn.Module (e.g. from load_pretrained)", type(model).__name__, described=True)
     task = wind_tunnels.as_wind_tunnel(task)
     device = next(model.parameters()).device
     batch = task.sample(_validate.integer("n_seqs", n_seqs, 1), seed=seed).to(device)

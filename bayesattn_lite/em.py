@@ -118,7 +118,7 @@ def fit(x: Float[Array, "n d"], n_components, n_iter=30, init: Float[Array, "K d
     x = _points(x)
     n_components = _validate.integer("n_components", n_components, 1, x.shape[0])
     n_iter = _validate.integer("n_iter", n_iter, 1)
-    means = initial_means(x, n_components, _validate.seed("seed", seed)) if init is None \
+    means = initial_means(x, n_components, seed) if init is None \
         else _float64("init", init, x.device).clone()
     if means.shape[0] != n_components:
         _validate.fail("init", f"{n_components} means (one per component)", means.shape[0])

@@ -417,8 +417,7 @@ def value_pca(trajectories, n_components=2):
     to the last snapshot} and "straightness" {name: displacement / path_length, 1 for a straight run}.
     """
     if not isinstance(trajectories, dict) or not trajectories:
-        _validate.fail("trajectories", "a non-empty dict {name: (snapshots, n_symbols, d_v) array}",
-                       f"{type(trajectories).__name__} {_validate.describe(trajectories)}", described=True)
+        _validate.fail("trajectories", "a non-empty dict {name: (snapshots, n_symbols, d_v) array}", trajectories)
     arrays = {name: np.asarray(t, dtype=float) for name, t in trajectories.items()}
     for name, t in arrays.items():
         if t.ndim != 3 or t.shape[0] < 2:
