@@ -102,3 +102,39 @@ def test_unchecked_skips_the_annotations_inside_it_only():
     assert measure() == 4
     with pytest.raises(ValueError, match="^x: expected"):   # outside, checked as before
         width(torch.zeros(3))
+
+
+def test_words_say_where_a_class_comes_from():
+    from collections.abc import Sequence
+    from typing import Annotated
+
+    import matplotlib.axes
+
+    from bayesattn_lite.experiments import ScheduleRun
+    from bayesattn_lite.specialisation import Run
+
+    assert words(ScheduleRun) == "an experiments.ScheduleRun (what run_schedules returns)"
+    assert words(Sequence[Run]) == "a list, each a specialisation.Run (what run or run_seeds returns)"
+    assert words(Annotated[matplotlib.axes.Axes, "fig, ax = plt.subplots()"]) == \
+        "a matplotlib Axes (fig, ax = plt.subplots())"
+    assert words(torch.Generator | None) == "a torch.Generator or None"
+
+
+@pytest.mark.parametrize("call, message", [
+    ("specialisation.make_task('x')",
+     r"^cfg: expected a specialisation\.Config \(Config\.paper\(\), Config\.small\(\.\.\.\)\), got 'x'$"),
+    ("specialisation.continue_training([], 3)", r"^runs: expected at least one Run, got none$"),
+    ("experiments.bought_after({}, 3)", r"^fp: expected an experiments\.FramePrecision \(frame_precision, "),
+    ("experiments.long_run('cfg')", r"^cfg: expected an experiments\.LongRunConfig, got 'cfg'$"),
+    ("models.count_parameters('m')", r"^model: expected a torch\.nn\.Module, got 'm'$"),
+    ("plots.heatmap(3, [[1.0]])", r"^ax: expected a matplotlib Axes \(fig, ax = plt\.subplots\(\)\), got 3$"),
+    ("converged.measure_run(None, 'hmm')", r"^model: expected a torch\.nn\.Module \(e\.g\. from load_pretrained\), got None"),
+    ("attention.AttentionHead(4, 3, 3, 5, causal='no')", r"^causal: expected True or False, got 'no'$"),
+])
+def test_a_declared_class_is_named_with_where_it_comes_from(call, message):
+    """Checks by hand that the signatures replaced: the message still names the argument, the type and
+    where one comes from."""
+    from bayesattn_lite import attention, converged, experiments, models, plots, specialisation  # noqa: F401
+
+    with pytest.raises(ValueError, match=message):
+        eval(call)
