@@ -812,13 +812,32 @@ def test_an_unwritten_stub_answers_with_the_reference_and_says_so(capsys):
     assert not verdict and "NotImplementedError" in verdict.message
 
 
-def test_a_written_function_is_used_as_it_is():
+def test_a_written_function_that_passes_its_check_is_used_as_it_is():
+    reference, calls = _engine.reference(chapters_1_3._error_signal_spec()), []
+
     @checks.until_written(checks.check_error_signal)
     def error_signal(logits, y, W_O):
-        return "mine"
+        calls.append(1)
+        return reference(logits, y, W_O)
 
-    assert error_signal(None, None, None) == "mine"
-    assert not checks.check_error_signal(error_signal)  # and checked as it is: "mine" is not a tensor
+    spec = chapters_1_3._error_signal_spec()
+    inputs = list(spec.cases[0].inputs.values())
+    assert torch.allclose(error_signal(*inputs)[0], reference(*inputs)[0]) and calls
+
+
+def test_a_written_function_that_fails_its_check_gives_way_to_the_reference_and_says_why(capsys):
+    """A subtly wrong function (here: the wrong sign) would make every later figure disagree with the
+    text; the cell says so and uses the reference instead. The check still sees the learner's function."""
+    reference = _engine.reference(chapters_1_3._error_signal_spec())
+
+    @checks.until_written(checks.check_error_signal)
+    def error_signal(logits, y, W_O):
+        return tuple(-t for t in reference(logits, y, W_O))
+
+    inputs = list(chapters_1_3._error_signal_spec().cases[0].inputs.values())
+    assert torch.allclose(error_signal(*inputs)[0], reference(*inputs)[0])
+    assert "error_signal does not pass its check yet" in capsys.readouterr().out
+    assert not checks.check_error_signal(error_signal)
 
 
 def test_until_written_names_what_it_expected():

@@ -177,8 +177,8 @@ def test_the_converter_on_a_small_notebook():
         ("markdown", "> **Before you start**\n>\n> Read **this**."),
         ("markdown", "#### Exercise: Write f (★)\n\nWrite `f(x)`.\n\n```python\nf(1)\n```"),
         ("code", "import math\nanswer = 41"),
-        ("code", "import torch\n\n# Until you write f, the cells below that call it use the course's reference "
-                 "answer (they say so).\n@checks.until_written(checks.check_f)\n"
+        ("code", "import torch\n\n# Until you write f and it passes its check, the cells below that call it use the "
+                 "course's reference answer (they say so).\n@checks.until_written(checks.check_f)\n"
                  "def f(x):\n    raise NotImplementedError('write f: see the exercise above')\n\n"
                  "checks.check_f(f)"),  # the last cell calls f
         ("markdown", f"**Solution:** [open it in the book]({page}#ex-f)"),

@@ -9,7 +9,9 @@ every cell after it. The generator (``instructor.learner_copies``) then decorate
         raise NotImplementedError("write qkv_gradients: see the exercise above")
 
 While the learner's function raises ``NotImplementedError``, a call answers with the check's reference
-and prints once per cell that it did; once the function is written, its own answer is used. The
+and prints once per cell that it did. Once the function is written, the check runs on it once: if it
+passes, its own answer is used; if not, the reference answers and the cell says why, so that a subtly
+wrong function cannot make the figures below disagree with the text without a word. The
 check itself always sees the learner's function (``run`` unwraps ``learner_function``), so it never
 passes on the reference's behalf.
 """
@@ -53,28 +55,37 @@ def _cell():
 
 def until_written(check):
     """Decorator for a stub checked by ``check`` (a chapter's ``checks.check_*``): until the stub is
-    written, calls answer with the reference, saying so."""
+    written and passes ``check``, calls answer with the reference, saying so."""
     if check not in SPEC_OF:
         names = ", ".join(c.__name__ for c in SPEC_OF)
         _validate.fail("until_written(check)", f"one of the chapters' checks ({names})", check)
 
     def decorate(fn):
         _validate.function("until_written's function", fn, "a function to decorate")
-        answer, told = None, set()
+        answer, verdict, told = None, None, set()
+
+        def tell(what):   # once per cell
+            if (_cell(), what) not in told:
+                told.add((_cell(), what))
+                print(what)
 
         @functools.wraps(fn)
         def learner_or_reference(*args, **kwargs):
-            nonlocal answer
+            nonlocal answer, verdict
             try:
-                return fn(*args, **kwargs)
+                mine = fn(*args, **kwargs)
+                if verdict is None:   # the learner's function, checked once
+                    verdict = check(learner_or_reference)
+                if verdict:
+                    return mine
+                tell(f"({fn.__name__} does not pass its check yet, so this cell used the course's reference "
+                     f"answer, and the figures and numbers below are the chapter's; the check says: "
+                     f"{verdict.message})")
             except NotImplementedError:
-                cell = _cell()
-                if cell not in told:
-                    told.add(cell)
-                    print(f"({fn.__name__} is not written yet, so this cell used the course's reference "
-                          f"answer; write it above and run this cell again to use yours.)")
-                answer = answer or reference(SPEC_OF[check]())
-                return answer(*args, **kwargs)
+                tell(f"({fn.__name__} is not written yet, so this cell used the course's reference "
+                     f"answer; write it above and run this cell again to use yours.)")
+            answer = answer or reference(SPEC_OF[check]())
+            return answer(*args, **kwargs)
 
         learner_or_reference.learner_function = fn
         return learner_or_reference

@@ -464,8 +464,8 @@ def solution_stub(code_sources, needed=(), answers=()):
             stub = ast.unparse(_stub_def(stmt))
             if stmt.name in needed and stmt.name in checked_by:  # a later cell calls it: let it run meanwhile
                 module, check = checked_by[stmt.name]
-                stub = (f"# Until you write {stmt.name}, the cells below that call it use the course's reference "
-                        f"answer (they say so).\n@{module}.until_written({module}.{check})\n{stub}")
+                stub = (f"# Until you write {stmt.name} and it passes its check, the cells below that call it use the "
+                        f"course's reference answer (they say so).\n@{module}.until_written({module}.{check})\n{stub}")
             parts.append((True, stub))
     if code_sources and not parts:
         parts.append((False, "# Your code for the exercise above."))
