@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 from . import _validate, attention, diagnostics, tasks
-from ._types import Float, Int, Tensor, checked, unchecked
+from ._types import Float, Int, Tensor, checked, unchecked, words
 from .attention import AttentionHead
 from .train import GROUPS, History, Recipe, em_like, pick_device, rates, train, usable_cpus
 
@@ -138,7 +138,7 @@ def _check_runs(runs):
         _validate.fail("runs", "at least one Run", "none", described=True)
     for i, r in enumerate(runs):
         if not isinstance(r, Run):
-            _validate.fail(f"runs[{i}]", f"a specialisation.Run ({Run._made_by})", r)
+            _validate.fail(f"runs[{i}]", words(Run), r)
     return list(runs)
 
 
