@@ -237,6 +237,9 @@ def test_frame_change_is_the_mean_total_variation_between_rows():
     onehot = torch.tensor([[1.0, 0, 0, 0]] * 3)
     assert diagnostics.frame_change(uniform, onehot) == pytest.approx(0.75)
     assert diagnostics.frame_change(onehot, onehot) == 0.0
+    # check=False (maps a softmax has just made) gives the same number, without the row checks
+    assert diagnostics.frame_change(uniform, onehot, check=False) == pytest.approx(0.75)
+    assert diagnostics.frame_change(uniform * 2, onehot, check=False) == pytest.approx(1.0)   # unchecked rows
 
 
 def test_settle_order_names_what_settled_first_and_what_did_not():
