@@ -35,6 +35,18 @@ def _points(x):
     return _float64("x", x)
 
 
+def _weights(weights, K, device):
+    """Mixing weights as a float64 tensor: uniform when None, else K non-negative numbers summing to 1."""
+    if weights is None:
+        return torch.full((K,), 1.0 / K, dtype=torch.float64, device=device)
+    weights = _float64("weights", weights, device)
+    if weights.shape != (K,) or (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
+        _validate.fail("weights", f"K={K} non-negative numbers summing to 1",
+                       f"[{', '.join(f'{w:.4g}' for w in weights.tolist())}] (sum {weights.sum().item():.6g})",
+                       described=True)
+    return weights
+
+
 def _log_joint(x, means, variance, weights):
     """log pi_k + log N(x_i; mu_k, variance I), (n, K)."""
     d = x.shape[1]
@@ -50,12 +62,7 @@ def e_step(x: Float[Array, "n d"], means: Float[Array, "K d"], variance,
     means = _float64("means", means, x.device)
     variance = _validate.positive("variance", variance)
     K = means.shape[0]
-    weights = (torch.full((K,), 1.0 / K, dtype=torch.float64, device=x.device) if weights is None
-               else _float64("weights", weights, x.device))
-    if (weights < 0).any() or abs(weights.sum().item() - 1) > 1e-6:
-        _validate.fail("weights", f"K={K} non-negative numbers summing to 1",
-                       f"[{', '.join(f'{w:.4g}' for w in weights.tolist())}] (sum {weights.sum().item():.6g})",
-                       described=True)
+    weights = _weights(weights, K, x.device)
     log_joint = _log_joint(x, means, variance, weights)
     log_norm = torch.logsumexp(log_joint, dim=1, keepdim=True)
     return torch.exp(log_joint - log_norm), log_norm.mean().item()
@@ -112,9 +119,12 @@ def initial_means(x: Float[Array, "n d"], n_components, seed=0) -> Float[Tensor,
 
 @checked
 def fit(x: Float[Array, "n d"], n_components, n_iter=30, init: Float[Array, "K d"] | None = None,
-        variance=1.0, fit_variance: Flag = True, seed=0) -> "GMMFit":
+        variance=1.0, fit_variance: Flag = True, seed=0, weights: Float[Array, " K"] | None = None,
+        fit_weights: Flag = True) -> "GMMFit":
     """EM from ``init`` means (default: random data points). The variance starts at ``variance`` and is
-    re-estimated each M-step unless ``fit_variance`` is False."""
+    re-estimated each M-step unless ``fit_variance`` is False. The mixing weights start at ``weights``
+    (default uniform) and are re-estimated unless ``fit_weights`` is False: then, with the variance
+    fixed too, EM climbs the same objective as ``gradient_fit`` with the same weights."""
     x = _points(x)
     n_components = _validate.integer("n_components", n_components, 1, x.shape[0])
     n_iter = _validate.integer("n_iter", n_iter, 1)
@@ -123,12 +133,13 @@ def fit(x: Float[Array, "n d"], n_components, n_iter=30, init: Float[Array, "K d
     if means.shape[0] != n_components:
         _validate.fail("init", f"{n_components} means (one per component)", means.shape[0])
     variance = _validate.positive("variance", variance)
-    weights = torch.full((n_components,), 1.0 / n_components, dtype=torch.float64, device=x.device)
+    weights = _weights(weights, n_components, x.device)
     path, log_lik = [means.clone()], []
     for _ in range(n_iter):
         resp, ll = e_step(x, means, variance, weights)
         log_lik.append(ll)
-        means, variance, weights = m_step(x, resp, fit_variance, variance)
+        means, variance, fitted_weights = m_step(x, resp, fit_variance, variance)
+        weights = fitted_weights if fit_weights else weights
         path.append(means.clone())
     resp, ll = e_step(x, means, variance, weights)
     log_lik.append(ll)
@@ -137,26 +148,25 @@ def fit(x: Float[Array, "n d"], n_components, n_iter=30, init: Float[Array, "K d
 
 @checked
 def gradient_fit(x: Float[Array, "n d"], init: Float[Array, "K d"], variance, lr,
-                 n_iter=30) -> "GMMFit":
+                 n_iter=30, weights: Float[Array, " K"] | None = None) -> "GMMFit":
     """Gradient ascent on the means only (responsibilities recomputed every step, variance and
-    weights fixed): the "plain gradient descent" counterpart of ``fit``. ``lr`` is per point: the
-    step is lr * mean_gradient / n."""
+    ``weights`` fixed; default uniform): the "plain gradient descent" counterpart of ``fit``. ``lr``
+    is per point: the step is lr * mean_gradient / n."""
     x = _points(x)
     means = _float64("init", init, x.device).clone()
     variance = _validate.positive("variance", variance)
     lr = _validate.positive("lr", lr)
     n_iter = _validate.integer("n_iter", n_iter, 1)
     path, log_lik = [means.clone()], []
+    weights = _weights(weights, means.shape[0], x.device)
     for _ in range(n_iter):
-        resp, ll = e_step(x, means, variance)
+        resp, ll = e_step(x, means, variance, weights)
         log_lik.append(ll)
         means = means + lr * mean_gradient(x, resp, means, variance) / x.shape[0]
         path.append(means.clone())
-    resp, ll = e_step(x, means, variance)
+    resp, ll = e_step(x, means, variance, weights)
     log_lik.append(ll)
-    K = means.shape[0]
-    uniform = torch.full((K,), 1.0 / K, dtype=torch.float64, device=x.device)
-    return GMMFit(means, variance, uniform, resp, log_lik, torch.stack(path))
+    return GMMFit(means, variance, weights, resp, log_lik, torch.stack(path))
 
 
 @checked

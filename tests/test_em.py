@@ -96,3 +96,21 @@ def test_fit_best_is_at_least_as_good_as_every_restart():
         assert best.log_likelihood[-1] >= em.fit(x, 3, n_iter=10, seed=5 + k).log_likelihood[-1] - 1e-12
     with pytest.raises(ValueError, match="restarts"):
         em.fit_best(x, 3, restarts=0)
+
+
+def test_with_the_weights_held_em_and_gradient_ascent_climb_to_the_same_optimum():
+    """Chapter 5's like-for-like race: fit_weights=False keeps EM on gradient_fit's objective (the means
+    move, the variance and the given mixing weights stay), so both reach the same log-likelihood."""
+    x, centres = blobs()
+    weights = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)   # not the blobs' equal shares
+    init = centres + 0.8
+    held = em.fit(x, 3, n_iter=60, init=init, variance=1.0, fit_variance=False, weights=weights, fit_weights=False)
+    assert torch.equal(held.weights, weights)
+    ascent = em.gradient_fit(x, init, 1.0, lr=1.0, n_iter=600, weights=weights)
+    assert torch.equal(ascent.weights, weights)
+    assert math.isclose(held.log_likelihood[-1], ascent.log_likelihood[-1], abs_tol=1e-6)
+    assert held.log_likelihood[5] > ascent.log_likelihood[5]   # EM gets there in fewer steps
+    refitted = em.fit(x, 3, n_iter=60, init=init, variance=1.0, fit_variance=False, weights=weights)
+    assert not torch.allclose(refitted.weights, weights)      # the default re-estimates them
+    with pytest.raises(ValueError, match="weights"):
+        em.gradient_fit(x, init, 1.0, lr=1.0, weights=torch.tensor([0.5, 0.5], dtype=torch.float64))
