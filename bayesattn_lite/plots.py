@@ -398,7 +398,7 @@ def score_kernel_panels(axes: AxesList, steps, agree_gradient, agree_kernel, ker
     _, axes = figure_or_axes("axes", axes, 2)
     ax = axes[0]
     seed_bands(ax, agree_gradient, COLORS["error"], r"sign of $-\partial L/\partial s_{ij}$", steps=steps)
-    seed_bands(ax, agree_kernel, COLORS["query"], r"sign of the first-order step $-\eta K \nabla_s L$", steps=steps)
+    seed_bands(ax, agree_kernel, COLORS["query"], r"sign of the first-order step $-\eta \mathcal{K} \nabla_s L$", steps=steps)
     ax.axhline(0.5, color="0.5", ls=":", lw=1)
     ax.set(title="realised $\\Delta s_{ij}$ agrees in sign with ...", xlabel="step t", ylabel="share of pairs",
            ylim=(0.4, 1.03))
