@@ -159,8 +159,8 @@ def _word(hint):
     module = getattr(origin, "__module__", "")
     if module.startswith("bayesattn_lite."):   # the package's own classes by the name a user imports them,
         name = f"{module.removeprefix('bayesattn_lite.')}.{origin.__qualname__}"   # and where one comes from
-        hint = f" ({origin._made_by})" if hasattr(origin, "_made_by") else ""
-        return f"{'an' if name[0] in 'aeiou' else 'a'} {name}{hint}"
+        made_by = f" ({origin._made_by})" if hasattr(origin, "_made_by") else ""
+        return f"{'an' if name[0] in 'aeiou' else 'a'} {name}{made_by}"
     if module.startswith("torch.nn"):
         return f"a torch.nn.{origin.__qualname__}"
     if module.startswith("torch"):
