@@ -35,17 +35,24 @@ import typing
 
 import numpy as np
 from beartype import beartype
-from jaxtyping import AbstractArray, Bool, Float, Int, Shaped, TypeCheckError, jaxtyped
+from jaxtyping import AbstractArray, AbstractDtype, Bool, Float, Int, Shaped, TypeCheckError, jaxtyped
 from torch import Tensor
 
 from . import _validate
 
-__all__ = ["Array", "Bool", "Flag", "Float", "Int", "Shaped", "Tensor", "checked", "unchecked"]
+__all__ = ["Array", "Bool", "Flag", "Float", "Int", "Shaped", "Tensor", "TokenIds", "checked", "unchecked"]
 
 Flag = bool | np.bool_   # a yes/no argument: numpy's bool (what a comparison of arrays gives) is one too
 Array = Tensor | np.ndarray   # where a numpy array is taken as well as a tensor: Float[Array, "n d"]
 
-_DTYPE_WORDS = {"Float": "a float", "Int": "an integer", "Integer": "an integer", "Bool": "a bool"}
+
+class TokenIds(AbstractDtype):
+    """The integer dtypes an nn.Embedding looks up: TokenIds[Tensor, "B T"] for a model's tokens."""
+    dtypes = ["int64", "int32"]
+
+
+_DTYPE_WORDS = {"Float": "a float", "Int": "an integer", "Integer": "an integer", "Bool": "a bool",
+                "TokenIds": "an int64 (torch.long) or int32"}
 _CLASS_WORDS = {bool: "True or False", np.bool_: "True or False", str: "a str", int: "an int", float: "a number",
                 type(None): "None", np.ndarray: "a numpy array"}
 

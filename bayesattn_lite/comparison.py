@@ -19,13 +19,17 @@ import math
 import multiprocessing
 import os
 import time
+from typing import Annotated
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from . import _validate, diagnostics, models, wind_tunnels
+from ._types import checked
 from .train import Recipe, pick_device, seed_everything, train
+
+Model = Annotated[torch.nn.Module, "models.build(...)"]   # in the message where one was expected
 
 # Training batches come from wind_tunnels.data_seed(seed, step), far from these held-out seeds.
 EVAL_SEED = 12345   # the held-out sequences every chapter scores on
@@ -40,13 +44,6 @@ def run_name(arch, task_name, seed):
     return f"{arch}-{task_name}-seed{seed}"
 
 
-def _model(what, model):
-    """A model to train or score: a torch.nn.Module (what ``models.build`` returns)."""
-    if not isinstance(model, torch.nn.Module):
-        _validate.fail(what, "a torch.nn.Module (e.g. models.build(...))", type(model).__name__, described=True)
-    return model
-
-
 def _horizons(what, horizons):
     """Test horizons: a list or tuple of ``sample`` keyword dicts, e.g. [{"K": 30}]."""
     if not isinstance(horizons, (list, tuple)) or not all(isinstance(h, dict) for h in horizons):
@@ -54,12 +51,10 @@ def _horizons(what, horizons):
     return horizons
 
 
-def task_loss(model, batch):
+@checked
+def task_loss(model: Model, batch: wind_tunnels.WindTunnelBatch):
     """Cross-entropy of the model's logits against the batch's targets on the scored positions
     (targets are samples of the hidden answer, so its minimiser is the exact posterior)."""
-    _model("model", model)
-    if not isinstance(batch, wind_tunnels.WindTunnelBatch):
-        _validate.fail("batch", "a WindTunnelBatch (task.sample(...))", type(batch).__name__, described=True)
     logits = model(batch.tokens)
     return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=wind_tunnels.IGNORE_INDEX)
 
@@ -107,7 +102,8 @@ def train_on_task(arch, task, steps, seed=0, lr=3e-3, batch_size=32, device=None
 
 
 @torch.no_grad()
-def evaluate(model, task, n_seqs=256, seed=EVAL_SEED, **horizon):
+@checked
+def evaluate(model: Model, task, n_seqs=256, seed=EVAL_SEED, **horizon):
     """Score ``model`` on ``n_seqs`` fresh sequences of ``task`` (``horizon``: e.g. K=30 for the HMM).
 
     Returns floats "entropy_error_bits" (Paper I's |H(model) - H(Bayes)|), "entropy_bias_bits"
@@ -116,7 +112,6 @@ def evaluate(model, task, n_seqs=256, seed=EVAL_SEED, **horizon):
     the exact posterior: the best any model can do) and "per_position_error_bits" and
     "per_position_kl_bits", (T,) arrays.
     """
-    _model("model", model)
     task = wind_tunnels.as_wind_tunnel(task)
     n_seqs = _validate.integer("n_seqs", n_seqs, 1)
     device = next(model.parameters()).device

@@ -352,10 +352,8 @@ def verdict(kl_per_seed, baseline_kl):
 
 
 @checked
-def baseline_kl(task, batch: wind_tunnels.WindTunnelBatch):
+def baseline_kl(task: wind_tunnels.WindTunnel, batch: wind_tunnels.WindTunnelBatch):
     """KL (bits) to the posterior of the task's baseline without the primitive, on ``batch``."""
-    if not isinstance(task, wind_tunnels._WindTunnel):
-        _validate.fail("task", "a wind tunnel (e.g. wind_tunnels.wind_tunnel('hmm'))", type(task).__name__, described=True)
     if (batch.posterior.shape[-1] != task.n_classes or int(batch.tokens.max()) >= task.vocab_size
             or batch.tokens.shape[-1] <= getattr(task, "prefix_len", 0)):
         _validate.fail("batch", f"a batch of this task, {task!r}.sample(...)", f"a batch of {batch.posterior.shape[-1]} "

@@ -36,6 +36,7 @@ import torch
 
 from . import _validate, attention, models
 from ._types import Array, Flag, Float, Shaped, Tensor, checked
+from .wind_tunnels import WindTunnelBatch
 
 # What the measures take: a torch tensor or a numpy array (Array), shapes declared in each signature
 Maps = Float[Array, "*B T T"]   # attention maps alpha (..., queries, keys), rows over the keys
@@ -504,15 +505,8 @@ def entropy_bits(probs):
     return entropy(probs, bits=True)
 
 
-def _check_batch(batch):
-    for field in ("tokens", "posterior", "mask"):
-        if not hasattr(batch, field):
-            _validate.fail("batch", "a wind_tunnels.WindTunnelBatch", type(batch).__name__, described=True)
-
-
 @checked
-def _logits_and_batch(logits: Float[Array, "B T C"], batch):
-    _check_batch(batch)
+def _logits_and_batch(logits: Float[Array, "B T C"], batch: WindTunnelBatch):
     logits = _validate.finite_values("logits", torch.as_tensor(logits))
     _validate.shape("logits", logits, batch.posterior.shape, "the shape of the batch's posterior (B, T, n_classes) =")
     if not batch.mask.any():
@@ -722,7 +716,8 @@ def _check_token_groups(token_groups, tokens):
                            f"{ids!r}, of which {sorted(found)} occur", described=True)
 
 
-def bayesian_geometry(model, batch, token_groups=None):
+@checked
+def bayesian_geometry(model, batch: WindTunnelBatch, token_groups=None):
     """Paper I's three signatures of a transformer on a wind-tunnel batch (``wind_tunnels.WindTunnelBatch``),
     read through the probe points of its attention layers (``models.run_with_probes``):
 
@@ -742,7 +737,6 @@ def bayesian_geometry(model, batch, token_groups=None):
       alone ("pc1_share_heads", "spearman_heads") and for the residual stream that the readout sees
       ("pc1_share_residual", "spearman_residual")
     """
-    _check_batch(batch)
     _check_token_groups(token_groups, batch.tokens)
     records = models.run_with_probes(model, batch.tokens, ("probe_k", "probe_alpha", "probe_g"))
     k = records[0]["k"]

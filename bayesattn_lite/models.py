@@ -38,24 +38,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _validate
-from ._types import checked
+from ._types import Float, Tensor, TokenIds, checked
 
 
 # ----------------------------------------------------------------------------- validation
 
 def _check_tokens(tokens, vocab_size, max_len=None):
-    """(B, T) integer tokens in [0, vocab_size); T >= 1 and at most max_len."""
-    if not isinstance(tokens, torch.Tensor):
-        _validate.fail("tokens", "a torch.LongTensor of shape (B, T)", type(tokens).__name__)
-    if tokens.dim() != 2 or tokens.shape[1] < 1:
+    """What the forwards' annotation, TokenIds[Tensor, "B T"], cannot say: T >= 1, at most max_len,
+    values in [0, vocab_size)."""
+    if tokens.shape[1] < 1:
         _validate.fail("tokens", "shape (B, T) with T >= 1", tuple(tokens.shape))
-    if tokens.dtype not in (torch.int64, torch.int32):
-        _validate.fail("tokens", "an integer tensor (torch.long)", tokens.dtype)
     if max_len is not None and tokens.shape[1] > max_len:
         _validate.fail("tokens", f"at most max_len={max_len} positions", tokens.shape[1])
     if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
         _validate.fail("tokens", f"values in [0, {vocab_size})",
-              f"values in [{tokens.min().item()}, {tokens.max().item()}]")
+              f"values in [{tokens.min().item()}, {tokens.max().item()}]", described=True)
 
 
 class _Model(nn.Module):
@@ -91,7 +88,8 @@ class CausalSelfAttention(nn.Module):
         for probe in PROBES:
             setattr(self, probe, nn.Identity())
 
-    def forward(self, x, bias=None):
+    @checked
+    def forward(self, x: Float[Tensor, "B T d_model"], bias: Float[Tensor, "H T T"] | None = None):
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
         q, k, v = self.probe_q(q), self.probe_k(k), self.probe_v(v)            # (B, H, T, d_head)
@@ -157,7 +155,9 @@ class Transformer(_Model):
         distance = (t[:, None] - t[None, :]).clamp_min(0) * both
         return -self.slopes[:, None, None] * distance
 
-    def forward(self, tokens):
+    @checked
+    def forward(self, tokens: TokenIds[Tensor, "B T"]):
+        """Logits (B, T, n_classes): at each position, the answer given the tokens up to it."""
         _check_tokens(tokens, self.vocab_size, self.max_len)
         T = tokens.shape[1]
         positions = torch.arange(T, device=tokens.device)
@@ -276,7 +276,8 @@ class SelectiveSSMLayer(nn.Module):
         omega = torch.einsum("btn,btsdn,bsdn->bdts", C, gap.exp(), write)
         return omega
 
-    def forward(self, x, scan=selective_scan):
+    @checked
+    def forward(self, x: Float[Tensor, "B T d_model"], scan=selective_scan):
         a, b, C, u, z = self.ssm_inputs(x)
         h = scan(a, b)
         y = (h @ C.unsqueeze(-1)).squeeze(-1) + self.D * u
@@ -303,8 +304,10 @@ class SelectiveSSM(_Model):
         self.blocks = nn.ModuleList(_SSMBlock(d_model, d_state) for _ in range(n_layers))
         self.norm_f, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, n_classes)
 
-    def forward(self, tokens, scan=selective_scan):
-        """``scan=sequential_scan`` runs the plain recurrence (the tests compare the two)."""
+    @checked
+    def forward(self, tokens: TokenIds[Tensor, "B T"], scan=selective_scan):
+        """Logits (B, T, n_classes); ``scan=sequential_scan`` runs the plain recurrence (the tests
+        compare the two)."""
         _check_tokens(tokens, self.vocab_size)
         x = self.embed(tokens)
         for block in self.blocks:
@@ -323,7 +326,9 @@ class LSTMModel(_Model):
         self.lstm = nn.LSTM(d_model, d_model, num_layers=n_layers, batch_first=True)
         self.head = nn.Linear(d_model, n_classes)
 
-    def forward(self, tokens):
+    @checked
+    def forward(self, tokens: TokenIds[Tensor, "B T"]):
+        """Logits (B, T, n_classes): at each position, the answer given the tokens up to it."""
         _check_tokens(tokens, self.vocab_size)
         return self.head(self.lstm(self.embed(tokens))[0])
 
@@ -342,7 +347,9 @@ class WindowMLP(_Model):
         self.mlp = nn.Sequential(nn.Linear((window + 1) * d_model, hidden), nn.GELU(),
                                  nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, n_classes))
 
-    def forward(self, tokens):
+    @checked
+    def forward(self, tokens: TokenIds[Tensor, "B T"]):
+        """Logits (B, T, n_classes): at each position, the answer given the tokens up to it."""
         _check_tokens(tokens, self.vocab_size, self.max_len)
         T = tokens.shape[1]
         e = F.pad(self.embed(tokens), (0, 0, self.window - 1, 0))       # (B, window-1+T, d)

@@ -110,11 +110,12 @@ def _horizon(task, horizon, name, default, minimum, maximum=None):
     return value
 
 
-class _WindTunnel:
+class WindTunnel:
     """What the three wind tunnels share: a name and a primitive, a repr of the constructor's
     settings, the checks at the start of ``sample``, which accepts one keyword (``horizon``,
     e.g. "K" for the HMM) to change the length of the sequences, and the test horizons."""
 
+    _made_by = "wind_tunnels.wind_tunnel('hmm')"   # in the message where one was expected (_types.words)
     name = primitive = horizon = None
     settings = ()         # constructor arguments, in order, for repr
     converged_steps = {}  # {"small": steps, "paper": steps} of the converged runs (``converged``)
@@ -153,7 +154,7 @@ def _random_permutations(batch_size, n, gen):
     return torch.rand(batch_size, n, generator=gen).argsort(dim=-1)
 
 
-class BijectionTask(_WindTunnel):
+class BijectionTask(WindTunnel):
     """Bijection elimination (belief *accumulation*), Paper I's first wind tunnel.
 
     A fresh uniform bijection pi of {0..V-1} per sequence; L distinct keys k_1..k_L (drawn without
@@ -288,7 +289,7 @@ def forward_filter(transition: Float[Tensor, "B S S"], emission: Float[Tensor, "
     return torch.stack(out, dim=1)
 
 
-class HMMTask(_WindTunnel):
+class HMMTask(WindTunnel):
     """HMM filtering (belief *transport*), Paper I's second wind tunnel.
 
     Per sequence: a transition matrix A (S x S) and an emission matrix E (S x O), rows Dirichlet(1),
@@ -392,7 +393,7 @@ class HMMTask(_WindTunnel):
         return WindTunnelBatch(tokens, targets, posterior, targets != IGNORE_INDEX)
 
 
-class AssociativeRecallTask(_WindTunnel):
+class AssociativeRecallTask(WindTunnel):
     """Associative recall with noisy bindings (random-access *binding*), our third wind tunnel.
 
     Per sequence each of ``n_keys`` keys has a hidden true value v*(k), uniform over ``n_values``.
@@ -493,6 +494,6 @@ def as_wind_tunnel(task, size="small"):
     """A wind tunnel object, from itself or its name (``wind_tunnel(task, size)``)."""
     if isinstance(task, str):
         return wind_tunnel(task, size)
-    if not all(hasattr(task, a) for a in ("sample", "vocab_size", "n_classes", "name")):
+    if not isinstance(task, WindTunnel):
         _validate.fail("task", f"a wind tunnel name {sorted(WIND_TUNNELS)} or task object", task)
     return task

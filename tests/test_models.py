@@ -183,10 +183,13 @@ def test_bad_tokens_raise(name):
         model(torch.full((2, 4), V))
     with pytest.raises(ValueError, match="shape"):
         model(torch.zeros(4, dtype=torch.long))
-    with pytest.raises(ValueError, match="integer"):
+    with pytest.raises(ValueError, match=r"int64 \(torch.long\) or int32 tensor of shape \(B, T\), got .*float32"):
         model(torch.zeros(2, 4))
-    with pytest.raises(ValueError, match="LongTensor"):
+    with pytest.raises(ValueError, match=r"int64 \(torch.long\) or int32 tensor of shape \(B, T\), got \[\[1, 2\]\]"):
         model([[1, 2]])
+    with pytest.raises(ValueError, match="uint8"):   # nn.Embedding looks up int64 and int32 only
+        model(torch.zeros(2, 4, dtype=torch.uint8))
+    assert model(torch.zeros(2, 4, dtype=torch.int32)).shape == (2, 4, C)
 
 
 def test_too_long_for_position_embeddings_raises():
