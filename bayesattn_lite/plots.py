@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from . import _validate, models, specialisation
-from ._types import checked
+from ._types import Flag, checked
 from .experiments import EMvsSGDResult
 from .specialisation import Run
 
@@ -352,9 +352,13 @@ def value_trajectories(axes, pca, colors, titles=None):
 # ----------------------------------------------------------------------------- chapters 4-5: curves and clouds
 
 @checked
-def binned(ax: Axes, x, y, n_bins=8, **kwargs):
+def binned(ax: Axes, x, y, n_bins=8, by_value: Flag = False, **kwargs):
     """Mean of ``y`` in ``n_bins`` quantile bins of ``x``, drawn as a line with markers at the bins'
-    mean x. For relations too noisy to read from a scatter of thousands of points."""
+    mean x. For relations too noisy to read from a scatter of thousands of points.
+
+    ``by_value=True``: one bin per distinct value of ``x`` (rounded to 4 decimals) that holds at least
+    1% of the points, for an ``x`` that takes few values, where a quantile bin would mix two of them and
+    put its marker at an x no point has."""
     n_bins = _validate.integer("n_bins", n_bins, minimum=1)
     x, y = _array("x", x).ravel(), _array("y", y).ravel()
     if x.shape != y.shape or x.size < n_bins:
@@ -363,9 +367,13 @@ def binned(ax: Axes, x, y, n_bins=8, **kwargs):
     for what, a in (("x", x), ("y", y)):
         if not np.isfinite(a).all():
             _validate.fail(what, "finite values", f"{int((~np.isfinite(a)).sum())} NaN/inf entries", described=True)
-    edges = np.quantile(x, np.linspace(0, 1, n_bins + 1))
-    idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, n_bins - 1)
-    keep = [b for b in range(n_bins) if (idx == b).any()]
+    if by_value:
+        values, idx, counts = np.unique(np.round(x, 4), return_inverse=True, return_counts=True)
+        keep = [b for b in range(len(values)) if counts[b] >= 0.01 * x.size]
+    else:
+        edges = np.quantile(x, np.linspace(0, 1, n_bins + 1))
+        idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, n_bins - 1)
+        keep = [b for b in range(n_bins) if (idx == b).any()]
     centres = np.array([x[idx == b].mean() for b in keep])
     means = np.array([y[idx == b].mean() for b in keep])
     ax.plot(centres, means, marker="o", ms=4, **kwargs)

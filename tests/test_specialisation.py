@@ -227,6 +227,17 @@ def test_binned_draws_bin_means_and_rejects_mismatched_samples():
     plt.close(fig)
 
 
+def test_binned_by_value_gives_one_bin_per_value_and_drops_rare_ones():
+    x = np.array([0.0] * 50 + [1.0] * 149 + [2.5])     # 2.5 holds 0.5% of the points: left out
+    y = np.array([1.0] * 50 + [3.0] * 149 + [100.0])
+    fig, ax = plt.subplots()
+    centres, means = plots.binned(ax, x, y, by_value=True)
+    assert np.allclose(centres, [0.0, 1.0]) and np.allclose(means, [1.0, 3.0])
+    quantile_centres, _ = plots.binned(ax, x, y, n_bins=8)   # quantile bins put markers where no x is
+    assert not np.isin(np.round(quantile_centres, 6), [0.0, 1.0, 2.5]).all()
+    plt.close(fig)
+
+
 def test_trajectories_draws_one_line_per_point():
     fig, ax = plt.subplots()
     plots.trajectories(ax, np.zeros((5, 3, 2)), "k", label="EM")
