@@ -674,6 +674,11 @@ def test_experiment_checks():
     assert not checks.check_reproducible(lambda c, s: experiment(c, s) + 1, results)
     assert not checks.check_reproducible(lambda c, s: 1 / 0, results)
     assert checks.check_seeds(results, experiment) and not checks.check_seeds(results, lambda c, s: results[c][s])
+    # the grader passes run_condition whatever the notebook set it to: None is no experiment (a hostile
+    # student's made-up table with run_condition = None passed q3 when None meant "not given")
+    for not_a_function in (None, 3, "run"):
+        result = checks.check_seeds(results, not_a_function)
+        assert not result and "to be a function" in result.message
 
 
 RESULTS = {"a": {0: 1.0, 1: 1.1, 2: 1.2}, "b": {0: 2.0, 1: 2.1, 2: 2.2}}

@@ -185,7 +185,7 @@ def test_late_policy_arithmetic(tmp_path, after, kept, words):
 
 def test_late_needs_a_deadline_a_time_and_an_offset(tmp_path):
     c = course.load(write(tmp_path, ""))
-    assert c.late("ps1_derivations", None) == (1.0, "")
+    assert c.late("ps1_derivations", None) == (1.0, course.NO_TIME)   # a deadline and no time: said, not silent
     assert c.late("ps2_dynamics", DEADLINE + timedelta(days=3)) == (1.0, "")  # no deadline for ps2
     with pytest.raises(ValueError, match="timezone-aware"):
         c.late("ps1_derivations", datetime(2027, 2, 3))

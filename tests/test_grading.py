@@ -651,6 +651,18 @@ def _grade(tmp_path, submission, *extra):
     return data, md
 
 
+def test_the_notebook_timeout_bounds_the_submission_not_each_fresh_kernel(tmp_path):
+    # a hostile student's cells each stay under the cell limit, and the notebook runs past its own: the
+    # kernel is stopped, and a fresh kernel used to start a fresh clock (up to 4x the limit in all)
+    nb = _student()
+    for _ in range(8):
+        _plus(nb, "import time\ntime.sleep(3)")
+    nbformat.write(nb, tmp_path / "ps1_derivations_slow.ipynb")
+    data, _ = _grade(tmp_path, tmp_path / "ps1_derivations_slow.ipynb", "--timeout", "5", "--notebook-timeout", "8")
+    assert any("ran past its time limit" in p for p in data["problems"]), data["problems"]
+    assert data["isolation"]["restarts"] == 0 and data["seconds"] < 8 + 15, (data["seconds"], data["problems"])
+
+
 def test_the_instructor_version_gets_full_marks_as_a_self_test(tmp_path, capsys):
     data, md = _grade(tmp_path, PS1.instructor_path, "--self-test", "--folder", str(assignments.FOLDER))
     checked = [q for q in data["questions"] if not q["manual"]]
@@ -835,6 +847,12 @@ def test_a_written_answer_in_cells_added_below_its_stub_is_found_with_a_warning(
     assert text == "The bias does not depend on q or k." and "still holds the stub" in warning
     text, warning = grading.written_answer(_student(), q2, grading.original_cells(assignments.FOLDER, PS1.id))
     assert text == "" and warning is None  # the stub alone is no answer
+    # an answer typed in the tagged cell below the stub line is the answer (it was thrown away)
+    typed = _student()
+    cell = next(c for c in typed.cells if grading._answer_tag(q2) in grading._tags(c))
+    cell.source += "\n\nThe bias is the same for every key of a row."
+    text, warning = grading.written_answer(typed, q2, grading.original_cells(assignments.FOLDER, PS1.id))
+    assert text == "The bias is the same for every key of a row." and warning is None
     # without the handed-out notebook the next question's heading still ends the answer
     text, _ = grading.written_answer(nb, q2)
     assert text == "The bias does not depend on q or k."
@@ -863,7 +881,7 @@ def test_partial_credit_per_named_mistake_and_per_output():
     assert "ds_ij/dq_i =" in result.message and "ds_ij/dq_i" not in graded and "dq is wrong" in graded
 
 
-def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_and_feedback(tmp_path):
+def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_and_feedback(tmp_path, capsys):
     _require_sandbox()
     subs, out = tmp_path / "submissions", tmp_path / "out"
     subs.mkdir()
@@ -913,6 +931,16 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     again = json.loads(report.read_text())
     assert again["isolation"]["input_seed_offset"] == offset and again["questions"][1]["instructor_points"] == 2
     assert len(list(csv.DictReader(csv_path.open()))) == len(wanted)
+
+    # written answers still to grade: an LMS would take the score as final, so the Canvas export waits
+    roster = tmp_path / "roster.csv"
+    roster.write_text('Student,ID,SIS User ID,SIS Login ID,Section\n"Smith, Jane",12345,S1,js,A\n')
+    canvas = ["--reports", str(out / "grades_reports"), "--csv", str(csv_path), "--roster", str(roster),
+              "--canvas-column", "PS1 (1)", "--canvas-csv", str(out / "canvas.csv")]
+    capsys.readouterr()
+    assert grading.main(canvas) == 2 and not (out / "canvas.csv").exists()
+    assert "written answers not graded yet" in capsys.readouterr().err
+    assert grading.main(canvas + ["--allow-pending"]) == 0 and (out / "canvas.csv").exists()
 
 
 def test_a_sandbox_that_cannot_start_is_not_graded_and_the_exit_status_says_so(tmp_path, monkeypatch):

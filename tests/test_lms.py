@@ -130,8 +130,9 @@ def _read(bundle):
 def test_the_bundle_has_gradescopes_two_scripts_at_its_root(tmp_path):
     files = _read(lms.gradescope_bundle(tmp_path / "autograder.zip", "ps1_derivations", course_file=COURSE_TOML,
                                         extra_args=("--notebook-timeout", "600")))
-    assert set(files) == {"setup.sh", "run_autograder", "course.toml", "handout/ps1_derivations.ipynb",
-                          "handout/ps1_derivations_student.ipynb"}
+    # no instructor version: on Gradescope a submission runs without the sandbox and could read the zip
+    assert set(files) == {"setup.sh", "run_autograder", "course.toml", "handout/ps1_derivations_student.ipynb"}
+    assert "BEGIN SOLUTION" not in files["handout/ps1_derivations_student.ipynb"][0]
     assert files["setup.sh"][1] & 0o111 and files["run_autograder"][1] & 0o111  # executable
     assert files["course.toml"][0] == COURSE_TOML.read_text(encoding="utf-8")
     run = files["run_autograder"][0]

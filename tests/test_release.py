@@ -38,7 +38,7 @@ def test_the_template_lists_every_written_answer_and_never_overwrites_the_instru
     path = tmp_path / "manual.csv"
     assert release.manual_template([_report("a.ipynb"), _report("b.ipynb")], path)
     rows = list(csv.DictReader(path.open()))
-    assert [(r["submission"], r["question"]) for r in rows] == [("a.ipynb", "q2"), ("b.ipynb", "q2")]
+    assert [(r["submission"], r["question"]) for r in rows] == [("a.ipynb", "q2"), ("b.ipynb", "q2")]   # no report file: the submission names
     path.write_text("mine")
     assert not release.manual_template([_report()], path) and path.read_text() == "mine"
 
@@ -57,6 +57,17 @@ def test_manual_points_are_merged_totalled_and_can_override_a_checked_question(t
     assert row["q2_manual"] == 1.5 and row["q3"] == 1 and row["q2_answered"] == "yes"
 
 
+def test_an_unanswered_written_question_is_0_not_pending():
+    report = _report()
+    report["questions"][1].update(answer="", answered=False)
+    release.total(report)
+    assert report["manual_pending"] == 0 and "0 (not answered)" in release.markdown(report)
+    assert "before" not in release.summary_line(report)
+    report["questions"][1]["answered"] = True
+    release.total(report)
+    assert report["manual_pending"] == 2 and "before 2 points of written answers" in release.summary_line(report)
+
+
 def test_the_late_policy_scales_the_total_with_the_manual_points_in(tmp_path):
     report = _report(late={"submitted": "2027-02-03T00:00:00+00:00", "kept": 0.8, "note": "2 days late: -20%"})
     release.merge_manual([report], {("alice_ps1.ipynb", "q2"): (2.0, "")})
@@ -73,6 +84,22 @@ def test_a_manual_row_that_matches_nothing_is_refused_by_name(tmp_path, rows, wo
     marks = release.read_manual(_write_manual(tmp_path / "m.csv", rows))
     with pytest.raises(ValueError, match=words):
         release.merge_manual([_report()], marks)
+
+
+def test_two_submissions_whose_names_print_alike_get_their_own_manual_rows(tmp_path):
+    # a hostile student named a file "dup<newline>.ipynb" beside a classmate's "dup\\n.ipynb": both print
+    # as dup\n, and the manual points of one went to the other, silently
+    reports = [_report("dup\n.ipynb"), _report("dup\\n.ipynb")]
+    reports[0]["report"], reports[1]["report"] = str(tmp_path / "dup_.json"), str(tmp_path / "dup_n.json")
+    path = tmp_path / "manual.csv"
+    assert release.manual_template(reports, path)
+    assert [r["submission"] for r in csv.DictReader(path.open())] == ["dup_", "dup_n"]
+    release.merge_manual(reports, {("dup_", "q2"): (1.0, ""), ("dup_n", "q2"): (2.0, "")})
+    assert [r["questions"][1]["instructor_points"] for r in reports] == [1, 2]
+    with pytest.raises(ValueError, match=r"names 2 submissions; use their report names dup_, dup_n"):
+        release.merge_manual(reports, {("dup\\n.ipynb", "q2"): (1.0, "")})   # how the gradebook prints both
+    with pytest.raises(ValueError, match="line 3: dup_ q2 has a row already, on line 2"):
+        release.read_manual(_write_manual(tmp_path / "m.csv", [["dup_", "q2", "1", ""], ["dup_", "q2", "2", ""]]))
 
 
 def test_a_manual_file_with_bad_columns_or_points_is_refused_with_its_line(tmp_path):
@@ -183,7 +210,7 @@ def test_a_lone_surrogate_is_written_everywhere_and_read_back(tmp_path):
         assert "got \\ud800" in page and "my answer \\ud83d" in page  # shown as its escape
     row = next(csv.DictReader((tmp_path / "grades.csv").open(encoding="utf-8")))
     assert row["submission"] == "bad\\ud800name.ipynb" and row["score"] == "3" and "\\udcff" in row["problems"]
-    assert next(csv.DictReader((tmp_path / "manual.csv").open(encoding="utf-8")))["submission"] == "bad\\ud800name.ipynb"
+    assert next(csv.DictReader((tmp_path / "manual.csv").open(encoding="utf-8")))["submission"] == "r"   # its report
     assert release.summary_line(report).startswith("bad\\ud800name.ipynb: 3 / 7")
     assert "\\ud800" in release.gradescope_results(report)["tests"][0]["output"]
 

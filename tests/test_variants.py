@@ -126,3 +126,9 @@ def test_a_gradescope_bundle_carries_the_class_handout(tmp_path):
     assert variants.recorded(handout) == grading.class_forms(class_course.assignment("ps2_dynamics")) != {}
     assert grading.handout_mismatch(class_course, source / "handout") == ""
     assert '--folder "$ROOT/source/handout"' in (source / "run_autograder").read_text()
+    # from the class's own folder (the generator's --out), as instructors.md says: the forms are not applied twice
+    out = tmp_path / "class"
+    assignments.main(["ps2_dynamics", "--course", str(private), "--out", str(out)])
+    again = lms.gradescope_bundle(tmp_path / "again.zip", "ps2_dynamics", course_file=private, folder=out)
+    with zipfile.ZipFile(again) as z:
+        assert z.read("handout/ps2_dynamics_student.ipynb") == (source / "handout" / "ps2_dynamics_student.ipynb").read_bytes()

@@ -583,11 +583,15 @@ def check_reproducible(run_condition, results):
     return CheckResult("reproducible", True, verdict.summary)
 
 
+_NOT_GIVEN = object()   # check_seeds without run_condition (the student's own check cell), not run_condition=None
+
+
 @_names_the_mistake
-def check_seeds(results, run_condition=None):
+def check_seeds(results, run_condition=_NOT_GIVEN):
     """At least three integer seeds per condition, the same seeds in every condition; with ``run_condition``
-    (the grader passes it), the numbers must come from an experiment (``check_reproducible``'s runs: it runs
-    for seeds ``results`` lacks and its numbers change with the seed)."""
+    (the grader passes it, whatever the notebook defines, None included), the numbers must come from an
+    experiment (``check_reproducible``'s runs: it runs for seeds ``results`` lacks and its numbers change
+    with the seed)."""
     problem = _results_problem(results)
     if problem:
         return CheckResult("seeds", False, problem)
@@ -600,7 +604,7 @@ def check_seeds(results, run_condition=None):
     if any(s != seeds[0] for s in seeds):
         return CheckResult("seeds", False, "expected the same seeds in every condition (paired runs), got "
                            + ", ".join(f"{c!r}: {sorted(s)}" for c, s in zip(results, seeds)) + ".")
-    if run_condition is not None:
+    if run_condition is not _NOT_GIVEN:
         if not callable(run_condition):
             return CheckResult("seeds", False, "expected `run_condition` to be a function (condition, seed) -> number.")
         fake = _experiment(run_condition, results).fake

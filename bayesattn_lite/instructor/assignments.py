@@ -707,17 +707,18 @@ def _looked_up(node, aliases, assignment_id):
 
 def notebook_reference_calls(nb, assignment_id, folder=None):
     """``reference_calls`` over the code cells of a submitted notebook, except the cells the course
-    gives unchanged (a code cell of the instructor version in ``folder``, default ``FOLDER``, without
-    the ``solution`` tag, same source). One string per use, ``"cell N, line L: what (why)"``. The answer
+    gives unchanged (a code cell of the instructor version in ``folder``, default ``FOLDER``, or of the
+    student version where the folder has no instructor version, without the ``solution`` tag, same source). One string per use, ``"cell N, line L: what (why)"``. The answer
     cells, where numerical differentiation is looked for, are those that define a checked question's
     function or a function such a definition uses (through any number of cells)."""
     import nbformat
     given = set()
     assignment = ASSIGNMENTS.get(assignment_id)
-    instructor_path = None if assignment is None else Path(folder or FOLDER) / assignment.instructor_path.name
-    if instructor_path is not None and instructor_path.exists():
-        instructor = nbformat.read(instructor_path, as_version=4)
-        given = {c.source.strip() for c in instructor.cells
+    handed_out = [] if assignment is None else [Path(folder or FOLDER) / p.name for p in
+                                                 (assignment.instructor_path, assignment.student_path)]
+    source = next((p for p in handed_out if p.exists()), None)   # a Gradescope bundle ships the student's only
+    if source is not None:
+        given = {c.source.strip() for c in nbformat.read(source, as_version=4).cells
                  if c.cell_type == "code" and SOLUTION_TAG not in c.get("metadata", {}).get("tags", [])}
     # the names may come from an import or a renaming in any cell (the install cell imports the package):
     # the notebook's cells are read once for them, not once per cell (that was quadratic in the number of

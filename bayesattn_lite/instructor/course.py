@@ -59,10 +59,13 @@ class Course:
 
     def late(self, aid, submitted):
         """(fraction of the score kept, a note) for a submission handed in at ``submitted``; (1.0, "") with no
-        deadline or no submission time. Each started day after deadline + grace costs ``penalty_per_day``."""
+        deadline; with a deadline and no submission time, 1.0 and a note that the policy was not applied.
+        Each started day after deadline + grace costs ``penalty_per_day``."""
         deadline = self.deadline(aid)
-        if deadline is None or submitted is None:
+        if deadline is None:
             return 1.0, ""
+        if submitted is None:   # never silently on time: the instructor forgot the times, or has none
+            return 1.0, NO_TIME
         if not isinstance(submitted, datetime) or submitted.tzinfo is None:
             raise ValueError(f"submitted: expected a timezone-aware datetime, got {submitted!r}")
         policy = self.late_policy
@@ -78,6 +81,10 @@ class Course:
         kept = max(0.0, 1.0 - policy.penalty_per_day * days)
         return kept, (f"handed in {_duration(after)} after the deadline: {days} started day{'s' * (days > 1)} late, "
                       f"{kept:.0%} of the score kept")
+
+
+NO_TIME = ("the late policy was not applied: no submission time was given (grade with --submitted-times "
+           "FILE.csv or --late-from-mtime)")
 
 
 def _duration(delta):

@@ -286,7 +286,7 @@ def structure_problems(nb, assignment):
     return [f"the notebook does not match the assignment: {m}" for m in missing]
 
 
-STUB = "*Your answer here.*"  # how the student version's answer cells begin
+STUB = "*Your answer here.*"  # how the student version's answer cells begin: one line, with what to write
 
 
 def _is_original(cell, original):
@@ -300,21 +300,27 @@ def _is_original(cell, original):
 
 def written_answer(nb, question, original=frozenset()):
     """(text, warning) of a written question: its Markdown cells tagged ``answer-<id>``, and the Markdown
-    cells a student added below each (until a cell of the handed-out notebook). A tagged cell left as the
-    stub does not count; the warning says when the answer was found only in added cells."""
+    cells a student added below each (until a cell of the handed-out notebook). A tagged cell's stub line
+    does not count, what follows it does; the warning says when the answer was found only in added cells."""
     tag, parts, outside = _answer_tag(question), [], False
     cells = nb.cells
     for i, cell in enumerate(cells):
         if cell.cell_type != "markdown" or tag not in _tags(cell):
             continue
-        if not cell.source.strip().startswith(STUB):
-            parts.append(cell.source)
+        own = cell.source.strip()
+        if own.startswith(STUB):   # the stub line left in place: the lines below it are the answer
+            own = own.partition("\n")[2].strip()
+            stub_only = not own
+        else:
+            own, stub_only = cell.source, False
+        if own:
+            parts.append(own)
         for later in cells[i + 1:]:
             if _is_original(later, original) or any(t.startswith(assignments.ANSWER_TAG_PREFIX) for t in _tags(later)):
                 break
             if later.cell_type == "markdown" and later.source.strip():
                 parts.append(later.source)
-                outside = outside or cell.source.strip().startswith(STUB)
+                outside = outside or stub_only
     text = "\n\n".join(parts)
     warning = (f"the answer was found in cells added below the cell tagged {tag!r}, which still holds the stub: "
                "read them as the answer" if outside else None)
@@ -571,6 +577,10 @@ def _run_with_restarts(nb, assignment, limits, hide, next_sandbox):
     results, problems, skip = {}, [], set()
     timeout = limits["timeout"]
     box, restarts = _fresh(limits, hide, next_sandbox, True), 0
+    deadline = box.deadline   # the submission's one clock: a fresh kernel does not start a new one
+
+    def may_replace():
+        return restarts < MAX_RESTARTS and time.monotonic() < deadline
 
     def replace(why):
         nonlocal box, restarts
@@ -578,17 +588,18 @@ def _run_with_restarts(nb, assignment, limits, hide, next_sandbox):
         restarts += 1
         problems.append(f"a fresh kernel ran the notebook again {why}")
         box = _fresh(limits, hide, next_sandbox, False)
+        box.deadline = deadline
 
     try:
         died = _execute(box, nb, skip, problems, timeout)
-        while died is not None and restarts < MAX_RESTARTS:
+        while died is not None and may_replace():
             skip.add(died)
             replace(f"without code cell {died}")
             died = _execute(box, nb, skip, problems, timeout)
         for q in assignment.questions:
             if _written(q):
                 continue
-            if box.dead and restarts < MAX_RESTARTS:
+            if box.dead and may_replace():
                 replace(f"to check {q.id}")
                 _execute(box, nb, skip, problems, timeout)
             if box.dead:
@@ -1091,6 +1102,8 @@ def _arguments():
                         "its submission time (only if the files kept the times the LMS gave them)")
     parser.add_argument("--roster", type=Path, help="Canvas: the gradebook export CSV of the class")
     parser.add_argument("--canvas-csv", type=Path, help="Canvas: where to write the gradebook import CSV (needs --roster)")
+    parser.add_argument("--allow-pending", action="store_true", help="write --canvas-csv although some written "
+                        "answers have no manual points yet (refused otherwise: Canvas takes the score as final)")
     parser.add_argument("--canvas-column", help="Canvas: the assignment's column, e.g. 'Problem set 1 (12345)'")
     parser.add_argument("--gradescope-bundle", type=Path, help="write a Gradescope autograder zip for --assignment")
     parser.add_argument("--timeout", type=_positive, default=DEFAULT_TIMEOUT, help="seconds allowed per cell")
@@ -1149,7 +1162,18 @@ def _after_grading(args, reports, csv_path):
         release.write_gradebook(reports, csv_path)
     if args.release is not None:
         print(f"feedback: {release.release(reports, args.release)}")
+    late_unknown = [r["submission"] for r in reports if (r.get("late") or {}).get("note") == _course.NO_TIME]
+    if late_unknown:
+        print(f"warning: {len(late_unknown)} submission(s) of a set with a deadline have no submission time, so "
+              "the late policy was not applied to them: grade with --submitted-times FILE.csv or --late-from-mtime",
+              file=sys.stderr)
     if args.canvas_csv is not None:
+        pending = [r for r in reports if r.get("manual_pending")]
+        if pending and not args.allow_pending:   # an LMS takes the number as final
+            raise ValueError(f"--canvas-csv: {len(pending)} submission(s) have written answers not graded yet "
+                             f"(e.g. {release.report_name(pending[0])}: {pending[0]['manual_pending']} points); fill in "
+                             "the manual-points file and pass it with --manual, or pass --allow-pending to export "
+                             "the scores without them")
         from . import lms
         unmatched = lms.canvas_import_csv(reports, lms.read_roster(args.roster), args.canvas_column, args.canvas_csv)
         print(f"Canvas import: {args.canvas_csv}" + (f"; not on the roster: {', '.join(unmatched)}" if unmatched else ""))

@@ -274,10 +274,11 @@ def gradescope_bundle(path, assignment_id, *, wheel=None, course_file=None, fold
     wheel to put in the zip and install (what you grade with locally, your own questions included); else
     setup.sh installs this version's release wheel from GitHub. ``course_file``: the course configuration
     (TOML), shipped as course.toml. ``extra_args``: more grader options, e.g. ("--notebook-timeout", "600").
-    The handout goes along (handout/: the instructor and student versions as this course writes them, a
-    class variant's forms included), written from the instructor versions in ``folder`` (default: the
-    checkout's book/assignments), and the grader reads it with --folder: without it the grader would
-    not know which cells the course gave (written answers, reference calls), nor a class variant's forms."""
+    The handout goes along (handout/: the student version as this course writes it, a class variant's
+    forms included, written from the instructor version in ``folder``, default: the checkout's
+    book/assignments), and the grader reads it with --folder: without it the grader would not know which
+    cells the course gave (written answers, reference calls), nor a class variant's forms. The instructor
+    version does not go: Gradescope runs a submission without the sandbox, where it could read the zip."""
     from . import assignments
     from . import course as _course
     if assignment_id not in assignments.ASSIGNMENTS:
@@ -290,8 +291,7 @@ def gradescope_bundle(path, assignment_id, *, wheel=None, course_file=None, fold
     if not (Path(folder or assignments.FOLDER) / a.instructor_path.name).is_file():
         raise ValueError(f"expected the instructor version {a.instructor_path.name} in {folder or assignments.FOLDER} "
                          "(the course's book/assignments; give its folder with --folder DIR)")
-    handout = {a.instructor_path.name: assignments.render_instructor(a, folder, course_file),
-               a.student_path.name: assignments.render(a, folder, course_file)}
+    handout = {a.student_path.name: assignments.render(a, folder, course_file)}
     package = (f"/autograder/source/{Path(wheel).name}[grading]" if wheel is not None else
                "bayesattn-lite[grading]@" + RELEASE_WHEEL.format(version=__version__))
     setup = SETUP_SH.format(venv=GRADESCOPE_VENV, torch=shlex.quote(_pinned_torch()), torch_index=TORCH_CPU_INDEX,

@@ -139,11 +139,14 @@ def _csv_text(header, rows):
 # ----------------------------------------------------------------------------- the report in words
 
 def _points(q):
-    """A question's points as shown: the instructor's when given, else the grader's ("to grade" if none)."""
+    """A question's points as shown: the instructor's when given, else the grader's ("to grade" if none,
+    0 for a written question left unanswered: nothing to grade)."""
     mine = q.get("instructor_points")
     if mine is not None:
         return mine
-    return "to grade" if q["points"] is None else q["points"]
+    if q["points"] is None:
+        return "0 (not answered)" if q.get("manual") and q.get("answered") is False else "to grade"
+    return q["points"]
 
 
 def markdown(report):
@@ -226,7 +229,9 @@ def summary_line(report):
 
 
 def _summary(report):
-    return (f"{report['submission']}: {report['score']} / {report['max_score']} "
+    pending = report.get("manual_pending")   # the console line comes before the manual points are merged
+    return (f"{report['submission']}: {report['score']} / {report['max_score']}"
+            + (f" before {pending} points of written answers" if pending else "") + " "
             f"({report['assignment'] or 'unknown assignment'}, {report.get('status', 'graded')}); "
             + "; ".join(f"{q['id']} {'manual' if q.get('manual') else q['points']}/{q['max_points']}"
                         for q in report["questions"])
@@ -295,7 +300,7 @@ def points_number(x):
 
 def total(report):
     """The score from the questions' points (an instructor's points replace the automatic ones), the
-    late policy applied; ``manual_pending`` counts the points of written answers not graded yet."""
+    late policy applied; ``manual_pending`` counts the points of answered written questions not graded yet."""
     raw = 0.0
     for q in report["questions"]:
         mine = q.get("instructor_points")
@@ -303,20 +308,26 @@ def total(report):
     kept = (report.get("late") or {}).get("kept", 1.0)
     report["raw_score"] = points_number(raw)
     report["score"] = points_number(raw * kept)
-    report["manual_pending"] = sum(q["max_points"] for q in report["questions"]
-                                   if q.get("manual") and q.get("instructor_points") is None)
+    report["manual_pending"] = sum(q["max_points"] for q in report["questions"]   # an unanswered one is 0, not pending
+                                   if q.get("manual") and q.get("answered", True) and q.get("instructor_points") is None)
     return report
 
 
 # ----------------------------------------------------------------------------- manual points
 
+def report_name(report):
+    """The report's file name without ".json": unique in a batch (two submissions whose names print alike,
+    a newline and a literal backslash-n, get two), so the manual-points file names submissions by it."""
+    return Path(report["report"]).stem if report.get("report") else report["submission"]
+
+
 def manual_template(reports, path):
     """A manual-points file with a row for every written answer (points and comment empty), unless one
-    exists already: the instructor's work is never overwritten."""
+    exists already: the instructor's work is never overwritten. Its submission column is the report name."""
     path = Path(path)
     if path.exists():
         return False
-    rows = [[r["submission"], q["id"], "", ""] for r in reports for q in r["questions"] if q.get("manual")]
+    rows = [[report_name(r), q["id"], "", ""] for r in reports for q in r["questions"] if q.get("manual")]
     _write_new(path, _csv_text(MANUAL_COLUMNS, rows))
     return True
 
@@ -330,27 +341,38 @@ def read_manual(path):
         missing = [c for c in MANUAL_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise ValueError(f"{path}: expected the columns {', '.join(MANUAL_COLUMNS)}; missing {', '.join(missing)}")
-        marks = {}
+        marks, lines = {}, {}
         for line, row in enumerate(reader, start=2):
             text = (row["points"] or "").strip()
             try:
                 points = float(text) if text else None
             except ValueError:
                 raise ValueError(f"{path}, line {line}: points must be a number or empty, got {text!r}") from None
-            marks[row["submission"].strip(), row["question"].strip()] = (points, (row["comment"] or "").strip())
+            key = row["submission"].strip(), row["question"].strip()
+            if key in lines:   # a second row would silently replace the first's points
+                raise ValueError(f"{path}, line {line}: {key[0]} {key[1]} has a row already, on line {lines[key]}; "
+                                 "expected one row per submission and question")
+            lines[key] = line
+            marks[key] = (points, (row["comment"] or "").strip())
     return marks
 
 
 def merge_manual(reports, marks):
     """Put the instructor's points and comments into ``reports`` (in place) and total them again.
     Raises ValueError for a row that names no report or question, or points outside 0..max."""
-    by_name = {}
+    by_name = {}   # every name a row may use -> the reports it could mean
     for r in reports:
-        by_name[r["submission"]] = by_name[_cell(r["submission"])] = r  # the name as the template wrote it, too
-        by_name.setdefault(Path(r["submission"]).name, r)
+        for name in {report_name(r), _cell(report_name(r)), r["submission"], _cell(r["submission"]),
+                     Path(r["submission"]).name}:   # the names as the template writes them, too
+            by_name.setdefault(name, []).append(r)
     problems = []
     for (submission, qid), (points, comment) in marks.items():
-        report = by_name.get(submission) or by_name.get(Path(submission).name)
+        candidates = by_name.get(submission) or by_name.get(Path(submission).name) or []
+        if len({id(r) for r in candidates}) > 1:   # two submissions whose names read alike
+            problems.append(f"{submission} {qid}: names {len(candidates)} submissions; use their report names "
+                            + ", ".join(report_name(r) for r in candidates))
+            continue
+        report = candidates[0] if candidates else None
         q = next((q for q in (report or {}).get("questions", []) if q["id"] == qid), None)
         if q is None:
             problems.append(f"{submission} {qid}: no such " + ("question" if report else "submission"))

@@ -96,9 +96,13 @@ def handout(nb, assignment_id, forms):
     """A copy of the instructor notebook ``nb`` edited into ``forms`` ({question id: form}); the metadata
     ``bayesattn_lite.variant`` records them. ValueError when an edit does not match exactly once."""
     nb = copy.deepcopy(nb)
+    already = recorded(nb)   # a class folder's notebook is in its forms already (--folder of a variant)
     for qid, form in forms.items():
-        if form == FORMS[(assignment_id, qid)][0]:
+        if already.get(qid, FORMS[(assignment_id, qid)][0]) == form:
             continue
+        if qid in already:
+            raise ValueError(f"{assignment_id} {qid}: the notebook is in the form {already[qid]!r} already, "
+                             f"expected the published one or {form!r}: start from the course's book/assignments")
         for old, new in EDITS[(assignment_id, qid, form)]:
             found = [c for c in nb.cells if old in c.source]
             count = sum(c.source.count(old) for c in found)
@@ -106,7 +110,7 @@ def handout(nb, assignment_id, forms):
                 raise ValueError(f"{assignment_id} {qid} {form}: expected the text {old[:60]!r} once in the "
                                  f"instructor notebook, found it {count} times (update variants.EDITS)")
             found[0].source = found[0].source.replace(old, new)
-    nb.metadata.setdefault("bayesattn_lite", {})["variant"] = dict(forms)
+    nb.metadata.setdefault("bayesattn_lite", {})["variant"] = {**already, **forms}
     return nb
 
 
