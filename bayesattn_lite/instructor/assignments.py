@@ -707,8 +707,9 @@ def _looked_up(node, aliases, assignment_id):
 
 def notebook_reference_calls(nb, assignment_id, folder=None):
     """``reference_calls`` over the code cells of a submitted notebook, except the cells the course
-    gives unchanged (a code cell of the instructor version in ``folder``, default ``FOLDER``, or of the
-    student version where the folder has no instructor version, without the ``solution`` tag, same source). One string per use, ``"cell N, line L: what (why)"``. The answer
+    gives unchanged (a code cell without the ``solution`` tag, same source, of the instructor version in
+    ``folder``, default ``FOLDER``, or of the student version where the folder has no instructor version).
+    One string per use, ``"cell N, line L: what (why)"``. The answer
     cells, where numerical differentiation is looked for, are those that define a checked question's
     function or a function such a definition uses (through any number of cells)."""
     import nbformat
