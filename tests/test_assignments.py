@@ -279,6 +279,19 @@ def test_reference_calls_are_found(assignment_id, source, expected):
     ("ps2_dynamics", "import bayesattn_lite as b\nK = getattr(getattr(b, 'attention'), 'score_kernel')(x, q, k)",
      ["line 2: attention.score_kernel"]),
     ("ps2_dynamics", "from bayesattn_lite import attention\nq = getattr(attention, 'forward')(x, p)['q']", []),
+    # a second hostile round: bindings the aliases did not follow, and autograd by other paths
+    ("ps2_dynamics", "import bayesattn_lite\nA: object = bayesattn_lite.attention\nd = A.predicted_score_change(x)",
+     ["line 3: attention.predicted_score_change"]),
+    ("ps2_dynamics", "import bayesattn_lite\nd = (A := bayesattn_lite.attention).predicted_score_change(x)",
+     ["line 2: .predicted_score_change"]),
+    ("ps2_dynamics", "import bayesattn_lite\ndef f(x, A=bayesattn_lite.attention):\n    return A.score_kernel(x)",
+     ["line 3: .score_kernel"]),
+    ("ps2_dynamics", "import bayesattn_lite\nclass T:\n    lib = bayesattn_lite\nK = T.lib.attention.score_kernel(x)",
+     ["line 4: .score_kernel"]),
+    ("ps1_derivations", "import torch.nn.functional as F\ng = F.torch.autograd.grad(l, q)",
+     ["line 2: torch.nn.functional.torch.autograd.grad"]),
+    ("ps2_dynamics", "import torch.nn.functional as F\nout = F.torch.func.vjp(f, x)", ["line 2: torch.nn.functional.torch.func.vjp"]),
+    ("ps2_dynamics", "import torch\ntorch._C._ImperativeEngine().run_backward(t, g)", ["line 2: .run_backward", "line 2: torch._C._ImperativeEngine"]),
 ])
 def test_the_scans_holes_are_closed(assignment_id, source, expected):
     test_reference_calls_are_found(assignment_id, source, expected)

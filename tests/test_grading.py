@@ -853,6 +853,13 @@ def test_a_written_answer_in_cells_added_below_its_stub_is_found_with_a_warning(
     cell.source += "\n\nThe bias is the same for every key of a row."
     text, warning = grading.written_answer(typed, q2, grading.original_cells(assignments.FOLDER, PS1.id))
     assert text == "The bias is the same for every key of a row." and warning is None
+    # a tag moved onto a cell of the handout (the question's own text), the stub deleted: no answer
+    moved = _student()
+    at = next(i for i, c in enumerate(moved.cells) if grading._answer_tag(q2) in grading._tags(c))
+    moved.cells[at - 1].metadata["tags"] = [grading._answer_tag(q2)]
+    del moved.cells[at]
+    text, _ = grading.written_answer(moved, q2, grading.original_cells(assignments.FOLDER, PS1.id))
+    assert text == "", text
     # without the handed-out notebook the next question's heading still ends the answer
     text, _ = grading.written_answer(nb, q2)
     assert text == "The bias does not depend on q or k."

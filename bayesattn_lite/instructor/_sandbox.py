@@ -1094,8 +1094,9 @@ class Sandbox:
     def _request(self, op, name, payload, timeout):
         """Ask the kernel's helper; the decoded JSON answer, or raise RemoteError."""
         out = self.io / f"{secrets.token_hex(12)}.json"
-        code = (HELPER + f"\n_bal_answer({op!r}, {name!r}, {payload!r}, {str(out)!r}, {CODEC!r})\n"
-                "del _bal_answer\n")
+        helper = f"_{secrets.token_hex(8)}"   # a fresh name each time: no fixed name to look for on the stack
+        code = (HELPER.replace("def _bal_answer(", f"def {helper}(", 1)
+                + f"\n{helper}({op!r}, {name!r}, {payload!r}, {str(out)!r}, {CODEC!r})\ndel {helper}\n")
         result = self.execute(code, timeout, silent=True)
         if result.status == "dead":
             raise RemoteError(f"the kernel is no longer running ({self.dead})")

@@ -177,8 +177,13 @@ PACKAGE = "bayesattn_lite"
 _AUTOGRAD = ("torch.autograd", "torch.func", "functorch", "jax.grad", "jax.jacrev", "jax.jacfwd", "jax.vjp", "jax.jvp",
              "jax.hessian", "jax.value_and_grad")  # a derivation answered by differentiating automatically
 _AUTOGRAD_ASSIGNMENTS = {"ps1_derivations", "ps2_dynamics"}
-# attributes that name a reference whatever object they are read from (methods of the package's classes)
-_REFERENCE_ATTRIBUTES = {"ps3_experiment": {"h_min", "row_entropies", "bayes_metrics"}}
+# attributes that name a reference whatever object they are read from (methods of the package's classes, and
+# a module bound where the scan cannot follow it: a default argument, a class attribute, a walrus)
+_REFERENCE_ATTRIBUTES = {aid: {name.rsplit(".", 1)[1] for name in refs} for aid, refs in REFERENCES.items()}
+# the parts of a dotted name that reach autograd by another path (torch.nn.functional.torch.autograd.grad,
+# torch._C._ImperativeEngine().run_backward, torch._functorch), and autograd's attributes on any object
+_AUTOGRAD_PARTS = {"autograd", "func", "functorch", "_functorch", "_ImperativeEngine", "_EngineBase"}
+_AUTOGRAD_ATTRIBUTES = {"run_backward", "_execution_engine", "grad_fn", "vjp", "jvp", "jacrev", "jacfwd", "hessian"}
 # Where numerical differentiation (finite differences, a complex step) answers a derivation question, it is
 # no answer (book/assignments/instructors.md): flagged in the cells that define a checked question's function
 # and the functions those use. Not in set 2, whose written questions measure changes under small steps.
@@ -344,11 +349,16 @@ def _aliases(tree, known=None):
                     aliases.update({n: f"{node.module}.{n}" for n in _public_names(node.module)})
                 else:
                     aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    for node in ast.walk(tree):  # after the imports: A = attention, f = A.score_kernel
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            target = _dotted(node.value, aliases)
-            if target:
-                aliases[node.targets[0].id] = target
+    for node in ast.walk(tree):  # after the imports: A = attention, f = A.score_kernel, A: T = ..., (A := ...)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        dotted = _dotted(value, aliases) if isinstance(target, ast.Name) else None
+        if dotted:
+            aliases[target.id] = dotted
     return aliases
 
 
@@ -613,10 +623,13 @@ def _reference(node, aliases, assignment_id):
     if name in references:
         via = "" if written == name else f", reached as {written.removeprefix(PACKAGE + '.')}"
         return f"{name.removeprefix(PACKAGE + '.')} (answers {references[name]}{via})"
-    if name and assignment_id in _AUTOGRAD_ASSIGNMENTS and name.startswith(_AUTOGRAD):
+    if name and assignment_id in _AUTOGRAD_ASSIGNMENTS and (name.startswith(_AUTOGRAD) or (
+            name.split(".")[0] == "torch" and _AUTOGRAD_PARTS & set(name.split(".")))):
         return f"{name} (autograd: the question asks for a derivation)"
+    if attr in _AUTOGRAD_ATTRIBUTES and assignment_id in _AUTOGRAD_ASSIGNMENTS:
+        return f".{attr} (autograd: the question asks for a derivation)"
     if attr in _REFERENCE_ATTRIBUTES.get(assignment_id, set()):
-        return f".{attr} (a method of the package that answers {assignment_id})"
+        return f".{attr} (the name of a package reference that answers {assignment_id}: see what it is read from)"
     if attr == "backward" and assignment_id in _AUTOGRAD_ASSIGNMENTS:
         return ".backward() (autograd: the question asks for a derivation)"
     if attr in ("__dict__", "__getattribute__") and _looked_up(base, aliases, assignment_id):

@@ -308,7 +308,9 @@ def written_answer(nb, question, original=frozenset()):
         if cell.cell_type != "markdown" or tag not in _tags(cell):
             continue
         own = cell.source.strip()
-        if own.startswith(STUB):   # the stub line left in place: the lines below it are the answer
+        if original and own in original:   # handed out as it is (the stub, or a question's text the tag was moved to)
+            own, stub_only = "", True
+        elif own.startswith(STUB):   # the stub line left in place: the lines below it are the answer
             own = own.partition("\n")[2].strip()
             stub_only = not own
         else:
