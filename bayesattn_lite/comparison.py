@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _validate, diagnostics, models, wind_tunnels
-from ._types import checked
+from ._types import checked, unchecked
 from .train import Recipe, pick_device, seed_everything, train
 
 Model = Annotated[torch.nn.Module, "models.build(...)"]   # in the message where one was expected
@@ -83,6 +83,7 @@ def train_on_task(arch, task, steps, seed=0, lr=3e-3, batch_size=32, device=None
     model = models.build(arch, task.vocab_size, task.n_classes, **model_sizes).to(device)
     curve_batch = task.sample(n_eval, seed=CURVE_SEED).to(device) if eval_every else None
 
+    @unchecked()   # a step's model and batch are made here: their types are not checked again each step
     def loss_fn(model, step):
         batch = task.sample(batch_size, seed=wind_tunnels.data_seed(seed, step)).to(device)
         return task_loss(model, batch)

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from . import _validate, checkpoints, comparison, models, wind_tunnels
+from ._types import unchecked
 from .train import Recipe, seed_everything, train
 
 
@@ -103,6 +104,7 @@ def main(argv=None):
         model = models.build(args.arch, task.vocab_size, task.n_classes, **sizes).to(device)
         replica = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
 
+        @unchecked()   # a step's model and batch are made here: their types are not checked again each step
         def loss_fn(replica, step):
             batch = task.sample(args.batch_size, seed=wind_tunnels.data_seed(args.seed, step, rank, world)).to(device)
             return comparison.task_loss(replica, batch)

@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from . import _validate, checkpoints, comparison, converged, diagnostics, models, wind_tunnels
+from ._types import unchecked
 from .train import Recipe, seed_everything, train
 
 TASKS = ("bijection", "recall")
@@ -213,6 +214,7 @@ def run(task_name, seed, stop=None, progress=False, threads=1, optimizer=SHIPPED
         frame = [[] for _ in range(n_layers)]
         attribution = {g: [] for g in groups}
 
+        @unchecked()   # a step's model and batch are made here: their types are not checked again each step
         def loss_fn(m, step):
             batch = task.sample(how["batch_size"], seed=wind_tunnels.data_seed(seed, step))
             return comparison.task_loss(m, batch)
