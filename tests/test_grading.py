@@ -945,8 +945,9 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     canvas = ["--reports", str(out / "grades_reports"), "--csv", str(csv_path), "--roster", str(roster),
               "--canvas-column", "PS1 (1)", "--canvas-csv", str(out / "canvas.csv")]
     capsys.readouterr()
-    assert grading.main(canvas) == 2 and not (out / "canvas.csv").exists()
+    assert grading.main(canvas + ["--release", str(out / "early")]) == 2 and not (out / "canvas.csv").exists()
     assert "written answers not graded yet" in capsys.readouterr().err
+    assert not (out / "early").exists()   # refused before any feedback went out saying "to grade"
     assert grading.main(canvas + ["--allow-pending"]) == 0 and (out / "canvas.csv").exists()
 
 

@@ -108,6 +108,12 @@ def test_the_grader_grades_a_class_in_its_forms(tmp_path):
     q3 = next(q for q in copied["questions"] if q["id"] == "q3")
     assert q3["points"] == 0 and q3["mistakes"], q3
     assert any("not this class's" in p for p in copied["problems"])  # handed out in the published form
+    # merging manual points or releasing feedback grades nothing: no --folder needed for the class's forms
+    from bayesattn_lite.instructor import release
+    reports = tmp_path / "reports"
+    right["report"] = str(reports / "variant.json")
+    release.write_report(right, reports / "variant.json")
+    assert grading.main(["--reports", str(reports), "--course", str(private), "--csv", str(tmp_path / "g.csv")]) == 0
 
 
 def test_a_gradescope_bundle_carries_the_class_handout(tmp_path):

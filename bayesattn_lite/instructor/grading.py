@@ -1146,6 +1146,10 @@ def _submitted_times(args, paths):
     return times
 
 
+class PendingPoints(ValueError):
+    """Written answers not graded yet, where a step needs every point (the Canvas import)."""
+
+
 def _after_grading(args, reports, csv_path):
     """Manual points, feedback and the LMS files, from the reports: the same whether just graded or not."""
     from . import release
@@ -1155,6 +1159,14 @@ def _after_grading(args, reports, csv_path):
             print(f"manual points: fill in {template} and pass it with --manual")
     if args.manual is not None:
         release.merge_manual(reports, release.read_manual(args.manual))
+    pending = [r for r in reports if r.get("manual_pending")]
+    if args.canvas_csv is not None and pending and not args.allow_pending:   # an LMS takes the number as final:
+        # refused before feedback is released or the import written (the reports and the template are kept)
+        raise PendingPoints(f"{len(pending)} submission(s) have written answers not graded yet (e.g. "
+                            f"{release.report_name(pending[0])}: {pending[0]['manual_pending']} points), so no feedback "
+                            "was released and no Canvas import written: fill in the manual-points file and pass it with "
+                            "--manual, or pass --allow-pending to export the scores without them")
+    if args.manual is not None:
         for r in reports:
             try:
                 release.write_report(r, Path(r["report"]))
@@ -1170,12 +1182,6 @@ def _after_grading(args, reports, csv_path):
               "the late policy was not applied to them: grade with --submitted-times FILE.csv or --late-from-mtime",
               file=sys.stderr)
     if args.canvas_csv is not None:
-        pending = [r for r in reports if r.get("manual_pending")]
-        if pending and not args.allow_pending:   # an LMS takes the number as final
-            raise ValueError(f"--canvas-csv: {len(pending)} submission(s) have written answers not graded yet "
-                             f"(e.g. {release.report_name(pending[0])}: {pending[0]['manual_pending']} points); fill in "
-                             "the manual-points file and pass it with --manual, or pass --allow-pending to export "
-                             "the scores without them")
         from . import lms
         unmatched = lms.canvas_import_csv(reports, lms.read_roster(args.roster), args.canvas_column, args.canvas_csv)
         print(f"Canvas import: {args.canvas_csv}" + (f"; not on the roster: {', '.join(unmatched)}" if unmatched else ""))
@@ -1193,6 +1199,9 @@ def main(argv=None):
         except ValueError as exc:
             parser.error(f"--gradescope-bundle: {exc}")
         print(f"Gradescope autograder: {args.gradescope_bundle}")
+        if args.course is not None and _course.load(args.course).deadline(args.assignment) is not None:
+            print(f"warning: {args.assignment} has a deadline in {args.course}, but on Gradescope the grader is given no "
+                  "submission time, so the course's late policy is not applied there: use Gradescope's own", file=sys.stderr)
         if args.submission is None:
             return 0
     if args.canvas_csv and not (args.roster and args.canvas_column):
@@ -1205,7 +1214,8 @@ def main(argv=None):
         print(f"cannot read the course configuration: {exc}", file=sys.stderr)
         return 2
     folder = (args.folder or assignments.FOLDER).resolve()  # the instructor versions
-    mismatch = handout_mismatch(course, folder)
+    grades = args.submission is not None or args.regrade is not None   # not a merge or release from --reports
+    mismatch = handout_mismatch(course, folder) if grades else ""
     if mismatch:
         print(f"cannot grade: {mismatch}", file=sys.stderr)
         return 2
@@ -1220,6 +1230,9 @@ def main(argv=None):
                          "or --regrade REPORT.json")
         try:
             _after_grading(args, _release_reports(args.reports), args.csv)
+        except PendingPoints as exc:
+            print(f"not exported: {exc}", file=sys.stderr)
+            return 2
         except (OSError, ValueError) as exc:
             print(f"cannot release: {exc}", file=sys.stderr)
             return 2
@@ -1231,7 +1244,11 @@ def main(argv=None):
             print(f"cannot grade: {exc}", file=sys.stderr)
             return 2
     if args.regrade is not None:
-        return _regrade(args, options)
+        try:
+            return _regrade(args, options)
+        except PendingPoints as exc:
+            print(f"graded again, not exported: {exc}", file=sys.stderr)
+            return 2
     batch = args.submission.is_dir()
     if batch and not args.csv:
         parser.error("grading a folder needs --csv GRADES.csv")
@@ -1250,6 +1267,9 @@ def main(argv=None):
             reports = grade_many(paths, reports_dir, args.csv, hide=hide, jobs=args.jobs,
                                  submitted=_submitted_times(args, paths), **options)
             _after_grading(args, reports, args.csv)
+        except PendingPoints as exc:
+            print(f"graded, not exported: {exc}", file=sys.stderr)
+            return 2
         except (OSError, ValueError, KeyError) as exc:
             print(f"could not grade or write the reports: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2

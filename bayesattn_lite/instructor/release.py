@@ -158,7 +158,8 @@ def markdown(report):
     if late.get("note"):
         lines.append(f"(late: {_md(late['note'])})")
     if report.get("manual_pending"):
-        lines.append(f"({_md(report['manual_pending'])} of these points are written answers your instructor grades.)")
+        lines.append(f"({_md(report['manual_pending'])} more points are written answers your instructor grades"
+                     + ("; the late penalty applies to them too" if late.get("kept", 1.0) < 1 else "") + ".)")
     lines.append("")
     if report["questions"]:
         lines += ["| Question | Points | Feedback |", "|---|---|---|"]
