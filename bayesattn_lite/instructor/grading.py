@@ -308,7 +308,7 @@ def written_answer(nb, question, original=frozenset()):
         if cell.cell_type != "markdown" or tag not in _tags(cell):
             continue
         own = cell.source.strip()
-        if original and own in original:   # handed out as it is (the stub, or a question's text the tag was moved to)
+        if original and _is_original(cell, original):   # handed out as it is (the stub, or a question's text the tag was moved to)
             own, stub_only = "", True
         elif own.startswith(STUB):   # the stub line left in place: the lines below it are the answer
             own = own.partition("\n")[2].strip()
