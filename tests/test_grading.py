@@ -1131,3 +1131,21 @@ def test_as_an_ordinary_user_without_a_delegated_cgroup_the_grader_refuses_and_s
         assert said == "graded"
     else:
         assert said.startswith("refused: as an ordinary user") and "control group" in said and "--no-sandbox" in said
+
+
+def test_canvas_late_marks_are_named_where_no_time_was_given_or_the_time_disagrees(capsys):
+    from bayesattn_lite.instructor import course as _course
+    on_time = {"submitted": "2027-02-01T10:00:00+00:00", "kept": 1.0, "note": ""}
+    no_time = {"submitted": None, "kept": 1.0, "note": _course.NO_TIME}
+    reports = [{"submission": "doejohn_LATE_2_3_ps1.ipynb", "late": no_time},
+               {"submission": "smithjane_4_5_ps1.ipynb", "late": no_time},
+               {"submission": "kimlee_LATE_6_7_ps1.ipynb", "late": on_time},
+               {"submission": "roealex_8_9_ps1.ipynb", "late": on_time}]
+    grading._warn_late(reports)
+    err = capsys.readouterr().err
+    assert "2 submission(s) of a set with a deadline have no submission time" in err
+    assert "Canvas marks 1 of them LATE: doejohn_LATE_2_3_ps1.ipynb" in err
+    assert "Canvas marks 1 submission(s) LATE whose given submission time is before the deadline" in err
+    assert "kimlee_LATE" in err and "roealex" not in err and "smithjane" not in err.split("LATE:")[-1]
+    grading._warn_late(reports[3:])
+    assert capsys.readouterr().err == ""

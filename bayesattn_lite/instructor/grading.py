@@ -1146,6 +1146,29 @@ def _submitted_times(args, paths):
     return times
 
 
+def _warn_late(reports):
+    """Say where the late policy could not be applied, or where its times disagree with Canvas's LATE mark
+    (a file name carries the mark, not the time, so the mark alone cannot set a penalty)."""
+    from . import lms
+    from .release import _one_line
+
+    def canvas_late(r):
+        parsed = lms.parse_canvas_name(r["submission"])
+        return parsed is not None and parsed.late
+    no_time = [r for r in reports if (r.get("late") or {}).get("note") == _course.NO_TIME]
+    if no_time:
+        marked = [_one_line(r["submission"]) for r in no_time if canvas_late(r)]
+        print(f"warning: {len(no_time)} submission(s) of a set with a deadline have no submission time, so the late "
+              "policy was not applied to them: grade with --submitted-times FILE.csv or --late-from-mtime"
+              + (f"; Canvas marks {len(marked)} of them LATE: {', '.join(marked)}" if marked else ""), file=sys.stderr)
+    on_time = [_one_line(r["submission"]) for r in reports if canvas_late(r) and (r.get("late") or {}).get("submitted")
+               and not (r["late"].get("note") or "")]
+    if on_time:
+        print(f"warning: Canvas marks {len(on_time)} submission(s) LATE whose given submission time is before the "
+              f"deadline, so no penalty was applied: check the times (a file's modification time is often when it "
+              f"was unzipped): {', '.join(on_time)}", file=sys.stderr)
+
+
 class PendingPoints(ValueError):
     """Written answers not graded yet, where a step needs every point (the Canvas import)."""
 
@@ -1176,11 +1199,7 @@ def _after_grading(args, reports, csv_path):
         release.write_gradebook(reports, csv_path)
     if args.release is not None:
         print(f"feedback: {release.release(reports, args.release)}")
-    late_unknown = [r["submission"] for r in reports if (r.get("late") or {}).get("note") == _course.NO_TIME]
-    if late_unknown:
-        print(f"warning: {len(late_unknown)} submission(s) of a set with a deadline have no submission time, so "
-              "the late policy was not applied to them: grade with --submitted-times FILE.csv or --late-from-mtime",
-              file=sys.stderr)
+    _warn_late(reports)
     if args.canvas_csv is not None:
         from . import lms
         unmatched = lms.canvas_import_csv(reports, lms.read_roster(args.roster), args.canvas_column, args.canvas_csv)
