@@ -8,11 +8,13 @@ The paper's design trains each seed for 1000 steps on one sequence, too short fo
 values to settle, and a longer run memorises the sequence. The main run here (``pool64-std0.1``)
 trains the paper's head, rates and seeds on a pool of 64 fresh sequences per seed, one per step, for
 8000 steps, and scores it on a held-out sequence; ``paper-design-std0.1`` runs the paper's own
-design for 4000 steps (to show where it memorises); the ``pool64-std*`` runs are the init-scale
-sweep. Each writes ``bayesattn_lite/pretrained/sticky/long-<name>.json`` (``experiments.long_run``),
-where ``experiments.load_long_run`` finds it. ``controls`` trains chapter 6's controls
-(``experiments.CONTROLS``: 11 schedules x 5 seeds, 1000 steps at T = 1000) and saves the run as
-``controls.npz`` (``experiments.save_schedule_run``), where ``experiments.load_controls`` finds it.
+design for 3000 steps (to show where it memorises); the ``pool64-std*`` runs are the init-scale
+sweep; ``paper-run-sgd-lr0.1`` is the third schedule of chapter 6's paper run (SGD at 0.1, 1000
+steps), which the chapter loads instead of training it beside the race. Each writes
+``bayesattn_lite/pretrained/sticky/long-<name>.json`` (``experiments.long_run``), where
+``experiments.load_long_run`` finds it. ``controls`` trains chapter 6's controls (``experiments.CONTROLS``:
+11 schedules x 5 seeds, 1000 steps at T = 1000) and saves the run as ``controls.npz``
+(``experiments.save_schedule_run``), where ``experiments.load_controls`` finds it.
 
 Resumable at two levels: a run whose record is there with the same configuration is skipped
 (``--force`` retrains it), and an interrupted run continues from its checkpoint in

@@ -586,6 +586,8 @@ ROWS = [
      lambda: experiments.frame_rate(torch.randn(6, 4), torch.randn(3, 3, 4), torch.randn(2, 3, 4)), "W_K"),
     ("experiments.frame_rate max_queries 0",
      lambda: experiments.frame_rate(torch.randn(6, 4), torch.randn(3, 3, 4), torch.randn(3, 3, 4), max_queries=0), "max_queries"),
+    ("experiments.frame_rate rows_per_block 0",
+     lambda: experiments.frame_rate(torch.randn(6, 4), torch.randn(3, 3, 4), torch.randn(3, 3, 4), rows_per_block=0), "rows_per_block"),
     ("experiments.frame_rate x 1-D", lambda: experiments.frame_rate(torch.randn(6), torch.randn(3, 3, 4), torch.randn(3, 3, 4)), "x"),
     ("experiments.precision_rate W_V d", lambda: experiments.precision_rate(torch.randn(6, 4), torch.randn(3, 3, 5)), "W_V"),
     ("experiments.long_run cfg", lambda: experiments.long_run("paper"), "cfg"),

@@ -2,12 +2,13 @@
 agreement with the package's plain training loop (autograd + torch.optim.SGD) for one seed."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from bayesattn_lite import attention, batched, experiments
+from bayesattn_lite import attention, batched, diagnostics, experiments
 from bayesattn_lite.attention import PARAM_NAMES, AttentionHead
 from bayesattn_lite.tasks import StickyMarkovChain
 from bayesattn_lite.train import Recipe, em_like, rates, train
@@ -170,6 +171,16 @@ def test_frame_rate_is_a_total_variation_between_attention_rows():
     assert 0 < far[0] <= 1
 
 
+def test_frame_rate_in_blocks_of_rows_is_the_mean_over_every_row_at_once():
+    """The blocks skip keys no row of theirs sees; the rate is the plain mean of diagnostics.frame_change."""
+    torch.manual_seed(0)
+    x, W_Q, W_K = torch.randn(40, 6, dtype=torch.float64), torch.randn(4, 3, 6, dtype=torch.float64), torch.randn(4, 3, 6, dtype=torch.float64)
+    alpha = [torch.softmax(attention.scores(x @ q.T, x @ k.T), -1) for q, k in zip(W_Q, W_K)]
+    plain = [diagnostics.frame_change(a, b) for a, b in zip(alpha[:-1], alpha[1:])]
+    for rows in (1, 7, 40, 100):
+        np.testing.assert_allclose(experiments.frame_rate(x, W_Q, W_K, rows_per_block=rows), plain, rtol=1e-12)
+
+
 def test_precision_rate_is_relative_to_the_final_size_not_the_start():
     chain = StickyMarkovChain()
     x, _ = chain.sample(30, 1, dtype=torch.float64)
@@ -277,6 +288,19 @@ def test_the_shipped_long_run_reproduces_from_a_short_rerun():
         np.testing.assert_allclose(rec["held_out"][0], original["held_out"][0][:3], rtol=1e-5)
         np.testing.assert_allclose(rec["train_loss"][0], original["train_loss"][0][:2], rtol=1e-5)
     assert shipped["config"]["steps"] == experiments.LongRunConfig.paper().steps
+
+
+def test_the_shipped_sgd_at_0_1_of_the_paper_run_reproduces_from_a_short_rerun():
+    """Chapter 6 loads the paper run's third schedule instead of training it: the record is that run."""
+    shipped = experiments.load_long_run(experiments.PAPER_RUN_LR01)
+    cfg = next(c for c in experiments.LONG_RUNS if c.name == experiments.PAPER_RUN_LR01)
+    assert (cfg.steps, cfg.T, cfg.pool, cfg.record_every) == (1000, 2000, 0, 10)   # the paper run's, as chapter 6 photographs it
+    assert shipped["config"]["steps"] == cfg.steps and shipped["config"]["schedules"] == [list(s) for s in cfg.schedules]
+    rerun = experiments.long_run(replace(cfg, seeds=cfg.seeds[:1], steps=30), progress=False)["schedules"]["SGD, lr 0.1"]
+    original = shipped["schedules"]["SGD, lr 0.1"]
+    np.testing.assert_allclose(rerun["frame_rate"][0][:2], original["frame_rate"][0][:2], rtol=1e-4)
+    np.testing.assert_allclose(rerun["held_out"][0], original["held_out"][0][:4], rtol=1e-5)
+    np.testing.assert_allclose(rerun["train_loss"][0], original["train_loss"][0][:3], rtol=1e-5)
 
 
 def test_a_saved_schedule_run_loads_with_the_same_speedups_tables_and_held_out_scores(small, tmp_path):
