@@ -493,6 +493,13 @@ def test_biased_qk_gradients_mistakes_are_named(fn, phrases):
     failed(checks.check_biased_qk_gradients(fn), *phrases)
 
 
+def test_the_published_head_copied_into_the_mup_variant_is_told_the_scale_not_the_fix():
+    """A class variant's head divides by d_k: the published answer gets the mistake named, without the formula."""
+    result = checks.check_biased_qk_gradients(biased_right, form="mup")
+    failed(result, "scaled as in the usual head, not as in this one")
+    assert "d_k" not in result.message and "muP" in result.practice
+
+
 def basis_right(W_O):
     C = W_O.shape[0]
     return torch.linalg.svd(W_O.T @ (torch.eye(C, dtype=W_O.dtype) - 1.0 / C), full_matrices=False)[0][:, : C - 1]

@@ -99,9 +99,9 @@ def _biased_flaws(form="causal"):
                   Flaw("distance", "signed", "the bias uses i - j, not the distance |i - j|: a key after the "
                                              "query (j > i) gets a bonus instead of a penalty.")]
     if truth.get("dk_power") == 2.0:
-        flaws.append(Flaw("dk_power", 1.0, "the scale is 1/sqrt(d_k), the usual one, but this head (muP's "
-                                           "scaling) divides by d_k: s = q.k / (tau d_k), in alpha and in the "
-                                           "chain rule."))
+        flaws.append(Flaw("dk_power", 1.0, "the scores are scaled as in the usual head, not as in this one (read "
+                                           "its definition again). It uses muP's scaling and divides by d_k: "
+                                           "s = q.k / (tau d_k), in alpha and in the chain rule."))
     return flaws
 
 
