@@ -675,6 +675,30 @@ def bought_after(fp: FramePrecision, after):
     return out
 
 
+@checked
+def bought_late(fp: FramePrecision, fraction=0.9):
+    """Who bought the last ``1 - fraction`` of each seed's loss decrease, anchored on the loss itself:
+    per seed, the window starts at the first snapshot where the loss has covered ``fraction`` of its
+    decrease (``diagnostics.progress_step``) and runs to the end. No settle step and no plateau test,
+    and it means the same in a run of any length. {group: (S,) nats bought in the seed's window},
+    "values + readout", "realised" (S,) and "from_step" (S,), where each window starts."""
+    fraction = _validate.real("fraction", fraction, 0, 1, low_open=True, high_open=True)
+    steps = np.asarray(fp.loss_steps)
+    drop = fp.loss[:, 0] - fp.loss[:, -1]
+    nats = {g: b * drop[:, None] for g, b in fp.bought.items()}   # fp.bought is a share of the drop
+    out = {g: np.zeros(len(drop)) for g in [*nats, "realised"]}
+    out["from_step"] = np.zeros(len(drop), int)
+    for i, curve in enumerate(fp.loss):
+        start = diagnostics.progress_step(steps, curve, fraction)
+        k = min(int(np.searchsorted(steps, start)), len(steps) - 2)   # at least one interval
+        window = diagnostics.bought_in_window({g: n[i] for g, n in nats.items()}, curve, k)
+        for g, value in window.items():
+            out[g][i] = value
+        out["from_step"][i] = steps[k]
+    out["values + readout"] = out["values"] + out["readout"]
+    return out
+
+
 # ----------------------------------------------------------------------------- to convergence
 # The paper's design trains each seed on one sequence of 2000 symbols for 1000 steps: too short for
 # any pathway to settle, and long runs memorise the sequence (its training loss falls below the

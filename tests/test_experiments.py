@@ -231,6 +231,23 @@ def test_bought_after_sums_each_groups_share_over_a_fixed_late_window(frame_run)
         experiments.bought_after({"loss": 1}, 10)
 
 
+def test_bought_late_starts_each_seeds_window_where_its_loss_has_covered_the_fraction(frame_run):
+    fp = experiments.frame_precision(frame_run, "em")
+    late = experiments.bought_late(fp, 0.9)
+    drop = fp.loss[:, 0] - fp.loss[:, -1]
+    for i, start in enumerate(late["from_step"]):
+        k = int(np.searchsorted(fp.loss_steps, start))
+        assert fp.loss[i, 0] - fp.loss[i, k] >= 0.9 * drop[i] - 1e-12          # covered by then
+        assert (fp.loss[i, 0] - fp.loss[i, :k] < 0.9 * drop[i]).all()          # and not before
+        np.testing.assert_allclose(late["routing"][i], fp.bought["routing"][i, k:].sum() * drop[i])
+        np.testing.assert_allclose(late["realised"][i], fp.loss[i, k] - fp.loss[i, -1])
+    np.testing.assert_allclose(late["values + readout"], late["values"] + late["readout"])
+    assert (experiments.bought_late(fp, 0.5)["from_step"] <= late["from_step"]).all()
+    for bad in (0, 1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="fraction"):
+            experiments.bought_late(fp, bad)
+
+
 def test_settle_order_says_not_settled_for_a_rate_still_rising(frame_run):
     fp = experiments.frame_precision(frame_run, "sgd")
     rising = experiments.frame_precision_of({
