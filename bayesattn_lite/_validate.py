@@ -272,6 +272,16 @@ def record(what, value, keys, made_by):
     return value
 
 
+def replaced(config, **changes):
+    """``dataclasses.replace(config, **changes)``, with an unknown field named beside the known ones."""
+    import dataclasses
+    known = [f.name for f in dataclasses.fields(config)]
+    unknown = [k for k in changes if k not in known]
+    if unknown:
+        fail(", ".join(unknown), f"a field of {type(config).__name__}: one of {known}", "an unknown name", described=True)
+    return dataclasses.replace(config, **changes)
+
+
 def figsize(what, value):
     """A figure size: (width, height) in inches, two positive numbers."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:

@@ -32,6 +32,8 @@ class DamagedFile(ValueError):
 
 
 def _damaged(path, what, why, advice):
+    if Path(path).is_dir():   # not a damaged file: the wrong path, and "train it again" would not help
+        raise DamagedFile(f"{path}: expected the file of {what}, got a folder")
     raise DamagedFile(f"{path}: expected {what}, but {why}; it may be damaged or another kind of file: {advice}")
 
 

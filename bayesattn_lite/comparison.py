@@ -115,6 +115,10 @@ def evaluate(model: Model, task, n_seqs=256, seed=EVAL_SEED, **horizon):
     """
     task = wind_tunnels.as_wind_tunnel(task)
     n_seqs = _validate.integer("n_seqs", n_seqs, 1)
+    sizes = (getattr(model, "vocab_size", task.vocab_size), getattr(model, "n_classes", task.n_classes))
+    if sizes != (task.vocab_size, task.n_classes):   # the course's models say what they were built for
+        _validate.fail("model", f"a model built for {task.name!r} (vocab_size {task.vocab_size}, n_classes "
+                       f"{task.n_classes})", f"one built for vocab_size {sizes[0]}, n_classes {sizes[1]}", described=True)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -223,6 +227,7 @@ def compare(archs, task_names, seeds, steps, size="small", lr=3e-3, batch_size=3
     if size not in ("small", "paper"):
         _validate.fail("size", "'small' or 'paper'", size)
     workers = _validate.integer("workers", workers, 1)
+    n_eval = _validate.integer("n_eval", n_eval, 1)   # checked before training, not after it
     if threads is not None:
         threads = _validate.integer("threads", threads, 1)
     if workers > 1 and pick_device(device).type != "cpu":
@@ -272,6 +277,10 @@ def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon"))
         _validate.fail("metric", f"one of {sorted(k for k, v in rows[0].items() if isinstance(v, float))}", metric)
     if isinstance(by, str) or not all(k in rows[0] for k in by):
         _validate.fail("by", f"a tuple of fields of the rows, from {sorted(rows[0])}", by)
+    for i, row in enumerate(rows):   # rows of one table: each has what the first has
+        if any(k not in row for k in (metric, *by)):
+            _validate.fail(f"rows[{i}]", f"a row with {metric!r} and {list(by)}, as rows[0] has",
+                           f"one without {[k for k in (metric, *by) if k not in row]}", described=True)
     groups = {}
     for row in rows:
         groups.setdefault(tuple(row[k] for k in by), []).append(row[metric])
@@ -288,6 +297,9 @@ def format_table(rows, metric="entropy_error_bits", horizon="trained", digits=3)
     if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) and "horizon" in r for r in rows):
         _validate.fail("rows", "a list of rows from compare (dicts with 'arch', 'task', 'horizon')", rows)
     digits = _validate.integer("digits", digits, 0)
+    horizons = list(dict.fromkeys(r["horizon"] for r in rows))
+    if horizon not in horizons:
+        _validate.fail("horizon", f"one of the rows' horizons {horizons}", horizon)
     stats = summarise([r for r in rows if r["horizon"] == horizon], metric)
     archs = list(dict.fromkeys(k[0] for k in stats))
     names = list(dict.fromkeys(k[1] for k in stats))

@@ -215,7 +215,8 @@ def train_converged(arch, task_name, seed, size="small", steps=None, device=None
     task = variant_task(task_name, variant_name, size)
     steps = variant_steps(task.name, variant_name, size) if steps is None else _validate.integer("steps", steps, 1)
     log_every = max(1, steps // 200)
-    eval_every = eval_every or log_every * max(1, steps // (40 * log_every))
+    eval_every = (log_every * max(1, steps // (40 * log_every)) if eval_every is None   # 0 would be "never"
+                  else _validate.integer("eval_every", eval_every, 1))
     sizes = _run_sizes(arch, task, size, variant_name)
     recipe = variant_recipe(variant_name, size)
     start = time.perf_counter()

@@ -49,6 +49,17 @@ def _horizon(text):
     return sizes
 
 
+def _count(text):
+    """An int >= 1 from the command line (argparse puts the option's name before the message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
+    return value
+
+
 def parser():
     p = argparse.ArgumentParser(prog="torchrun --nproc_per_node=N -m bayesattn_lite.distributed",
                                 description="Train one architecture on one wind tunnel with DDP.")
@@ -56,15 +67,15 @@ def parser():
     p.add_argument("--task", required=True, choices=sorted(wind_tunnels.WIND_TUNNELS))
     p.add_argument("--size", default="small", choices=("small", "paper"),
                    help="task and model sizes: the course's CPU sizes or Paper I's (default cpu)")
-    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--steps", type=_count, required=True)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--batch-size", type=int, default=32, help="sequences per rank and step")
+    p.add_argument("--batch-size", type=_count, default=32, help="sequences per rank and step")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sizes", type=_sizes, default={}, help="model size overrides, e.g. d_model=64,n_layers=2")
     p.add_argument("--horizon", type=_horizon, action="append", default=[],
                    help="extra evaluation horizon, e.g. --horizon K=30 --horizon K=50 (HMM)")
-    p.add_argument("--n-eval", type=int, default=1024, help="held-out sequences for the evaluation")
-    p.add_argument("--checkpoint-every", type=int, default=1000)
+    p.add_argument("--n-eval", type=_count, default=1024, help="held-out sequences for the evaluation")
+    p.add_argument("--checkpoint-every", type=_count, default=1000)
     p.add_argument("--out", default="runs", help="folder for checkpoints and the evaluation (default runs/)")
     return p
 

@@ -16,7 +16,7 @@ all seeds and schedules in one batched computation (``batched.train``).
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +90,8 @@ def first_step_at_or_below(curve, final, threshold):
     if not np.isfinite(threshold).all():
         _validate.fail("threshold", "finite values", threshold)
     losses = np.concatenate([curve, final[:, None]], axis=1)
+    if not np.isfinite(losses).all():   # a nan would read as "never reached"
+        _validate.fail("curve, final", "finite losses", f"{int((~np.isfinite(losses)).sum())} nan/inf", described=True)
     hit = losses <= np.asarray(threshold)[:, None] * (1 + RTOL)
     return np.where(hit.any(axis=1), hit.argmax(axis=1), np.nan).astype(float)
 
@@ -355,15 +357,26 @@ class EMvsSGDConfig:
     value_ratio: float = 10.0
     self_prob: float = 0.3
 
+    def __post_init__(self):
+        """Every field checked where it is set (a config is frozen), so that a bad one is named at once, not
+        when ``run`` starts; the seeds stored as a tuple of ints."""
+        v = _validate
+        checked = {"seeds": v.distinct_seeds("seeds", self.seeds), "steps": v.integer("steps", self.steps, 1),
+                   "T": v.integer("T", self.T, 2), "lr": v.positive("lr", self.lr),
+                   "value_ratio": v.positive("value_ratio", self.value_ratio),
+                   "self_prob": v.real("self_prob", self.self_prob, 0.0, 1.0)}   # as StickyMarkovChain takes it
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
     @classmethod
     def paper(cls, **changes):
         """The paper's run (section 5.2, the authors' code): 5 seeds, 1000 steps, T = 2000, lr 0.01, W_V x10."""
-        return replace(cls(), **changes)
+        return _validate.replaced(cls(), **changes)
 
     @classmethod
     def small(cls, **changes):
         """3 seeds at T = 600: a few seconds on a CPU, what chapter 6's widget reruns when a control moves."""
-        return replace(cls(seeds=PAPER_SEEDS[:3], T=600), **changes)
+        return _validate.replaced(cls(seeds=PAPER_SEEDS[:3], T=600), **changes)
 
     def run(self, device=None, **kwargs):
         """``em_vs_sgd`` with these settings (``kwargs`` as there: extra_schedules, progress, ...)."""
@@ -425,6 +438,10 @@ def value_pca(trajectories, n_components=2):
         if not np.isfinite(t).all():
             _validate.fail(f"trajectories[{name!r}]", "finite values", f"{int((~np.isfinite(t)).sum())} NaN/inf entries",
                            described=True)
+        first = next(iter(arrays.values()))
+        if t.shape[-1] != first.shape[-1]:   # one PCA basis: the same value space for every schedule
+            _validate.fail(f"trajectories[{name!r}]", f"values of d_v = {first.shape[-1]}, as the first schedule's",
+                           f"d_v = {t.shape[-1]}", described=True)
     fit = diagnostics.pca(np.concatenate([t.reshape(-1, t.shape[-1]) for t in arrays.values()]), n_components)
     out = {"projections": {}, "path_length": {}, "displacement": {}, "straightness": {},
            "explained": fit["explained"][:n_components]}
@@ -603,6 +620,9 @@ def measure_frame_precision(run: ScheduleRun, name):
     rates at the snapshots, how far each pathway moved, the loss the shares are taken of, and the
     first-order decrease each group bought (not yet divided by the realised decrease)."""
     run.schedule(name)
+    if name not in run.snapshots:
+        _validate.fail("run", "a run with snapshots of its weights (run_schedules keeps them; a run loaded by "
+                       "load_schedule_run does not)", f"one without snapshots of {name!r}", described=True)
     x, y = run.probe_data()
     snaps = run.snapshots[name]
     S = len(run.seeds)
@@ -761,7 +781,7 @@ class LongRunConfig:
     @classmethod
     def small(cls, **changes):
         """A short prefix of the main run (one seed, 100 steps): what a test reruns against the record."""
-        return replace(cls(seeds=(PAPER_SEEDS[0],), steps=100), **changes)
+        return _validate.replaced(cls(seeds=(PAPER_SEEDS[0],), steps=100), **changes)
 
     def rates(self):
         return {name: rates(lr, em_like(factor)) for name, lr, factor in self.schedules}

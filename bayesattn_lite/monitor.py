@@ -196,6 +196,21 @@ def precision_rates(snapshots):
 
 # ----------------------------------------------------------------------------- the monitor
 
+def _try_probe(model, probe):
+    """Run the probe once, before any hook is attached, so that inputs the model refuses are named when the
+    monitor is made, not at the first recorded step (in eval mode and without gradients: nothing changes)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(*probe)
+    except Exception as error:  # noqa: BLE001 - any refusal by the model is the probe's problem
+        _validate.fail("probe", "inputs the model takes", f"inputs it refused ({type(error).__name__}: "
+                       f"{str(error)[:200]})", described=True)
+    finally:
+        model.train(was_training)
+
+
 class Monitor:
     """Record the paper's diagnostics of every attention layer of ``model`` during training.
 
@@ -222,6 +237,8 @@ class Monitor:
         if probe is not None and not isinstance(probe, (torch.Tensor, tuple)):
             _validate.fail("probe", "a tensor or a tuple of positional arguments of the model", probe)
         self.probe = None if probe is None else (probe if isinstance(probe, tuple) else (probe,))
+        if self.probe is not None:
+            _try_probe(model, self.probe)
         self.layers = attention_layers(model)
         self.records = []          # one dict per (recorded step, layer), in order of completion
         self.step = -1             # the current training step
@@ -398,6 +415,8 @@ def measure_overhead(make_model, step_fn, steps=50, every=10, repeats=3, **monit
     step. The two variants alternate ``repeats`` times (so a busy machine slows both alike); the
     medians are returned as {"without": s, "with": s, "ratio": with / without}.
     """
+    if isinstance(make_model, torch.nn.Module):   # callable too, but one model cannot be fresh twice
+        _validate.fail("make_model", "a function make_model() -> a fresh model, not a model", make_model)
     _validate.function("make_model", make_model, "a function make_model() -> a fresh model", n_args=0)
     _validate.function("step_fn", step_fn, "a function step_fn(model, optimizer, step)", n_args=3)
     steps, repeats = _validate.integer("steps", steps, 1), _validate.integer("repeats", repeats, 1)

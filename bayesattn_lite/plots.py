@@ -260,7 +260,8 @@ def seed_bands(ax: Axes, curves, color, label, steps=None, lw=1.6):
     """Median over seeds as a line and the min-max range over seeds as a band.
 
     ``curves`` is (seeds, steps); ``steps`` the x values (default 0, 1, ...). The label says how
-    many seeds the band spans.
+    many seeds the band spans. A nan in a column leaves a gap in the line and the band there (a step
+    a seed did not record), so a curve with gaps should say why in its caption.
     """
     _color("color", color)
     lw = _validate.positive("lw", lw)

@@ -53,7 +53,7 @@ import functools
 import math
 import multiprocessing
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -113,6 +113,9 @@ class Config:
                    "steps": v.integer("steps", self.steps, 1), "lr": v.positive("lr", self.lr),
                    "value_ratio": v.positive("value_ratio", self.value_ratio),
                    "log_every": v.integer("log_every", self.log_every, 1), "frozen": tuple(self.frozen)}
+        if checked["n_probe"] * checked["seq_len"] < 2:   # the values' PCA on the probe needs two points
+            v.fail("n_probe, seq_len", "n_probe * seq_len >= 2 (the probe's values are compared by a PCA)",
+                   f"{checked['n_probe']} x {checked['seq_len']}", described=True)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -121,12 +124,12 @@ class Config:
         """The full-size run of chapters 4 and 5: the defaults. The paper fixes no sizes or rates for
         its toy simulation (it leaves them open), so these are the course's choice, stated in the
         chapters."""
-        return replace(cls(), **changes)
+        return _validate.replaced(cls(), **changes)
 
     @classmethod
     def small(cls, **changes):
         """A quick version (fewer sequences and steps): a redraw of chapter 4's widget takes seconds."""
-        return replace(cls(n_train=256, n_probe=128, steps=400), **changes)
+        return _validate.replaced(cls(n_train=256, n_probe=128, steps=400), **changes)
 
     def describe(self):
         return ", ".join(f"{k}={v}" for k, v in asdict(self).items())
@@ -481,6 +484,11 @@ def curves(runs: Sequence[Run], key: str):
     """(steps, values): values is (n_runs, n_logged) for one metric of several runs."""
     runs = _check_runs(runs)
     steps = runs[0].history.steps
+    for i, r in enumerate(runs[1:], 1):   # one x axis for every run's curve
+        if not np.array_equal(r.history.steps, steps):
+            _validate.fail(f"runs[{i}]", f"runs logged at the same steps as runs[0] ({len(steps)} steps up to "
+                           f"{int(steps[-1])})", f"{len(r.history.steps)} steps up to {int(r.history.steps[-1])}",
+                           described=True)
     return steps, np.stack([r.history[key] for r in runs])
 
 
@@ -506,11 +514,17 @@ def loop_window(runs: Sequence[Run], key: str, start, stop):
     start, stop = _start_stop(start, stop)
     out = []
     for r in _check_runs(runs):
-        if key not in r.loop:
-            _validate.fail("runs", f"runs with the loop measurement {key!r} (pass loop_every > 0 to run)",
+        if not r.loop:
+            _validate.fail("runs", "runs with loop measurements (pass loop_every > 0 to run)",
                            f"the run with seed {r.seed}, which has none", described=True)
+        if key not in r.loop or key == "step":
+            _validate.fail("key", f"one of {sorted(k for k in r.loop if k != 'step')}", key)
         steps = r.loop["step"]
-        out.append(float(np.mean(r.loop[key][(steps >= start) & (steps < stop)])))
+        inside = (steps >= start) & (steps < stop)
+        if not inside.any():   # the mean of nothing would be nan
+            _validate.fail("start, stop", f"a window holding recorded loop steps (the run has them from {int(steps.min())} "
+                           f"to {int(steps.max())})", f"[{start}, {stop})", described=True)
+        out.append(float(np.mean(r.loop[key][inside])))
     return np.array(out)
 
 

@@ -350,6 +350,8 @@ class Recipe:
         if checked["schedule"] != "constant" and checked["steps"] and checked["warmup"] >= checked["steps"]:
             _validate.fail("warmup", f"fewer steps than steps={checked['steps']} (the {checked['schedule']} schedule "
                            "would never run)", self.warmup)
+        if checked["steps"] and checked["warmup"] > checked["steps"]:   # a constant rate: the ramp may fill the run
+            _validate.fail("warmup", f"at most steps={checked['steps']} (the rate would never reach lr)", self.warmup)
         for name, value in checked.items():  # plain floats and ints: what the fingerprint hashes
             object.__setattr__(self, name, value)
 
@@ -411,6 +413,9 @@ def _loss_of(out, step, optimizer):
         _validate.fail("loss_fn's loss", "a tensor computed from the model's parameters (requires_grad=True)",
                        "a tensor with requires_grad=False: is the model called inside loss_fn?")
     value = loss.item()
+    if not math.isfinite(value) and step == 0:   # no update has happened yet: not the rate
+        raise TrainingDiverged(f"step 0: loss is {value} before any update (expected a finite loss at the initial "
+                               "weights): look for log(0), a division by 0 or nan/inf in the data or the weights, in loss_fn")
     if not math.isfinite(value):
         raise TrainingDiverged(f"step {step}: loss is {value}; training diverged. The learning rate "
                                f"({_lrs(optimizer)}) may be too high: try a smaller one, or look for log(0) in loss_fn")

@@ -55,7 +55,7 @@ def advantage_state(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES, e
     Returns a dict: values, u, scores, eta, alpha, b, expected_b, advantage, ds (= dL/ds_ij),
     g (= sum_j alpha_ij v_j), scores_next, alpha_next and delta_alpha (= alpha_next - alpha).
     """
-    values, u, scores = to_numpy(values), to_numpy(u), to_numpy(scores)
+    values, u, scores = (_validate.number_array(what, a) for what, a in (("values", values), ("u", u), ("scores", scores)))
     if values.ndim != 2 or values.shape[1] != 2 or not len(values):
         _validate.fail("values", "shape (n >= 1, 2): one value v_j in the plane per position", values)
     if u.shape != (2,):
@@ -230,8 +230,9 @@ def advantage_explorer(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES
     import ipywidgets
     from IPython.display import display
 
-    values = to_numpy(values).reshape(-1, 2).copy()
-    u = to_numpy(u).reshape(2)
+    start = advantage_state(values, u, scores, eta)   # checked here, not inside the panel, which would hide the error
+    moved = _validate.integer("moved", moved, 0, len(start["values"]) - 1)
+    values, u = start["values"].copy(), start["u"]
     u_length = float(np.linalg.norm(u))
     u_angle = round(float(np.degrees(np.arctan2(u[1], u[0]))), 6)
 
@@ -348,7 +349,9 @@ def snapshot_slider(states, index=0, figsize=(14.0, 4.2)):
     import ipywidgets
     from IPython.display import display
 
+    _validate.record("states", states, ("steps", "alpha", "advantage", "plane", "is_signal"), "snapshot_states")
     steps = [int(s) for s in states["steps"]]
+    index = _validate.integer("index", index, 0, len(steps) - 1)   # one per recorded step
 
     def update(step):
         i = steps.index(step)
@@ -365,7 +368,8 @@ def snapshot_slider(states, index=0, figsize=(14.0, 4.2)):
 
 # ----------------------------------------------------------------------------- chapter 4: the specialisation explorer
 
-def specialisation_figure(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
+@checked
+def specialisation_figure(cfg: specialisation.Config | None = None, seeds=(0, 1), figsize=(13.0, 3.2)):
     """Train ``cfg`` (default ``specialisation.Config.small()``) for ``seeds`` and draw ``plots.specialisation_curves``: the widget's
     figure, and the static figure of its default state."""
     figsize = _validate.figsize("figsize", figsize)
@@ -376,13 +380,15 @@ def specialisation_figure(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
     return fig, runs
 
 
-def specialisation_explorer(cfg=None, seeds=(0, 1), figsize=(13.0, 3.2)):
+@checked
+def specialisation_explorer(cfg: specialisation.Config | None = None, seeds=(0, 1), figsize=(13.0, 3.2)):
     """An ipywidgets panel: choose the learning rate, the value/routing rate ratio and the number of
     steps; it retrains a small version (``specialisation.Config.small()``) for ``seeds`` and redraws ``specialisation_figure``."""
     import ipywidgets
     from IPython.display import display
 
     cfg = cfg or specialisation.Config.small()
+    seeds = _validate.distinct_seeds("seeds", seeds)   # here: inside the panel an error would only be shown there
 
     def update(lr, value_ratio, steps):
         try:
@@ -417,7 +423,8 @@ VALUE_RATIOS = (1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0)   # the sticky explorer's 
 BASE_RATES = (0.003, 0.01, 0.03, 0.1)                      # and of base learning rate
 
 
-def sticky_explorer(initial=None, figsize=(10.0, 4.4), device=None):
+@checked
+def sticky_explorer(initial: experiments.EMvsSGDResult | None = None, figsize=(10.0, 4.4), device=None):
     """The ipywidgets panel: value ratio, stickiness and base rate; reruns ``experiments.EMvsSGDConfig.small``
     with them on release.
 

@@ -492,8 +492,8 @@ def wind_tunnel(name, size="small"):
 
 def as_wind_tunnel(task, size="small"):
     """A wind tunnel object, from itself or its name (``wind_tunnel(task, size)``)."""
-    if isinstance(task, str):
+    if isinstance(task, str) and task in WIND_TUNNELS:
         return wind_tunnel(task, size)
     if not isinstance(task, WindTunnel):
-        _validate.fail("task", f"a wind tunnel name {sorted(WIND_TUNNELS)} or task object", task)
+        _validate.fail("task", f"one of the wind tunnels' names {sorted(WIND_TUNNELS)}, or a task object", task)
     return task

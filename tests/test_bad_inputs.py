@@ -18,8 +18,8 @@ import pytest
 import torch
 from torch import nn
 
-from bayesattn_lite import (attention, batched, checkpoints, converged, diagnostics, em, experiments, gradcheck,
-                            models, monitor, tasks, train, wind_tunnels)
+from bayesattn_lite import (attention, batched, checkpoints, comparison, converged, diagnostics, em, experiments,
+                            gradcheck, models, monitor, specialisation, tasks, train, widgets, wind_tunnels)
 
 NAN, INF = float("nan"), float("inf")
 
@@ -616,6 +616,39 @@ ROWS = [
     ("em.m_step fit_variance str", lambda: em.m_step(GX, torch.full((20, 2), 0.5, dtype=torch.float64),
                                                      fit_variance="no", variance=1.0), "fit_variance"),
     ("em.fit fit_variance None", lambda: em.fit(GX, 2, fit_variance=None), "fit_variance"),
+    # a third held-out table (December 2026), its silent and unclear cases
+    ("widgets.advantage_explorer eta nan", lambda: widgets.advantage_explorer(eta=NAN), "eta"),
+    ("widgets.advantage_explorer values 2 of 5 scores", lambda: widgets.advantage_explorer(values=[[1, 0], [0, 1]]),
+     "scores"),
+    ("widgets.advantage_explorer moved 9", lambda: widgets.advantage_explorer(moved=9), "moved"),
+    ("widgets.advantage_state values str", lambda: widgets.advantage_state(values="1,0;0,1"), "values"),
+    ("widgets.specialisation_explorer seeds repeated", lambda: widgets.specialisation_explorer(seeds=(0, 0)), "seeds"),
+    ("widgets.specialisation_explorer cfg str", lambda: widgets.specialisation_explorer(cfg="small"), "cfg"),
+    ("widgets.sticky_explorer initial other", lambda: widgets.sticky_explorer(initial={"loss": 1}), "initial"),
+    ("widgets.snapshot_slider not states", lambda: widgets.snapshot_slider([1, 2]), "states"),
+    ("experiments.EMvsSGDConfig T negative", lambda: experiments.EMvsSGDConfig(T=-5), "T"),
+    ("experiments.EMvsSGDConfig.small self_prob", lambda: experiments.EMvsSGDConfig.small(self_prob=1.5), "self_prob"),
+    ("experiments.EMvsSGDConfig.small unknown", lambda: experiments.EMvsSGDConfig.small(stepz=3), "stepz field"),
+    ("experiments.first_step_at_or_below nan", lambda: experiments.first_step_at_or_below([[1.0, NAN]], [NAN], [0.5]),
+     "curve final"),
+    ("experiments.value_pca d_v differ", lambda: experiments.value_pca({"a": np.random.rand(4, 3, 2),
+                                                                        "b": np.random.rand(4, 3, 5)}), "d_v"),
+    ("converged.train_converged eval_every 0",
+     lambda: converged.train_converged("lstm", "hmm", 0, steps=2, eval_every=0), "eval_every"),
+    ("train.Recipe warmup past steps", lambda: train.Recipe(10, warmup=20), "warmup"),
+    ("specialisation.Config.small unknown", lambda: specialisation.Config.small(stepz=10), "stepz field"),
+    ("specialisation.Config one probe point", lambda: specialisation.Config.small(seq_len=1, n_probe=1), "n_probe"),
+    ("comparison.evaluate model for another task", lambda: comparison.evaluate(TF_BIJ, "hmm"), "model"),
+    ("comparison.format_table horizon", lambda: comparison.format_table(
+        [{"arch": "lstm", "task": "hmm", "horizon": "trained", "entropy_error_bits": 0.1}], horizon="K=31"), "horizon"),
+    ("comparison.summarise row without metric", lambda: comparison.summarise(
+        [{"arch": "a", "task": "t", "horizon": "h", "kl_bits": 0.1}, {"arch": "a", "task": "t", "horizon": "h"}],
+        "kl_bits"), "rows[1]"),
+    ("comparison.compare n_eval 0", lambda: comparison.compare(["lstm"], ["hmm"], [0], 1, n_eval=0), "n_eval"),
+    ("monitor.Monitor probe out of vocabulary", lambda: monitor.Monitor(TF, probe=torch.full((1, 5), 999)), "probe"),
+    ("monitor.measure_overhead a model", lambda: monitor.measure_overhead(nn.Linear(2, 2), lambda m, o, s: None),
+     "make_model"),
+    ("wind_tunnels.as_wind_tunnel misspelt", lambda: wind_tunnels.as_wind_tunnel("bijectoin"), "task"),
 ]
 
 # No row is marked "fine as it is": every row above raises a clear TypeError or ValueError.
