@@ -7,6 +7,7 @@ A scalar may be a Python number, a numpy scalar or a 0-d tensor or array (what `
 finiteness where NaN or inf would otherwise flow silently into a result.
 """
 
+import dataclasses
 import math
 import numbers
 
@@ -274,7 +275,6 @@ def record(what, value, keys, made_by):
 
 def replaced(config, **changes):
     """``dataclasses.replace(config, **changes)``, with an unknown field named beside the known ones."""
-    import dataclasses
     known = [f.name for f in dataclasses.fields(config)]
     unknown = [k for k in changes if k not in known]
     if unknown:

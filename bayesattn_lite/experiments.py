@@ -688,11 +688,15 @@ def bought_after(fp: FramePrecision, after):
     steps = np.asarray(fp.loss_steps)
     if after >= steps[-1]:
         _validate.fail("after", f"a step before the run's last, {int(steps[-1])}", after)
-    drop = fp.loss[:, 0] - fp.loss[:, -1]                      # fp.bought is a share of this
-    nats = {g: b * drop[:, None] for g, b in fp.bought.items()}
-    out = diagnostics.bought_in_window(nats, fp.loss, int(np.searchsorted(steps, after)))
+    out = diagnostics.bought_in_window(_bought_nats(fp), fp.loss, int(np.searchsorted(steps, after)))
     out["values + readout"] = out["values"] + out["readout"]
     return out
+
+
+def _bought_nats(fp):
+    """``fp.bought`` in nats: {group: (S, intervals)} (it holds shares of each seed's realised decrease)."""
+    drop = fp.loss[:, 0] - fp.loss[:, -1]
+    return {g: b * drop[:, None] for g, b in fp.bought.items()}
 
 
 @checked
@@ -704,10 +708,9 @@ def bought_late(fp: FramePrecision, fraction=0.9):
     "values + readout", "realised" (S,) and "from_step" (S,), where each window starts."""
     fraction = _validate.real("fraction", fraction, 0, 1, low_open=True, high_open=True)
     steps = np.asarray(fp.loss_steps)
-    drop = fp.loss[:, 0] - fp.loss[:, -1]
-    nats = {g: b * drop[:, None] for g, b in fp.bought.items()}   # fp.bought is a share of the drop
-    out = {g: np.zeros(len(drop)) for g in [*nats, "realised"]}
-    out["from_step"] = np.zeros(len(drop), int)
+    nats = _bought_nats(fp)
+    out = {g: np.zeros(len(fp.loss)) for g in [*nats, "realised"]}
+    out["from_step"] = np.zeros(len(fp.loss), int)
     for i, curve in enumerate(fp.loss):
         start = diagnostics.progress_step(steps, curve, fraction)
         k = min(int(np.searchsorted(steps, start)), len(steps) - 2)   # at least one interval
