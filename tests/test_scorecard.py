@@ -44,10 +44,31 @@ def table():
     return out
 
 
+def in_full():
+    """{row number: its "Rows 7 to 9 in full" subsection}, where a row's evidence is too long for a cell."""
+    text = PAGE.read_text().split("\n## Rows 7 to 9 in full", 1)[1].split("\n## ", 1)[0]
+    return {int(n): body for n, body in re.findall(r"^### Row (\d+):(.*?)(?=^### |\Z)", text, re.M | re.S)}
+
+
 def rows():
-    """(claim, verdict, figures, links) for every row of the table."""
-    return [(c[0], c[1].strip("*"), re.findall(r"`([^`]+)`", c[2]),
-             re.findall(r"\]\(([\w.]+\.ipynb)#([\w-]+)\)", c[4])) for c in table()]
+    """(claim, verdict, figures, links) for every row of the table; a row's subsection "in full", where it
+    has one, adds its figures and links."""
+    full = in_full()
+    out = []
+    for c in table():
+        more = full.get(int(c[0].split(".", 1)[0]), "")
+        out.append((c[0], c[1].strip("*"), re.findall(r"`([^`]+)`", c[2] + more),
+                    re.findall(r"\]\(([\w.]+\.ipynb)#([\w-]+)\)", c[4] + more)))
+    return out
+
+
+def test_the_rows_in_full_are_rows_7_to_9_and_their_cells_link_there():
+    assert sorted(in_full()) == [7, 8, 9]
+    for c in table():
+        n = int(c[0].split(".", 1)[0])
+        if n in in_full():
+            heading = next(line for line in PAGE.read_text().splitlines() if line.startswith(f"### Row {n}:"))
+            assert f"](#{slug(heading.lstrip('#'))})" in c[2], f"row {n}'s cell does not link to its evidence in full"
 
 
 def outputs_text(path):
