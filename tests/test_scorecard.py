@@ -15,7 +15,7 @@ from bayesattn_lite import diagnostics, experiments
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "book" / "scorecard.md"
-VERDICTS = {"holds", "partly", "does not hold", "not established", "not tested at this size"}
+VERDICTS = {"holds", "partly", "does not hold", "not established"}
 
 
 def slug(heading):
@@ -45,8 +45,8 @@ def table():
 
 
 def in_full():
-    """{row number: its "Rows 7 to 9 in full" subsection}, where a row's evidence is too long for a cell."""
-    text = PAGE.read_text().split("\n## Rows 7 to 9 in full", 1)[1].split("\n## ", 1)[0]
+    """{row number: its subsection of "The evidence in full"}, where a row's evidence is too long for a cell."""
+    text = PAGE.read_text().split("\n## The evidence in full", 1)[1].split("\n## ", 1)[0]
     return {int(n): body for n, body in re.findall(r"^### Row (\d+):(.*?)(?=^### |\Z)", text, re.M | re.S)}
 
 
@@ -100,7 +100,7 @@ def test_the_page_has_a_row_per_claim():
 def test_every_figure_is_printed_by_the_chapter_it_links_to(claim, verdict, figures, links):
     assert verdict in VERDICTS, f"{claim}: verdict {verdict!r}"
     assert links, f"{claim}: no link to the chapter section that measured it"
-    assert figures, f"{claim}: no measured figure (a 'not tested at this size' row shows the trend it has)"
+    assert figures, f"{claim}: no measured figure (a 'not established' row shows the trend it has)"
     texts = {}
     for notebook, anchor in links:
         path = ROOT / "book" / notebook
