@@ -204,6 +204,11 @@ def test_the_stub_keeps_what_later_cells_need_unless_it_is_the_answer():
     assert "answer" in stub.notes[0]
 
 
+def test_a_stub_with_nothing_to_fill_in_but_imports_says_what_the_cell_is_for():
+    stub = lc.solution_stub(["import copy\n\ndef helper(layer):\n    return copy.deepcopy(layer)\n\nprint(helper(1))"])
+    assert stub.source == "# Your code for the exercise above.\nimport copy"
+
+
 def test_check_exits_1_and_names_a_stale_copy(tmp_path, capsys):
     for name in ("_config.yml",):
         (tmp_path / name).write_text((ROOT / name).read_text(encoding="utf-8"), encoding="utf-8")

@@ -49,8 +49,10 @@ _POSTERIOR = Output(
                                "(the product over s <= t): a running total over the positions, in log space."),
      Flaw("distractor", False, "the distractor term of the mixture is missing: you scored each observation as "
                                "if it surely came from the source. With probability 1 - rho it came from the "
-                               "distractor, which adds the same amount for every source; that term stops one "
-                               "distractor that happens to lie near a source from pulling the posterior there."),
+                               "distractor. That part of its likelihood is the same for every source, but it "
+                               "is added inside the mixture, not multiplied, so it does not cancel: it stops "
+                               "one distractor that happens to lie near a source from pulling the posterior "
+                               "there."),
      Flaw("axis", 0, "normalised over the wrong axis: every column sums to 1, so you divided over the positions. "
                      "Each row, one position t, is a distribution over the K sources: normalise over the last "
                      "axis."),

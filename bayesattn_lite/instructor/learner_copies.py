@@ -467,8 +467,12 @@ def solution_stub(code_sources, needed=(), answers=()):
                 stub = (f"# Until you write {stmt.name} and it passes its check, the cells below that call it use the "
                         f"course's reference answer (they say so).\n@{module}.until_written({module}.{check})\n{stub}")
             parts.append((True, stub))
-    if code_sources and not parts:
-        parts.append((False, "# Your code for the exercise above."))
+    shown = [stmt for index, (stmt, _) in enumerate(statements)
+             if isinstance(stmt, (ast.Import, ast.ImportFrom)) or index in keep or _is_check_call(stmt)
+             or (isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name in wanted)]
+    if code_sources and all(isinstance(stmt, (ast.Import, ast.ImportFrom)) for stmt in shown):
+        # nothing in the cell for the learner to fill in but imports: say what the cell is for
+        parts.insert(0, (False, "# Your code for the exercise above."))
     text = ""
     for n, (block, part) in enumerate(parts):
         text += ("" if n == 0 else "\n\n" if block or parts[n - 1][0] else "\n") + part
