@@ -204,6 +204,15 @@ def test_the_stub_keeps_what_later_cells_need_unless_it_is_the_answer():
     assert "answer" in stub.notes[0]
 
 
+def test_links_to_other_pages_by_file_name_go_to_the_online_book():
+    book = lc.Book(base_url="https://example.org/course/")
+    text = lc.convert_roles("See [chapter 2](02_score_gradient.ipynb#the-lemma), [the map](course_map.md) and "
+                            "[Colab](https://colab.research.google.com/x.ipynb).", book, "book/07_bayesian_manifolds")
+    assert text == ("See [chapter 2](https://example.org/course/book/02_score_gradient.html#the-lemma), "
+                    "[the map](https://example.org/course/book/course_map.html) and "
+                    "[Colab](https://colab.research.google.com/x.ipynb).")
+
+
 def test_a_stub_with_nothing_to_fill_in_but_imports_says_what_the_cell_is_for():
     stub = lc.solution_stub(["import copy\n\ndef helper(layer):\n    return copy.deepcopy(layer)\n\nprint(helper(1))"])
     assert stub.source == "# Your code for the exercise above.\nimport copy"

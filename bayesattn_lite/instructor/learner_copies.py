@@ -225,9 +225,16 @@ def _role(match, book, docname):
     return title or text  # any other role: its text
 
 
+# a Markdown link to another page of the book by its file: [chapter 2](02_score_gradient.ipynb#anchor)
+_PAGE_LINK = re.compile(r"\]\((?P<target>(?![a-z]+:|#|/)[^)\s#]+\.(?:ipynb|md))(?:#(?P<anchor>[^)\s]*))?\)")
+
+
 def convert_roles(text, book, docname):
-    """The inline roles of ``text`` (no code blocks in it) as plain Markdown."""
-    return _ROLE.sub(lambda m: _role(m, book, docname), text)
+    """The inline roles of ``text`` (no code blocks in it) as plain Markdown, and its links to other pages
+    of the book by file name as links to the online book (a copy opened in Colab has no such files)."""
+    text = _ROLE.sub(lambda m: _role(m, book, docname), text)
+    return _PAGE_LINK.sub(lambda m: f"]({book.page(_resolve_doc(m.group('target'), docname), m.group('anchor') or '')})",
+                          text)
 
 
 def _split_options(body_lines):
