@@ -204,6 +204,14 @@ def test_the_stub_keeps_what_later_cells_need_unless_it_is_the_answer():
     assert "answer" in stub.notes[0]
 
 
+def test_term_links_use_the_ids_sphinx_gives_the_glossary_terms():
+    nodes = pytest.importorskip("sphinx.util.nodes")
+    terms = re.findall(r"^([^\s`:].*)\n  ", (ROOT / "book" / "glossary.md").read_text(encoding="utf-8"), re.M)
+    assert len(terms) > 50 and "KL in bits" in terms and "frame–precision dissociation" in terms
+    for term in terms:
+        assert lc.term_anchor(term) == nodes._make_id("term-" + term), term
+
+
 def test_links_to_other_pages_by_file_name_go_to_the_online_book():
     book = lc.Book(base_url="https://example.org/course/")
     text = lc.convert_roles("See [chapter 2](02_score_gradient.ipynb#the-lemma), [the map](course_map.md) and "

@@ -31,6 +31,7 @@ import hashlib
 import json
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,6 +199,15 @@ def _resolve_doc(target, docname):
     return re.sub(r"\.(md|ipynb)$", "", "/".join(out))
 
 
+def term_anchor(term):
+    """The id Sphinx gives a glossary term (as sphinx.util.nodes._make_id does with "term-<term>"): the case
+    kept, letters outside ASCII dropped (an en dash too), every other run of characters but letters,
+    digits, '.' and '_' one dash: "KL in bits" -> term-KL-in-bits, "frame–precision dissociation" ->
+    term-frameprecision-dissociation."""
+    text = unicodedata.normalize("NFKD", "term-" + term.strip()).encode("ascii", "ignore").decode("ascii")
+    return re.sub(r"^[-0-9._]+|-+$", "", re.sub(r"[^a-zA-Z0-9._]+", "-", " ".join(text.split())))
+
+
 def _role(match, book, docname):
     role, text = match.group("role"), match.group("text")
     explicit = _EXPLICIT.match(text)
@@ -218,7 +228,7 @@ def _role(match, book, docname):
             return f"[{title or shown}]({book.page(doc, target)})"
         return title or target
     if role == "term":
-        anchor = "term-" + re.sub(r"[^a-z0-9]+", "-", target.strip().lower()).strip("-")
+        anchor = term_anchor(target)
         return f"[{title or target}]({book.page(f'{BOOK}/glossary', anchor)})"
     if role == "math":
         return f"${text}$"
