@@ -20,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 _seconds = defaultdict(float)
+_longest = {}   # notebook -> (seconds, cell id) of its longest cell
 
 
 def pytest_configure(config):
@@ -49,6 +50,8 @@ def pytest_runtest_logreport(report):
     path = report.nodeid.split("::")[0]
     if path.endswith(".ipynb"):
         _seconds[path] += report.duration
+        if report.duration > _longest.get(path, (0.0, ""))[0]:   # the cell a slow run waited on longest
+            _longest[path] = (report.duration, report.nodeid.split("::", 1)[-1])
 
 
 def pytest_sessionfinish(session):
@@ -56,4 +59,7 @@ def pytest_sessionfinish(session):
         return
     target = Path(os.environ.get("BAYESATTN_TIMES_JSON", ROOT / "_build" / "notebook_times.json"))
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps({"source": "nbval (pytest)", "seconds": dict(_seconds)}, indent=1) + "\n")
+    target.write_text(json.dumps({"source": "nbval (pytest)", "seconds": dict(_seconds),
+                                  "longest_cell": {path: {"seconds": round(seconds, 2), "cell": cell}
+                                                   for path, (seconds, cell) in _longest.items()}},
+                                 indent=1) + "\n")

@@ -116,7 +116,11 @@ def main(argv=None):
         if not args.from_json.exists():
             print(f"{args.from_json} does not exist: run `python -m pytest` (nbval) first")
             return 1
-        times = json.loads(args.from_json.read_text())["seconds"]
+        recorded = json.loads(args.from_json.read_text())
+        times = recorded["seconds"]
+        longest = max(recorded.get("longest_cell", {}).items(), key=lambda item: item[1]["seconds"], default=None)
+        if longest:   # the one cell the run waited on longest: what a stall or a slow machine shows first
+            print(f"longest cell: {longest[1]['seconds']:.1f} s, {longest[0]} {longest[1]['cell']}")
     else:
         os.environ.setdefault("BAYESATTN_PROGRESS", "0")
         os.environ.setdefault("MPLBACKEND", "Agg")

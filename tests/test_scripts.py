@@ -69,6 +69,16 @@ def test_budget_check_reads_the_times_nbval_recorded(tmp_path):
     assert time_notebooks.main(["--from-json", str(path), "--machine", str(machine)]) == 1
 
 
+def test_budget_check_names_the_longest_cell(tmp_path, capsys):
+    times = {name: 1.0 for name in time_notebooks.toc_notebooks()}
+    longest = {"book/02_score_gradient.ipynb": {"seconds": 0.7, "cell": "Cell 9"},
+               "book/06_sticky_markov.ipynb": {"seconds": 0.9, "cell": "Cell 31"}}
+    path = tmp_path / "times.json"
+    path.write_text(json.dumps({"seconds": times, "longest_cell": longest}))
+    assert time_notebooks.main(["--from-json", str(path)]) == 0
+    assert "longest cell: 0.9 s, book/06_sticky_markov.ipynb Cell 31" in capsys.readouterr().out
+
+
 def test_device_guard_sees_a_tensor_on_the_wrong_device_inside_hot_functions():
     class Hot:
         @staticmethod
