@@ -328,6 +328,8 @@ def prose_words(text):
     text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
     text = re.sub(r"\$[^$\n]+\$", " x ", text)              # an inline formula reads as about one word
     text = re.sub(r"\]\([^)]*\)", "]", text)
+    text = re.sub(r"\{[\w:-]+\}(?=`)", "", text)              # a role reads as its text: {term}`x` as x
+    text = re.sub(r"\s*<[^<>`]*>(?=`)", "", text)             # ... and {term}`x <target>` as x too
     text = "\n".join(line for line in text.splitlines() if not re.match(r"\s*(```|:\w+:)", line))
     return len(re.findall(r"[A-Za-z0-9][\w'’-]*", text))
 
