@@ -190,3 +190,11 @@ def test_the_summary_gives_every_claim_in_one_line_with_the_verdict_of_its_detai
     for n, (row, (claim, verdict, _, _)) in enumerate(zip(short, detailed), 1):
         assert row[0] == str(n) and row[2] == verdict, (row, claim, verdict)
         assert len(" ".join(row[1:4]).split()) <= 40, f"summary row {n} is longer than a line or two"
+
+
+def test_the_summary_tally_counts_the_verdicts_of_the_table():
+    counts = {v: sum(r[1] == v for r in rows()) for v in VERDICTS}
+    text = " ".join(PAGE.read_text().split("## In five minutes", 1)[1].split())
+    expected = (f"Of the {len(rows())} claims, {counts['holds']} hold, {counts['partly']} hold partly (the verdict "
+                f"*partly*), {counts['does not hold']} does not hold and {counts['not established']} are not established.")
+    assert expected in text, expected
