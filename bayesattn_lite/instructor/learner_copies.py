@@ -468,8 +468,11 @@ def solution_stub(code_sources, needed=(), answers=()):
     for name in sorted(wanted & set(needed) - set(checked_by)):
         notes.append(f"a later cell calls {name}, which no check names: it stops there until the learner writes it")
     parts, kept = [], []  # (is a block of its own, text)
+    only_imports = True   # nothing shown yet that the learner would fill in or run
     for index, (stmt, source) in enumerate(statements):
-        if isinstance(stmt, (ast.Import, ast.ImportFrom)) or index in keep or _is_check_call(stmt):
+        is_import = isinstance(stmt, (ast.Import, ast.ImportFrom))
+        if is_import or index in keep or _is_check_call(stmt):
+            only_imports = only_imports and is_import
             text = ast.get_source_segment(_parseable(source), stmt, padded=True).strip("\n")
             if index in keep and not kept:
                 parts.append((False, f"# kept from the solution: a later cell uses "
@@ -484,10 +487,8 @@ def solution_stub(code_sources, needed=(), answers=()):
                 stub = (f"# Until you write {stmt.name} and it passes its check, the cells below that call it use the "
                         f"course's reference answer (they say so).\n@{module}.until_written({module}.{check})\n{stub}")
             parts.append((True, stub))
-    shown = [stmt for index, (stmt, _) in enumerate(statements)
-             if isinstance(stmt, (ast.Import, ast.ImportFrom)) or index in keep or _is_check_call(stmt)
-             or (isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name in wanted)]
-    if code_sources and all(isinstance(stmt, (ast.Import, ast.ImportFrom)) for stmt in shown):
+            only_imports = False
+    if code_sources and only_imports:
         # nothing in the cell for the learner to fill in but imports: say what the cell is for
         parts.insert(0, (False, "# Your code for the exercise above."))
     text = ""
