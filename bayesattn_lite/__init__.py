@@ -12,6 +12,7 @@ concepts, with no chapter and no figure in them:
 - ``train``       the one training loop: devices, seeds, parameter groups, the EM-like schedule
 - ``batched``     many single heads trained as one computation (closed form)
 - ``checkpoints`` what both loops share: checkpoints that name their run, progress, Ctrl-C
+- ``threads``     the CPU thread count of ``batched``'s loop, chosen by timing its steps (a busy machine)
 - ``diagnostics`` the one entropy and KL, change rates, PCA, error in bits, Paper I's geometry
 - ``em``          EM for a Gaussian mixture, beside the head (chapter 5)
 - ``monitor``     records alpha, u, b and the advantage of a model during training (chapter 9)

@@ -36,8 +36,12 @@ What makes it fast (measured on a 2-core CPU; see benchmarks/sticky_markov.py):
    each of ``workers`` processes trains its share of them on one thread, and the runs are joined:
    the same numbers as one process, 1.1-1.3x sooner on 2 cores, because torch's two threads on one
    batched pass wait on each other at every operation and two processes never do.
+5. *One thread when the machine is busy.* With another CPU-bound job beside it, torch's two threads
+   make a step of chapter 6's small run four times slower than one thread does; ``train`` times its
+   own steps and keeps the faster count (``threads.tuned``). The numbers are the same at either.
 """
 
+import contextlib
 import math
 import multiprocessing
 import os
@@ -49,7 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import _validate, attention, checkpoints
+from . import _validate, attention, checkpoints, threads
 from ._types import Float, Int, Tensor, checked
 from .attention import PARAM_NAMES
 from .train import TrainingDiverged, pick_device
@@ -417,8 +421,9 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
 
     bar = checkpoints.progress_bar(start, steps, desc, progress)
     began, done = time.perf_counter(), start
-    with checkpoints.saved_on_interrupt(checkpoint_path, save_now, lambda: done), bar:
-        for step in bar:
+    with checkpoints.saved_on_interrupt(checkpoint_path, save_now, lambda: done), bar, \
+            contextlib.closing(threads.tuned(bar, device)) as tuned_steps:
+        for step in tuned_steps:
             if step in snapshot_set:
                 snapshots[step] = _snapshot(params)
             metrics, grads = forward_backward(*batch_at(step), params, block_size, check=False)

@@ -237,6 +237,7 @@ def main(argv=None):
     parser.add_argument("--interleaved-rounds", type=int, default=10)
     args = parser.parse_args(argv)
     os.environ.setdefault("BAYESATTN_PROGRESS", "0")
+    os.environ.setdefault("BAYESATTN_TUNE_THREADS", "0")   # time the count torch (or --threads) sets
     if args.threads:
         torch.set_num_threads(args.threads)
     device = pick_device(args.device)

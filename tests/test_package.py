@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "bayesattn_lite"
 
 TIERS = {
     "concepts": ["_validate", "_types", "attention", "checkpoints", "tasks", "wind_tunnels", "models", "train",
-                 "batched", "em", "diagnostics", "monitor", "gradcheck"],
+                 "batched", "threads", "em", "diagnostics", "monitor", "gradcheck"],
     "experiments": ["specialisation", "experiments", "comparison", "converged", "distributed", "dynamics"],
     "presentation": ["plots", "widgets", "checks", "checks._engine", "checks.chapters_1_3", "checks.chapters_4_5",
                      "checks.chapters_6_9", "checks.chapter_04", "checks.chapter_04b", "checks.chapter_05",
