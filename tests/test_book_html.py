@@ -85,7 +85,8 @@ def _solution_parts(cell):
 def _public_words():
     """Every book source a student may see (chapters, pages, student versions): a snippet found there is
     not instructor-only."""
-    instructor = {a.instructor_path for a in ASSIGNMENTS.values()} | {assignments.FOLDER / "RUBRICS.md"}
+    instructor = {a.instructor_path for a in ASSIGNMENTS.values()} | {assignments.FOLDER / "RUBRICS.md",
+                                                                      assignments.FOLDER / "SCAN_LIMITS.md"}
     texts = []
     for path in sorted((ROOT / "book").rglob("*")):
         if path.suffix == ".md" and path not in instructor:
@@ -132,8 +133,9 @@ def test_the_toc_lists_student_versions_and_the_config_excludes_instructor_ones(
         assert instructor.with_suffix("").as_posix() not in listed, f"{instructor} must not be a page"
         assert student.with_suffix("").as_posix() in listed, f"{student} is the problem set's page"
         assert instructor.as_posix() in CONFIG["exclude_patterns"], f"exclude {instructor} in _config.yml"
-    assert "book/assignments/RUBRICS.md" in CONFIG["exclude_patterns"]
-    assert "book/assignments/RUBRICS" not in listed
+    for private in ("RUBRICS", "SCAN_LIMITS"):   # model answers; the ways around the reference-call report
+        assert f"book/assignments/{private}.md" in CONFIG["exclude_patterns"]
+        assert f"book/assignments/{private}" not in listed
 
 
 # ----------------------------------------------------------------------------- the build

@@ -935,3 +935,28 @@ def test_the_floors_and_the_basis_checks_name_the_mistake_without_the_answer():
         return u[:, : W_O.shape[0] - 1]
     basis = checks.check_value_update_basis(top_directions)
     assert "singular directions" in basis.message and "11^T" not in basis.message and "11^T" in basis.practice
+
+
+@pytest.mark.parametrize("wrong, said", [
+    (lambda right: 2 * right, "constant multiple"),
+    (lambda right: right + 0.1 * (right == right.max()), "differs from the reference"),
+])
+def test_a_problem_set_check_says_where_an_unnamed_mistake_is_without_the_fix(wrong, said):
+    """An answer no known mistake explains: the student's cell says where it is wrong, never by what factor
+    or what the reference is (either would be the fix); the grader's practice mode keeps both."""
+    reference = _engine.reference(problem_sets._tempered_spec())
+    result = checks.check_tempered_score_change(lambda *args: wrong(reference(*args)))
+    assert not result.passed and said in result.message, result.message
+    assert "the reference is" not in result.message and "times the right answer" not in result.message
+    assert "the reference is" in result.practice or "times the right answer" in result.practice
+
+
+def test_the_floors_check_does_not_print_the_reference_floors():
+    result = checks.check_markov_floors(lambda P: (0.123, 0.456))
+    assert "0.123" in result.message and "the reference is" not in result.message, result.message
+    assert "the reference is" in result.practice
+
+
+def test_a_named_mistake_is_cut_at_its_first_clause():
+    assert _engine.named_only("the temperature appears once; it appears twice: 1/tau^2.") == \
+        "the temperature appears once."

@@ -381,10 +381,10 @@ def without_answer(words):
 
 
 def named_only(words):
-    """A mistake's explanation without the answer: its first clause (up to a colon or a full stop),
-    and nothing from a hint or a reference formula on."""
+    """A mistake's explanation without the answer: its first clause (up to a colon, a semicolon or a full
+    stop), and nothing from a hint or a reference formula on."""
     words = without_answer(words)
-    first = min((i for i in (words.find(": "), words.find(". ")) if i >= 0), default=len(words))
+    first = min((i for i in (words.find(": "), words.find("; "), words.find(". ")) if i >= 0), default=len(words))
     return words[:first].rstrip(".") + "."
 
 
@@ -398,26 +398,31 @@ def _diagnose(spec, i, mine):
                 return Verdict(flaws[0].words, names, named_only(flaws[0].words))
             return Verdict(f"two mistakes at once. (1) {flaws[0].words} (2) {flaws[1].words}", names,
                            f"two mistakes at once. (1) {named_only(flaws[0].words)} (2) {named_only(flaws[1].words)}")
-    words = (_first_difference if spec.numbers else _unknown)(out, spec.cases, mine, i)
-    return Verdict(words, (), "no known mistake fits: " + without_answer(words))
+    words, graded = (_first_difference if spec.numbers else _unknown)(out, spec.cases, mine, i)
+    return Verdict(words, (), "no known mistake fits: " + graded)
 
 
 def _unknown(out, cases, mine, i):
     """No known mistake fits: say whether it is a scaled copy, else where the largest error is (absolute
-    and relative: 1e-5 looks like rounding, 99% of the reference does not), the hint, then the formula."""
+    and relative: 1e-5 looks like rounding, 99% of the reference does not), the hint, then the formula.
+    Returns (words, graded): a graded assignment says where it is wrong, with no factor or reference value
+    (either would be the fix)."""
     compare = (f"Hint: {out.hint}{FORMULA}" if out.hint else FORMULA.lstrip()) + f"{out.formula}."
     if all(torch.all(m == 0) for m in mine):
-        return f"it is all zeros (a placeholder left in?). {compare}"
+        return f"it is all zeros (a placeholder left in?). {compare}", "it is all zeros (a placeholder left in?)."
     refs = [c.expected[i] for c in cases]
     factors = [float((m * r).sum() / (r * r).sum()) for m, r in zip(mine, refs)]
     scaled = all(_close(m, f * r) for m, f, r in zip(mine, factors, refs))
     if scaled and all(math.isclose(f, factors[0], rel_tol=1e-6) for f in factors):
-        return f"it is {factors[0]:.4g} times the right answer on every input: a constant factor is off. {compare}"
+        return (f"it is {factors[0]:.4g} times the right answer on every input: a constant factor is off. {compare}",
+                "it is a constant multiple of the right answer on every input: a constant factor is off.")
     # a single number is always some multiple of the right one: a factor that changes says nothing then
     if scaled and not all(r.numel() == 1 for r in refs):
         listed = ", ".join(f"x{f:.4g} for {c.note}" for f, c in zip(factors, cases))
         return (f"it is a multiple of the right answer, by a factor that changes with the sizes ({listed}): "
-                f"a size-dependent factor such as 1/T or 1/sqrt(d_k) is off. {compare}")
+                f"a size-dependent factor such as 1/T or 1/sqrt(d_k) is off. {compare}",
+                "it is a multiple of the right answer by a factor that changes with the sizes: a size-dependent "
+                "factor is off.")
     n = next(n for n, (m, r) in enumerate(zip(mine, refs)) if not _close(m, r))
     error = (mine[n] - refs[n]).abs()
     index = _index(error == error.max())
@@ -426,17 +431,20 @@ def _unknown(out, cases, mine, i):
     where = f" at index {index}" if index else ""  # a single number has no index to name
     return (f"largest absolute error {float(error.max()):.3g}{relative}{where} on input {n + 1} of "
             f"{len(cases)} ({cases[n].note}): you returned {float(mine[n][index]):.6g}, the reference is "
-            f"{right:.6g}. {compare}")
+            f"{right:.6g}. {compare}",
+            f"it differs from the reference on input {n + 1} of {len(cases)} ({cases[n].note})"
+            + (f", most{where}." if where else "."))
 
 
 def _first_difference(out, cases, mine, i):
-    """No known mistake fits a numbers answer: where it first differs from the reference."""
+    """No known mistake fits a numbers answer: where it first differs from the reference; (words, graded),
+    the graded words without the reference value."""
     n = next(n for n, (m, c) in enumerate(zip(mine, cases)) if not _close(m, c.expected[i]))
     right = cases[n].expected[i]
     index = tuple(int(j) for j in np.argwhere(~np.isclose(mine[n], right, rtol=RTOL, atol=ATOL, equal_nan=True))[0])
-    return (f"on problem {n + 1} of {len(cases)} ({cases[n].note}) you returned {mine[n][index]:.6g} at index "
-            f"{index}, the reference is {right[index]:.6g}." + (f" Hint: {out.hint}" if out.hint else "")
-            + f"{FORMULA}{out.formula}.")
+    where = f"on problem {n + 1} of {len(cases)} ({cases[n].note}) you returned {mine[n][index]:.6g} at index {index}"
+    return (f"{where}, the reference is {right[index]:.6g}." + (f" Hint: {out.hint}" if out.hint else "")
+            + f"{FORMULA}{out.formula}.", f"{where}, which differs from the reference.")
 
 
 # ----------------------------------------------------------------------------- problems

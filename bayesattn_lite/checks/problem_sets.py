@@ -337,7 +337,7 @@ def _tempered_flaws(form="both"):
         Flaw("exact", True, "you computed the exact change of the scores, which includes the second-order term "
                             "Delta q . Delta k (order eta^2): return the first-order (linear in eta) change only.")]
     if truth.get("dk_power") == 2.0:
-        flaws.append(Flaw("dk_power", 1.0, "the kernel has the usual head's 1/d_k, but this head divides its "
+        flaws.append(Flaw("dk_power", 1.0, "the kernel has the usual head's 1/d_k; this head divides its "
                                            "score by d_k (muP's scaling), and like the temperature that 1/d_k "
                                            "appears twice (in dL/dW and in Delta s): 1/d_k^2."))
     else:
@@ -699,6 +699,7 @@ def check_markov_floors(fn):
             P, a, e = cases[0], answers[0], expected[0]
             reason = (f"on the {P.shape[0]}-state chain you returned {a[i]:.6g} bits, the reference is {e[i]:.6g}. "
                       "Compare with rate = sum_i pi_i H(P_i), shuffled = H(pi), pi P = pi, in bits.")
+            named = f"on the {P.shape[0]}-state chain you returned {a[i]:.6g} bits, which differs from the reference."
         wrong.append(f"{label} is wrong: {reason}")
         shown.append(f"{label} is wrong: {named or without_answer(reason)}")
     if wrong:
