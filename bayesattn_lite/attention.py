@@ -186,6 +186,9 @@ def score_gradient(alpha: Float[Tensor, "*B Tk"], b: Float[Tensor, "*B Tk"]):
 
     Where alpha_ij = 0 (behind a causal mask) the gradient is exactly 0: masked keys get none.
     """
+    _validate.finite_values("alpha", _validate.distributions(
+        "alpha", alpha, expected="attention weights: rows of a softmax over keys (not the scores)"))
+    _validate.finite_values("b", b)
     expected_b = (alpha * b).sum(dim=-1, keepdim=True)
     advantage = expected_b - b
     return alpha * (b - expected_b), advantage

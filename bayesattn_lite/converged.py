@@ -129,6 +129,9 @@ def _run_key(arch, task_name, seed=0, size="small", variant=None, directory=None
     _validate.choice("arch", arch, models.ARCHITECTURES)
     _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
     _settings(size, variant, directory, existing)
+    if variant is not None and (arch, task_name) not in VARIANTS[variant].runs:   # no file to train: none is planned
+        _validate.fail("variant", f"one that trains {arch} on {task_name}: "
+                       f"{[n for n, v in VARIANTS.items() if (arch, task_name) in v.runs] or 'none does'}", variant)
     return _validate.seed("seed", seed, wind_tunnels.MAX_SEED)
 
 

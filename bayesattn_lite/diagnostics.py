@@ -186,7 +186,7 @@ def attended_compatibility(alpha: Maps, u: Float[Array, "*B T d"], v: Float[Arra
     attends to come to point against its error signal u_i: the values have specialised to serve it.
     """
     alpha = _check_alpha(alpha)
-    u, v = torch.as_tensor(u), torch.as_tensor(v)
+    u, v = _validate.finite_values("u", torch.as_tensor(u)), _validate.finite_values("v", torch.as_tensor(v))
     u_hat = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     v_hat = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     cos = u_hat @ v_hat.transpose(-1, -2)  # (..., i, j)
@@ -198,7 +198,7 @@ def value_pull(alpha: Maps, u: Float[Array, "*B T d"]) -> Float[Tensor, "*B T d"
     """-dL/dv_j = -sum_i alpha_ij u_i for every value, shape (..., T, d): where gradient descent
     would move each value if it were a free vector (the responsibility-weighted error signal)."""
     alpha = _check_alpha(alpha)
-    return -(alpha.transpose(-1, -2) @ torch.as_tensor(u))
+    return -(alpha.transpose(-1, -2) @ _validate.finite_values("u", torch.as_tensor(u)))
 
 
 @checked
@@ -318,7 +318,7 @@ def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW, min_s
         _validate.fail("rates", "change rates >= 0", f"a minimum of {rates.min():g}", described=True)
     window = _validate.integer("window", window, 1)
     min_span = _validate.real("min_span", min_span, 0, 1, high_open=True)
-    if isinstance(fractions, str) or not hasattr(fractions, "__iter__"):
+    if isinstance(fractions, str) or not hasattr(fractions, "__iter__") or not len(tuple(fractions)):
         _validate.fail("fractions", "a tuple of fractions in (0, 1), e.g. (0.2, 0.1)", fractions)
     fractions = tuple(_validate.real("fractions", f, 0, 1, low_open=True, high_open=True) for f in fractions)
     smooth = _smooth(rates, window)
@@ -509,6 +509,9 @@ def entropy_bits(probs):
 def _logits_and_batch(logits: Float[Array, "B T C"], batch: WindTunnelBatch):
     logits = _validate.finite_values("logits", torch.as_tensor(logits))
     _validate.shape("logits", logits, batch.posterior.shape, "the shape of the batch's posterior (B, T, n_classes) =")
+    if logits.shape[-1] > 1 and (logits >= 0).all() and torch.allclose(logits.sum(-1), torch.ones((), dtype=logits.dtype)):
+        _validate.fail("logits", "the model's logits (before the softmax; for probabilities p pass p.log())",
+                       "rows of entries in [0, 1] that each sum to 1: probabilities", described=True)
     if not batch.mask.any():
         _validate.fail("batch", "at least one scored position", "none", described=True)
     log_q = torch.log_softmax(logits.detach().double(), dim=-1)

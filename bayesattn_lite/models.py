@@ -80,6 +80,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, d_model, n_heads):
         super().__init__()
+        d_model, n_heads = _validate.integer("d_model", d_model, 1), _validate.integer("n_heads", n_heads, 1)
         if d_model % n_heads:
             _validate.fail("n_heads", f"a divisor of d_model={d_model}", n_heads)
         self.n_heads, self.d_head = n_heads, d_model // n_heads
@@ -91,6 +92,8 @@ class CausalSelfAttention(nn.Module):
     @checked
     def forward(self, x: Float[Tensor, "B T d_model"], bias: Float[Tensor, "H T T"] | None = None):
         B, T, D = x.shape
+        if D != self.proj.out_features:
+            _validate.fail("x", f"(B, T, d_model={self.proj.out_features}) for this layer", tuple(x.shape))
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
         q, k, v = self.probe_q(q), self.probe_k(k), self.probe_v(v)            # (B, H, T, d_head)
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)             # (B, H, T, T)
@@ -233,6 +236,8 @@ class SelectiveSSMLayer(nn.Module):
 
     def __init__(self, d_model, d_state=16, expand=2, d_conv=4):
         super().__init__()
+        d_model, d_state, expand, d_conv = (_validate.integer(name, value, 1) for name, value in (
+            ("d_model", d_model), ("d_state", d_state), ("expand", expand), ("d_conv", d_conv)))
         d_inner = expand * d_model
         self.d_state, self.dt_rank = d_state, max(1, math.ceil(d_model / 16))
         self.in_proj = nn.Linear(d_model, 2 * d_inner, bias=False)

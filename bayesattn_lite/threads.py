@@ -26,6 +26,8 @@ import time
 
 import torch
 
+from . import _validate
+
 PROBE_STEPS = 3       # steps timed at each count; the median is robust to one slow step
 EVERY_SECONDS = 30.0  # how long a choice holds before it is checked again
 SLOWER = 1.5          # the kept count's steps this much slower than when chosen: check again now
@@ -36,10 +38,18 @@ def tuned(steps, device, probe=PROBE_STEPS, every=EVERY_SECONDS):
     that is faster now. On a GPU, with one thread, or with BAYESATTN_TUNE_THREADS=0, the steps are
     yielded untouched. Use it as ``with contextlib.closing(tuned(bar, device)) as steps:``, so that
     torch's own count is restored however the loop ends."""
+    if not hasattr(steps, "__iter__"):
+        _validate.fail("steps", "an iterable (the loop's range or tqdm bar)", steps)
+    device = _validate.device("device", "cpu" if device is None else device)
+    probe, every = _validate.integer("probe", probe, 1), _validate.positive("every", every)
+    if device.type != "cpu" or torch.get_num_threads() == 1 or os.environ.get("BAYESATTN_TUNE_THREADS") == "0":
+        return (item for item in steps)   # a generator all the same: closing() closes it
+    return _tuned(steps, probe, every)
+
+
+def _tuned(steps, probe, every):
+    """``tuned``'s loop: probe, hold, probe again (the module's notes)."""
     most = torch.get_num_threads()
-    if torch.device(device).type != "cpu" or most == 1 or os.environ.get("BAYESATTN_TUNE_THREADS") == "0":
-        yield from steps
-        return
     plan = [most] * (probe + 1) + [1] * (probe + 1)   # the counts the next steps run on
     times = {most: [None], 1: []}                      # step times at each count; None: not counted
     chosen = None
@@ -57,16 +67,16 @@ def tuned(steps, device, probe=PROBE_STEPS, every=EVERY_SECONDS):
             latest = {n: [t for t in ts if t is not None][-probe:] for n, ts in times.items()}
             if chosen is None or count != chosen:      # a probe has just ended: keep the faster count
                 chosen = min(latest, key=lambda n: statistics.median(latest[n]))
-                loser = statistics.median(latest[other(chosen, most)])
+                loser = statistics.median(latest[_other(chosen, most)])
                 chosen_median, decided = statistics.median(latest[chosen]), time.perf_counter()
                 hold = max(every, 20 * (probe + 1) * loser)   # probing the slower count costs <= 5%
             elif len(latest[chosen]) == probe and (time.perf_counter() - decided > hold
                                                    or statistics.median(latest[chosen]) > SLOWER * chosen_median):
-                plan = [other(chosen, most)] * (probe + 1)
+                plan = [_other(chosen, most)] * (probe + 1)
     finally:
         torch.set_num_threads(most)
 
 
-def other(count, most):
+def _other(count, most):
     """The thread count that is not ``count``: one, or all of them."""
     return 1 if count == most else most

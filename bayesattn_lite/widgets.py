@@ -435,6 +435,9 @@ def sticky_explorer(initial: experiments.EMvsSGDResult | None = None, figsize=(1
     import ipywidgets
     from IPython.display import display
 
+    figsize = _validate.figsize("figsize", figsize)   # checked now: a control's rerun would only show the error
+    if device is not None:
+        device = _validate.device("device", device)
     style = {"description_width": "initial"}
     layout = ipywidgets.Layout(width="420px")
     cache, D = {}, experiments.EMvsSGDConfig.small()

@@ -16,6 +16,7 @@ scale) and ``test_horizons()`` (the longer horizons a trained model is also test
 run draws its batches from ``data_seed(seed, step)``, one stream per run seed.
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -240,6 +241,8 @@ def quantised_stochastic_rows(n_rows, n_cols, batch_size, resolution, floor, gen
     resolution = _validate.real("resolution", resolution, 0, 1, low_open=True)
     floor = _validate.real("floor", floor, 0, 1 / n_cols)   # every entry at least floor: n_cols floors fit in 1
     n_units = round(1 / resolution)
+    if not math.isclose(n_units * resolution, 1.0, rel_tol=1e-9):
+        _validate.fail("resolution", "1/n for a whole number n (a grid of n units per row)", resolution)
     floor_units = round(floor / resolution)
     raw = -torch.log(torch.rand(batch_size, n_rows, n_cols, generator=gen, dtype=torch.float64).clamp_min(1e-300))
     p = raw / raw.sum(-1, keepdim=True)
@@ -358,9 +361,11 @@ class HMMTask(WindTunnel):
         """What a predictor without the primitive (no transport) can do: p(s_t | E, o_t) from the
         current observation alone, the filter with every step's prior reset to uniform (0 where not scored)."""
         batch = self._check_batch(batch)
-        if batch.tokens.shape[1] <= self.prefix_len:  # another task's batch with as many classes
-            _validate.fail("batch", f"an HMM batch: tokens of length > {self.prefix_len} (the A and E prefix, then "
-                           "observations)", f"tokens of shape {tuple(batch.tokens.shape)}", described=True)
+        P = self.prefix_len   # another task's batch with as many classes scores other positions
+        if batch.tokens.shape[1] <= P or batch.mask[:, :P].any() or not batch.mask[:, P:].all():
+            _validate.fail("batch", f"an HMM batch: the A and E prefix ({P} tokens, not scored), then scored "
+                           f"observations", f"tokens of shape {tuple(batch.tokens.shape)} with scored positions "
+                           f"{batch.mask.any(0).nonzero().flatten().tolist()[:6]}...", described=True)
         E = (batch.tokens[:, self.S * self.S:self.prefix_len].double() * self.resolution).view(-1, self.S, self.O)
         obs = (batch.tokens[:, self.prefix_len:] - self.n_levels).clamp(0, self.O - 1)
         lik = E.gather(2, obs[:, None, :].expand(-1, self.S, -1)).transpose(1, 2)    # (B, K, S)

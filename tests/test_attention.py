@@ -337,3 +337,13 @@ def test_movable_pairs_are_the_causal_pairs_but_query_zeros():
     expected = attention.causal_mask(4).clone()
     expected[0, 0] = False
     assert torch.equal(pairs, expected) and int(pairs.sum()) == 4 * 5 // 2 - 1
+
+
+@pytest.mark.parametrize("what", ["nan", "scores"])
+def test_score_gradient_refuses_what_is_not_attention_weights(what):
+    """NaN weights, or the scores (with -inf behind the mask) passed for alpha, would return NaN."""
+    s = torch.randn(4, 4).masked_fill(~attention.causal_mask(4), float("-inf"))
+    alpha = torch.softmax(s, -1)
+    bad = alpha * float("nan") if what == "nan" else s
+    with pytest.raises(ValueError, match="^alpha: expected (attention weights|finite)"):
+        attention.score_gradient(bad, torch.randn(4, 4))

@@ -888,6 +888,8 @@ def test_a_check_the_installed_package_lacks_fails_in_words_instead_of_raising()
     assert result.name == "my_added_question"
     assert "not in the installed bayesattn_lite" in result.message and "grader decides" in result.message
     assert checks.check_other_one().name == "other_one"
+    assert "Did you mean" not in result.message
+    assert "Did you mean check_score_gradient?" in checks.check_score_gradients(lambda x: x).message   # a typo
     assert checks.check_score_gradient is chapters_1_3.check_score_gradient  # real checks are untouched
     with pytest.raises(AttributeError, match="no attribute 'not_a_check'"):
         checks.not_a_check  # noqa: B018 - only check_* names fall back

@@ -367,3 +367,26 @@ def test_change_vs_final_refuses_nan():
     s[1, 0] = float("nan")
     with pytest.raises(ValueError, match=r"snapshots: expected finite values, got 1 NaN/inf entries"):
         diagnostics.change_vs_final(s)
+
+
+def test_error_signals_and_values_with_nan_are_refused():
+    alpha = torch.softmax(torch.randn(5, 5), -1)
+    u, v = torch.randn(5, 3), torch.randn(5, 3)
+    with pytest.raises(ValueError, match="^u: expected finite"):
+        diagnostics.attended_compatibility(alpha, u * float("nan"), v)
+    with pytest.raises(ValueError, match="^u: expected finite"):
+        diagnostics.value_pull(alpha, u * float("nan"))
+
+
+def test_settle_needs_at_least_one_fraction():
+    with pytest.raises(ValueError, match="^fractions: expected"):
+        diagnostics.settle(np.arange(10), np.linspace(1, 0, 10), fractions=())
+
+
+def test_probabilities_passed_as_logits_are_refused():
+    from bayesattn_lite import wind_tunnels
+    batch = wind_tunnels.wind_tunnel("bijection").sample(4, seed=0)
+    logits = torch.randn(batch.posterior.shape)
+    with pytest.raises(ValueError, match="^logits: expected the model's logits"):
+        diagnostics.kl_bits(torch.softmax(logits, -1), batch)
+    assert torch.isclose(diagnostics.kl_bits(torch.log_softmax(logits, -1), batch), diagnostics.kl_bits(logits, batch))

@@ -279,3 +279,13 @@ def test_stream_positions_share_one_embedding():
 def test_stream_start_must_fit_the_position_table():
     with pytest.raises(ValueError, match="stream_start"):
         Transformer(V, C, d_model=16, n_heads=2, max_len=8, stream_start=8)
+
+
+@pytest.mark.parametrize("make, named", [
+    (lambda: models.CausalSelfAttention(24, 0), "n_heads"),
+    (lambda: models.SelectiveSSMLayer(32, d_state=-1), "d_state"),
+    (lambda: models.CausalSelfAttention(24, 2)(torch.randn(2, 5, 16)), "x"),
+])
+def test_layers_name_a_bad_size_or_input(make, named):
+    with pytest.raises(ValueError, match=f"^{named}: expected"):
+        make()

@@ -32,10 +32,11 @@ def run_loop(n_steps, seconds_at, **kwargs):
 
 
 def test_the_faster_count_is_kept_after_a_probe_of_both(two_threads):
+    # (a busy machine's late wake-ups may start a second probe later on; the first choice is the test)
     one_faster = run_loop(20, lambda n: 0.002 if n == 1 else 0.02)
-    assert one_faster[:8] == [2] * 4 + [1] * 4 and set(one_faster[8:]) == {1}
+    assert one_faster[:9] == [2] * 4 + [1] * 4 + [1]
     two_faster = run_loop(20, lambda n: 0.02 if n == 1 else 0.002)
-    assert two_faster[:8] == [2] * 4 + [1] * 4 and set(two_faster[8:]) == {2}
+    assert two_faster[:9] == [2] * 4 + [1] * 4 + [2]
     assert torch.get_num_threads() == 2   # torch's count is back
 
 
@@ -69,6 +70,7 @@ def test_torch_count_restored_when_the_loop_stops_early(two_threads):
 def test_untouched_on_a_gpu_or_when_switched_off(two_threads, monkeypatch, device, env):
     if env is not None:
         monkeypatch.setenv("BAYESATTN_TUNE_THREADS", env)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)   # a GPU machine, as far as the check goes
     seen = [torch.get_num_threads() for _ in threads.tuned(range(12), device)]
     assert seen == [2] * 12
 
@@ -83,3 +85,10 @@ def test_a_batched_run_is_the_same_at_one_thread_and_at_two_and_tuned(two_thread
     for name in ("one", "tuned"):
         for field in ("loss_sgd", "loss_em", "values_sgd", "values_em"):
             assert np.array_equal(getattr(runs[name], field), getattr(runs["two"], field)), (name, field)
+
+
+@pytest.mark.parametrize("args, named", [((5, "cpu"), "steps"), ((range(3), "gpu"), "device"),
+                                         ((range(3), "cpu", 0), "probe"), ((range(3), "cpu", 3, "30"), "every")])
+def test_bad_arguments_are_named_at_the_call(two_threads, args, named):
+    with pytest.raises(ValueError, match=f"^{named}: expected"):
+        threads.tuned(*args)

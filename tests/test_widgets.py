@@ -179,3 +179,10 @@ def test_advantage_state_refuses_nan_and_inf(kwargs, name):
     """NaN in used to be NaN on every panel, without a word."""
     with pytest.raises(ValueError, match=f"{name}: expected"):
         widgets.advantage_state(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, named", [({"figsize": "big"}, "figsize"), ({"device": "gpu"}, "device")])
+def test_sticky_explorer_checks_its_settings_when_made_not_when_a_control_moves(kwargs, named):
+    pytest.importorskip("ipywidgets")
+    with pytest.raises(ValueError, match=f"^{named}: expected"):
+        widgets.sticky_explorer(**kwargs)

@@ -349,3 +349,16 @@ def test_forward_filter_of_no_observations_is_no_beliefs():
     A, E = torch.full((2, 3, 3), 1 / 3), torch.full((2, 3, 4), 0.25)
     out = wind_tunnels.forward_filter(A, E, torch.zeros(2, 0, dtype=torch.long))
     assert out.shape == (2, 0, 3) and out.dtype == A.dtype
+
+
+def test_the_hmm_baseline_refuses_another_tasks_batch_with_as_many_classes():
+    hmm = wind_tunnels.wind_tunnel("hmm")
+    recall = AssociativeRecallTask(n_values=hmm.n_classes).sample(4, seed=0)
+    with pytest.raises(ValueError, match="^batch: expected an HMM batch"):
+        hmm.baseline_posterior(recall)
+    hmm.baseline_posterior(hmm.sample(4, seed=0))   # its own is fine
+
+
+def test_a_grid_resolution_must_be_one_over_a_whole_number():
+    with pytest.raises(ValueError, match="^resolution: expected 1/n"):
+        wind_tunnels.quantised_stochastic_rows(3, 3, 2, 0.07, 0.0, None)

@@ -21,6 +21,8 @@ else where the answer is off and the formula to compare against.
                      (saying so), so the cells below it still run
 """
 
+import difflib
+
 from ._engine import CheckResult
 from .chapters_1_3 import (check_attended_gap, check_error_signal, check_projection_gradients, check_qkv_gradients,
                            check_score_gradient, check_score_kernel)
@@ -58,11 +60,13 @@ def __getattr__(name):
     if not name.startswith("check_") or name == "check_":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     label = name.removeprefix("check_")
+    near = difflib.get_close_matches(name, __all__, n=1, cutoff=0.85)   # a typo, more likely than a new question
+    typo = f" Did you mean {near[0]}?" if near else ""
 
     def not_installed(*args, **kwargs):
         return CheckResult(label, False, f"this check ({name}) is not in the installed bayesattn_lite "
-                           f"{_version()}: your instructor added the question, and the instructor's grader decides it "
-                           "when you hand in. Test your answer yourself meanwhile.")
+                           f"{_version()}.{typo} If your instructor added the question, the instructor's grader "
+                           "decides it when you hand in; test your answer yourself meanwhile.")
 
     not_installed.__name__ = not_installed.__qualname__ = name
     return not_installed
