@@ -564,7 +564,7 @@ def test_second_order_reference_passes_and_is_the_taylor_term():
 
 
 @pytest.mark.parametrize("fn, phrases", [
-    (lambda a, d: 2 * second_right(a, d), ["1/2 of the Taylor expansion"]),
+    (lambda a, d: 2 * second_right(a, d), ["the 1/2 is missing", "Taylor expansion"]),
     (lambda a, d: -second_right(a, d), ["wrong sign"]),
     (lambda a, d: 0.5 * a * (d - (a * d).sum(-1, keepdim=True)) ** 2, ["do not sum to 0"]),
     (lambda a, d: 0.5 * a * (d ** 2 - (a * d ** 2).sum(-1, keepdim=True)), ["not centred"]),
@@ -962,3 +962,14 @@ def test_the_floors_check_does_not_print_the_reference_floors():
 def test_a_named_mistake_is_cut_at_its_first_clause():
     assert _engine.named_only("the temperature appears once; it appears twice: 1/tau^2.") == \
         "the temperature appears once."
+
+
+def test_every_named_mistake_of_the_problem_sets_reads_as_a_sentence():
+    """What a graded cell shows of a named mistake is its first clause: never cut inside a formula."""
+    specs = [problem_sets._second_order_spec()] + [problem_sets._biased_spec(f) for f in problem_sets.BIASED_FORMS] \
+        + [problem_sets._tempered_spec(f) for f in problem_sets.TEMPERED_FORMS]
+    for spec in specs:
+        for out in spec.outputs:
+            for flaw in out.flaws:
+                named = _engine.named_only(flaw.words)
+                assert not named.endswith((" .", "+ .", "= .")) and len(named.split()) >= 2, (spec.name, named)

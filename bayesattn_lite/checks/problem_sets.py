@@ -267,7 +267,7 @@ _SECOND = Output(
     "1/2 alpha_ij [c_ij^2 - sum_k alpha_ik c_ik^2] with c_ij = delta_ij - sum_k alpha_ik delta_ik",
     _second_order,
     [Flaw("sign", -1, "wrong sign: the second-order term of softmax(s + delta) is +1/2 alpha (c^2 - Var)."),
-     Flaw("half", False, "the 1/2 of the Taylor expansion exp(delta) = 1 + delta + delta^2/2 + ... is missing."),
+     Flaw("half", False, "the 1/2 is missing: the Taylor expansion exp(delta) = 1 + delta + delta^2/2 + ... has it."),
      Flaw("centre", False, "the square is not centred: the expansion of exp(delta_j) / sum_k alpha_k exp(delta_k) "
                            "gives (delta_ij - E_alpha[delta])^2, not delta_ij^2 (the denominator contributes "
                            "E[delta]^2 and the cross term)."),
@@ -334,8 +334,8 @@ def _tempered_flaws(form="both"):
                              "through s) and once when the moved weights move s, so the kernel scales as 1/tau^2."),
         Flaw("tau_power", 0, f"the temperature is missing: s = {score} puts 1/tau in dL/dW and "
                              "again in Delta s, a factor 1/tau^2 in all."),
-        Flaw("exact", True, "you computed the exact change of the scores, which includes the second-order term "
-                            "Delta q . Delta k (order eta^2): return the first-order (linear in eta) change only.")]
+        Flaw("exact", True, "you computed the exact change of the scores, second-order term included: "
+                            "Delta q . Delta k is of order eta^2; return the first-order (linear in eta) change only.")]
     if truth.get("dk_power") == 2.0:
         flaws.append(Flaw("dk_power", 1.0, "the kernel has the usual head's 1/d_k; this head divides its "
                                            "score by d_k (muP's scaling), and like the temperature that 1/d_k "
