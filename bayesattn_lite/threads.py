@@ -16,7 +16,7 @@ Only a loop whose numbers do not depend on the thread count may be tuned, or a r
 the machine's load. ``batched.train`` is one: its products split the work over models and rows, not
 along a sum, and the tests check that a run is the same, bit for bit, at one thread and at two.
 ``train.train`` is not: torch's layers split some sums by thread (a transformer's weights differ
-by 1e-4 after 40 Adam steps at one thread and at two), so it keeps torch's count.
+by up to 3e-4 after 40 Adam steps at one thread and at two), so it keeps torch's count.
 ``BAYESATTN_TUNE_THREADS=0`` keeps torch's count in every loop (to time one count against another).
 """
 
