@@ -318,9 +318,11 @@ def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW, min_s
         _validate.fail("rates", "change rates >= 0", f"a minimum of {rates.min():g}", described=True)
     window = _validate.integer("window", window, 1)
     min_span = _validate.real("min_span", min_span, 0, 1, high_open=True)
-    if isinstance(fractions, str) or not hasattr(fractions, "__iter__") or not len(tuple(fractions)):
+    if isinstance(fractions, str) or not hasattr(fractions, "__iter__"):
         _validate.fail("fractions", "a tuple of fractions in (0, 1), e.g. (0.2, 0.1)", fractions)
     fractions = tuple(_validate.real("fractions", f, 0, 1, low_open=True, high_open=True) for f in fractions)
+    if not fractions:
+        _validate.fail("fractions", "a tuple of fractions in (0, 1), e.g. (0.2, 0.1)", fractions)
     smooth = _smooth(rates, window)
     k = int(np.argmax(smooth))
     peak = float(smooth[k])

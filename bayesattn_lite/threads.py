@@ -23,6 +23,7 @@ by up to 3e-4 after 40 Adam steps at one thread and at two), so it keeps torch's
 import os
 import statistics
 import time
+from collections import deque
 
 import torch
 
@@ -51,20 +52,22 @@ def _tuned(steps, probe, every):
     """``tuned``'s loop: probe, hold, probe again (the module's notes)."""
     most = torch.get_num_threads()
     plan = [most] * (probe + 1) + [1] * (probe + 1)   # the counts the next steps run on
-    times = {most: [None], 1: []}                      # step times at each count; None: not counted
-    chosen = None
+    latest = {most: deque(maxlen=probe), 1: deque(maxlen=probe)}   # each count's last step times
+    chosen, skip = None, True                          # the loop's first step is not counted
     try:
         for item in steps:
             count = plan.pop(0) if plan else chosen
             if count != torch.get_num_threads():
                 torch.set_num_threads(count)
-                times[count] = [None]                  # the first step after a switch starts the threads
+                latest[count].clear()
+                skip = True                            # the first step after a switch starts the threads
             began = time.perf_counter()
             yield item
-            times[count].append(time.perf_counter() - began)
+            if not skip:
+                latest[count].append(time.perf_counter() - began)
+            skip = False
             if plan:
                 continue
-            latest = {n: [t for t in ts if t is not None][-probe:] for n, ts in times.items()}
             if chosen is None or count != chosen:      # a probe has just ended: keep the faster count
                 chosen = min(latest, key=lambda n: statistics.median(latest[n]))
                 loser = statistics.median(latest[_other(chosen, most)])
