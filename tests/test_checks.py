@@ -953,6 +953,18 @@ def test_a_problem_set_check_says_where_an_unnamed_mistake_is_without_the_fix(wr
     assert "the reference is" in result.practice or "times the right answer" in result.practice
 
 
+@pytest.mark.parametrize("check, spec", [
+    (checks.check_tempered_score_change, problem_sets._tempered_spec),
+    (checks.check_second_order_attention_change, problem_sets._second_order_spec),
+])
+def test_a_transposed_square_answer_is_named(check, spec):
+    """A (T, T) answer's shape cannot show a transpose: its numbers do."""
+    reference = _engine.reference(spec())
+    result = check(lambda *args: reference(*args).T)
+    assert not result.passed and "transpose of the right answer" in result.message, result.message
+    assert "differs from the reference" not in result.message
+
+
 def test_the_floors_check_does_not_print_the_reference_floors():
     result = checks.check_markov_floors(lambda P: (0.123, 0.456))
     assert "0.123" in result.message and "the reference is" not in result.message, result.message
