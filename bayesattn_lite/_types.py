@@ -27,6 +27,7 @@ skips the annotations too: ``benchmarks/type_checks.py`` times both.
 """
 
 import contextlib
+import difflib
 import functools
 import inspect
 import re
@@ -91,8 +92,24 @@ def checked(fn):
             if name is None:  # the return value or a nested call: the package's fault, not the caller's
                 raise
             raise ValueError(_message(signature, name.group(1), args, kwargs, str(exc), fn.__globals__)) from None
+        except TypeError as exc:   # a misspelt, missing or extra argument, or an error inside fn
+            raise _binding_error(fn, signature, args, kwargs) or exc
 
     return call
+
+
+def _binding_error(fn, signature, args, kwargs):
+    """Python's TypeError for a call that does not fit the signature, with the function's name, the
+    parameter a misspelt keyword was near, and the parameters it takes; None if the call fits."""
+    try:
+        signature.bind(*args, **kwargs)
+        return None
+    except TypeError as exc:
+        unknown = [k for k in kwargs if k not in signature.parameters]
+        near = difflib.get_close_matches(unknown[0], signature.parameters, n=1) if unknown else []
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        return TypeError(f"{fn.__module__.removeprefix('bayesattn_lite.')}.{fn.__qualname__}(): {exc}{hint} "
+                         f"(it takes {', '.join(signature.parameters)})")
 
 
 def _message(signature, name, args, kwargs, text, names):

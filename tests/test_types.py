@@ -61,6 +61,25 @@ def test_check_false_skips_every_check():
         step(torch.zeros(3))
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda: scores(torch.zeros(4, 8), torch.zeros(6, 8), casual=False),
+     r"scores\(\): got an unexpected keyword argument 'casual'; did you mean 'causal'\? \(it takes q, k, y, causal\)$"),
+    (lambda: scores(torch.zeros(4, 8)), r"scores\(\): missing a required argument: 'k' \(it takes q, k, y, causal\)$"),
+])
+def test_a_call_that_does_not_fit_the_signature_names_the_function_and_its_parameters(call, message):
+    with pytest.raises(TypeError, match=message):
+        call()
+
+
+def test_a_type_error_inside_the_function_is_its_own():
+    @checked
+    def inner(x: Float[Tensor, "n"]):
+        raise TypeError("from inside")
+
+    with pytest.raises(TypeError, match="^from inside$"):
+        inner(torch.zeros(3))
+
+
 def test_a_wrong_return_is_the_packages_fault_not_the_callers():
     @checked
     def broken(x: Float[Tensor, "n d"]) -> Float[Tensor, "n n"]:
