@@ -433,6 +433,28 @@ def test_test_scaffolding_stays_out_of_the_page(path):
             assert not history, f"{path.name} cell {n}: revision history ({history.group(0)!r}) belongs in CHANGELOG.md"
 
 
+def test_what_nbval_does_not_compare_is_named_and_shown_to_move():
+    """nbval_sanitize.cfg hides output lines from nbval's comparison: each rule must still match a line of
+    a checked cell (no stale rule) and only lines of the one chaotic run, whose lab note shows it moves."""
+    from nbval.plugin import get_sanitize_patterns
+
+    rules = get_sanitize_patterns((ROOT / "nbval_sanitize.cfg").read_text())
+    assert rules, "nbval_sanitize.cfg has no rule nbval can read"
+    outputs = {}
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if "nbval-check-output" in cell.metadata.get("tags", []):
+                text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+                outputs.setdefault(path.name, []).append(text)
+    for regex, _ in rules:
+        hidden = [(name, line) for name, texts in outputs.items() for text in texts
+                  for line in re.findall(regex, text)]
+        assert hidden, f"the rule {regex!r} hides no line of any checked cell: remove it"
+        assert all(name == "09_diagnostics.ipynb" and line.startswith("routing lr x100") for name, line in hidden), hidden
+    assert "(lab-09-chaos)=" in "".join(c.source for c in nbformat.read(ROOT / "book" / "09_diagnostics.ipynb",
+                                                                           as_version=4).cells)
+
+
 def test_the_readme_chapter_table_matches_the_chapters():
     """The README's first screen lists every chapter with its time and its learner copy in Colab; the
     times must agree with each chapter's 'Before you start' box (read + exercises, within 5 minutes)."""
