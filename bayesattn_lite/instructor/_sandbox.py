@@ -1044,35 +1044,46 @@ class Sandbox:
                 if self._kernel_exited() or not chunk:
                     self.kill(self._death())
                     return ExecResult("dead", self.dead, time.monotonic() - start)
-            while self.kc.iopub_channel.msg_ready():
-                msg = self.kc.iopub_channel.get_msg(timeout=0)
-                self.output_bytes += _message_bytes(msg)
-                if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                    continue
-                kind, content = msg["msg_type"], msg["content"]
-                self._keep(msg, outputs)
-                if kind == "status" and content.get("execution_state") == "idle":
-                    idle = True
-                elif kind == "error" and error is None:
-                    error = f"{str(content.get('ename'))[:80]}: {str(content.get('evalue', ''))[:200]}"
+            # Every message is the kernel's and may be hostile: read while the clock and the output cap allow
+            # (a flood of costly messages cannot hold the grader past its deadline), and one the grader cannot
+            # read (a bad signature, a missing field) ends the kernel as a crash would.
+            try:
+                while self.kc.iopub_channel.msg_ready() and self._may_read(end):
+                    msg = self.kc.iopub_channel.get_msg(timeout=0)
+                    self.output_bytes += _message_bytes(msg)
+                    if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                        continue
+                    kind, content = msg["msg_type"], msg["content"]
+                    self._keep(msg, outputs)
+                    if kind == "status" and content.get("execution_state") == "idle":
+                        idle = True
+                    elif kind == "error" and error is None:
+                        error = f"{str(content.get('ename'))[:80]}: {str(content.get('evalue', ''))[:200]}"
+                while self.kc.stdin_channel.msg_ready() and self._may_read(end):   # never asked for, counted
+                    self.output_bytes += _message_bytes(self.kc.stdin_channel.get_msg(timeout=0))
+                while self.kc.shell_channel.msg_ready() and self._may_read(end):
+                    msg = self.kc.shell_channel.get_msg(timeout=0)
+                    self.output_bytes += _message_bytes(msg)
+                    if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                        replied = True
+                        if msg["content"].get("status") == "error" and error is None:
+                            c = msg["content"]
+                            error = f"{str(c.get('ename'))[:80]}: {str(c.get('evalue', ''))[:200]}"
+            except (ValueError, KeyError, TypeError, AttributeError, UnicodeError) as exc:
+                self.kill(f"the kernel sent a message the grader cannot read ({type(exc).__name__}): it was killed")
+                return ExecResult("dead", self.dead, time.monotonic() - start)
             if self.output_bytes > self.max_output:
                 self.kill(f"the notebook printed more than {self.max_output / MiB:g} MiB: the kernel was killed "
                           "(print less, e.g. shapes or a few values)")
                 return ExecResult("dead", self.dead, time.monotonic() - start)
-            while self.kc.stdin_channel.msg_ready():  # never asked for (allow_stdin=False), counted all the same
-                self.output_bytes += _message_bytes(self.kc.stdin_channel.get_msg(timeout=0))
-            while self.kc.shell_channel.msg_ready():
-                msg = self.kc.shell_channel.get_msg(timeout=0)
-                self.output_bytes += _message_bytes(msg)
-                if msg.get("parent_header", {}).get("msg_id") == msg_id:
-                    replied = True
-                    if msg["content"].get("status") == "error" and error is None:
-                        c = msg["content"]
-                        error = f"{str(c.get('ename'))[:80]}: {str(c.get('evalue', ''))[:200]}"
         seconds = time.monotonic() - start
         if interrupted:
             return ExecResult("interrupted", error, seconds, outputs)
         return ExecResult("error" if error else "ok", error, seconds, outputs)
+
+    def _may_read(self, end):
+        """Another message may be read now: the cell's time and the output cap are not yet used up."""
+        return time.monotonic() < end and self.output_bytes <= self.max_output
 
     def _keep(self, msg, outputs):
         """Add a cell's output to ``outputs`` while the notebook's kept outputs stay under MAX_KEPT_OUTPUT
@@ -1171,9 +1182,9 @@ def _reject(constant):
 
 
 def _message_bytes(msg):
-    """What a message from the kernel counts against --max-output: every part of it, its binary
-    buffers (extra frames) included, not its content alone."""
-    return (_size(msg.get("content", {})) + _size(msg.get("metadata", {})) + _size(msg.get("header", {}))
+    """What a message from the kernel counts against --max-output: every part of it (the header it claims
+    to answer too) and its binary buffers (extra frames), not its content alone."""
+    return (sum(_size(msg.get(part, {})) for part in ("header", "parent_header", "metadata", "content"))
             + sum(memoryview(b).nbytes for b in msg.get("buffers", []) or []))
 
 
