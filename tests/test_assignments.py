@@ -477,3 +477,15 @@ def test_the_rubrics_are_model_answers_kept_out_of_the_package():
         for q in assignment.questions:
             for line in q.rubric.splitlines() if q.written else ():
                 assert line.split(": ", 1)[1][:60] not in source, f"{assignment.id} {q.id}: a rubric in the package"
+
+
+def test_a_long_chain_of_aliases_is_not_followed_and_costs_little():
+    """c1 = c0.x, c2 = c1.x, ...: each alias's name was one part longer, quadratic work before the clock started."""
+    import time
+    source = "import bayesattn_lite as c0\n" + "\n".join(f"c{k} = c{k - 1}.__class__" for k in range(1, 4001))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    start = time.perf_counter()
+    assert assignments.notebook_reference_calls(nb, "ps2_dynamics") == []
+    assert time.perf_counter() - start < 10
+    aliases = assignments._aliases(ast.parse(source))
+    assert max(name.count(".") for name in aliases.values()) < assignments.MAX_NAME_PARTS

@@ -186,6 +186,13 @@ def test_the_feedback_page_escapes_every_learner_text(tmp_path):
     assert "<script" not in _html_of((tmp_path / "feedback" / "r.md").read_text(encoding="utf-8"))
 
 
+def test_learner_text_in_a_table_cell_is_never_bold_struck_or_a_link():
+    page = _html_of(f"| a |\n| --- |\n| {release._md('**win** ~~no~~ _x_ https://evil.example/p www.evil.example')} |")
+    for rendered in ("<strong>", "<em>", "<del>", "<s>", "<a "):
+        assert rendered not in page, (rendered, page)
+    assert "**win**" in page and "~~no~~" in page and "https://evil.example/p" in page
+
+
 def test_a_fence_is_longer_than_any_run_of_backticks_inside():
     fenced = release._fenced("a ```` b\n```")
     assert fenced.startswith("`````\n") and fenced.endswith("\n`````")

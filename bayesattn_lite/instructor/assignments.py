@@ -195,6 +195,7 @@ _COMPLEX = ("torch.complex", "torch.cfloat", "torch.cdouble", "torch.chalf", "to
 _SMALL = 1e-2  # a constant this small that divides a difference is a step size
 
 MAX_CELL = 2 ** 18  # characters (grading.MAX_READ_CELL): a larger code cell is not parsed (its AST could take GBs)
+MAX_NAME_PARTS = 32   # attribute names in one dotted name the scan follows (SCAN_LIMITS.md)
 # cell magics whose body IPython runs as Python in the kernel; another magic's body is scanned when it parses
 # (%%writefile of a module), noted when it does not, except the display magics, which run no code here
 _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
@@ -256,7 +257,9 @@ def _dotted(node, aliases):
         head = _imported(node, aliases)
     else:
         head = None
-    return ".".join([head] + parts[::-1]) if head else None
+    if not head or head.count(".") + len(parts) >= MAX_NAME_PARTS:   # an alias chain c2 = c1.x, c3 = c2.x, ...
+        return None                                                   # would grow quadratically: not followed
+    return ".".join([head] + parts[::-1])
 
 
 def _module(name):

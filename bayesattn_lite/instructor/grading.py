@@ -246,7 +246,7 @@ def _defined_names(nb):
             continue
         try:
             tree = ast.parse(TransformerManager().transform_cell(cell.source))
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError):   # RecursionError: an expression nested too deep
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -1134,7 +1134,7 @@ def _submitted_times(args, paths):
     from datetime import datetime, timezone
     times = {}
     if args.late_from_mtime:
-        times = {p: datetime.fromtimestamp(p.stat().st_mtime, timezone.utc) for p in paths}
+        times = {p: datetime.fromtimestamp(p.lstat().st_mtime, timezone.utc) for p in paths}   # a link: its own time (links are not graded)
     if args.submitted_times:
         with args.submitted_times.open(newline="", encoding="utf-8-sig") as f:
             given = {row["submission"]: datetime.fromisoformat(row["submitted_at"]) for row in csv.DictReader(f)}
@@ -1207,6 +1207,9 @@ def _after_grading(args, reports, csv_path):
 
 
 def main(argv=None):
+    for stream in (sys.stdout, sys.stderr):   # a file name the console cannot encode must not stop the batch
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     parser = _arguments()
     args = parser.parse_args(argv)
     if args.gradescope_bundle:

@@ -64,9 +64,13 @@ def _cell(value):
 def _md(text):
     """``text`` as inline Markdown that shows as written: on one line (a line break could end the table row
     or start a heading), ``& < >`` as entities (no HTML, no ``<!--`` hiding the rest of the report), and
-    backslashes, backticks, brackets and bars escaped (no code span, link, image or table column)."""
+    backslashes, backticks, brackets, bars and emphasis marks escaped (no code span, link, image, table
+    column, bold or strikethrough), and web addresses broken so that no renderer makes them links."""
     text = " ".join(_safe(text).splitlines())
-    return html.escape(re.sub(r"([\\`\[\]|])", r"\\\1", text), quote=False)
+    text = re.sub(r"([\\`\[\]|*_~])", r"\\\1", text)
+    text = re.sub(r"(?i)\b(https?|ftp)://", lambda m: m.group(1) + ":\\/\\/", text)
+    text = re.sub(r"(?i)\bwww\.", lambda m: m.group(0)[:-1] + "\\.", text)
+    return html.escape(text, quote=False)
 
 
 def _fenced(text):
