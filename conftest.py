@@ -24,6 +24,10 @@ _longest = {}   # notebook -> (seconds, cell id) of its longest cell
 
 
 def pytest_configure(config):
+    # nbval_sanitize.cfg: the output lines nbval does not compare (a chaotic run's); by its full path, so
+    # that pytest started from another folder (book/) finds it too
+    if hasattr(config.option, "nbval_sanitize_with") and config.option.nbval_sanitize_with is None:
+        config.option.nbval_sanitize_with = str(ROOT / "nbval_sanitize.cfg")
     workers = getattr(config, "workerinput", {}).get("workercount")
     if workers:
         import torch

@@ -92,8 +92,11 @@ def checked(fn):
             if name is None:  # the return value or a nested call: the package's fault, not the caller's
                 raise
             raise ValueError(_message(signature, name.group(1), args, kwargs, str(exc), fn.__globals__)) from None
-        except TypeError as exc:   # a misspelt, missing or extra argument, or an error inside fn
-            raise _binding_error(fn, signature, args, kwargs) or exc
+        except TypeError:   # a misspelt, missing or extra argument, or an error inside fn (left as it is)
+            error = _binding_error(fn, signature, args, kwargs)
+            if error is None:
+                raise
+            raise error from None
 
     return call
 

@@ -398,8 +398,17 @@ def _diagnose(spec, i, mine):
                 return Verdict(flaws[0].words, names, named_only(flaws[0].words))
             return Verdict(f"two mistakes at once. (1) {flaws[0].words} (2) {flaws[1].words}", names,
                            f"two mistakes at once. (1) {named_only(flaws[0].words)} (2) {named_only(flaws[1].words)}")
+    if not spec.numbers and _transposed(spec.cases, mine, i):   # a square output's shape cannot show it
+        return Verdict(f"it is the transpose of the right answer on every input: rows and columns are swapped. "
+                       f"Which index runs down the rows?{FORMULA}{out.formula}.",
+                       (), "it is the transpose of the right answer on every input: rows and columns are swapped.")
     words, graded = (_first_difference if spec.numbers else _unknown)(out, spec.cases, mine, i)
     return Verdict(words, (), "no known mistake fits: " + graded)
+
+
+def _transposed(cases, mine, i):
+    """Every answer is square and the reference transposed (a non-square one would fail on its shape)."""
+    return all(m.dim() == 2 and m.shape[0] == m.shape[1] and _close(m.T, c.expected[i]) for m, c in zip(mine, cases))
 
 
 def _unknown(out, cases, mine, i):
@@ -411,11 +420,6 @@ def _unknown(out, cases, mine, i):
     if all(torch.all(m == 0) for m in mine):
         return f"it is all zeros (a placeholder left in?). {compare}", "it is all zeros (a placeholder left in?)."
     refs = [c.expected[i] for c in cases]
-    # a square output shows no transpose in its shape: compare the numbers
-    if all(m.dim() == 2 and m.shape[0] == m.shape[1] and _close(m.T, r) for m, r in zip(mine, refs)):
-        return (f"it is the transpose of the right answer on every input: rows and columns are swapped. "
-                f"Which index runs down the rows? {compare}",
-                "it is the transpose of the right answer on every input: rows and columns are swapped.")
     factors = [float((m * r).sum() / (r * r).sum()) for m, r in zip(mine, refs)]
     scaled = all(_close(m, f * r) for m, f, r in zip(mine, factors, refs))
     if scaled and all(math.isclose(f, factors[0], rel_tol=1e-6) for f in factors):

@@ -1069,8 +1069,9 @@ class Sandbox:
                         if msg["content"].get("status") == "error" and error is None:
                             c = msg["content"]
                             error = f"{str(c.get('ename'))[:80]}: {str(c.get('evalue', ''))[:200]}"
-            except (ValueError, KeyError, TypeError, AttributeError, UnicodeError) as exc:
-                self.kill(f"the kernel sent a message the grader cannot read ({type(exc).__name__}): it was killed")
+            except (ValueError, KeyError, TypeError, AttributeError, UnicodeError, RecursionError) as exc:
+                self.kill(f"the kernel sent a message the grader cannot read ({type(exc).__name__}: "
+                          f"{str(exc)[:120]}): it was killed")
                 return ExecResult("dead", self.dead, time.monotonic() - start)
             if self.output_bytes > self.max_output:
                 self.kill(f"the notebook printed more than {self.max_output / MiB:g} MiB: the kernel was killed "
