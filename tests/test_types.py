@@ -73,11 +73,11 @@ def test_a_call_that_does_not_fit_the_signature_names_the_function_and_its_param
 
 def test_a_type_error_inside_the_function_is_its_own():
     @checked
-    def inner(x: Float[Tensor, "n"]):
+    def inner(x: Float[Tensor, "n d"]):
         raise TypeError("from inside")
 
     with pytest.raises(TypeError, match="^from inside$"):
-        inner(torch.zeros(3))
+        inner(torch.zeros(3, 2))
 
 
 def test_a_wrong_return_is_the_packages_fault_not_the_callers():
