@@ -1058,7 +1058,7 @@ class Sandbox:
                     if kind == "status" and content.get("execution_state") == "idle":
                         idle = True
                     elif kind == "error" and error is None:
-                        error = f"{str(content.get('ename'))[:80]}: {str(content.get('evalue', ''))[:200]}"
+                        error = _error_words(content)
                 while self.kc.stdin_channel.msg_ready() and self._may_read(end):   # never asked for, counted
                     self.output_bytes += _message_bytes(self.kc.stdin_channel.get_msg(timeout=0))
                 while self.kc.shell_channel.msg_ready() and self._may_read(end):
@@ -1067,8 +1067,7 @@ class Sandbox:
                     if msg.get("parent_header", {}).get("msg_id") == msg_id:
                         replied = True
                         if msg["content"].get("status") == "error" and error is None:
-                            c = msg["content"]
-                            error = f"{str(c.get('ename'))[:80]}: {str(c.get('evalue', ''))[:200]}"
+                            error = _error_words(msg["content"])
             except (ValueError, KeyError, TypeError, AttributeError, UnicodeError, RecursionError) as exc:
                 self.kill(f"the kernel sent a message the grader cannot read ({type(exc).__name__}: "
                           f"{str(exc)[:120]}): it was killed")
@@ -1180,6 +1179,11 @@ def _raised(answer):
 
 def _reject(constant):
     raise ValueError(f"{constant} is not allowed")
+
+
+def _error_words(content):
+    """An error message's name and value, cut short (the kernel writes both)."""
+    return f"{str(content.get('ename'))[:80]}: {str(content.get('evalue', ''))[:200]}"
 
 
 def _message_bytes(msg):

@@ -68,8 +68,8 @@ def _md(text):
     column, bold or strikethrough), and web addresses broken so that no renderer makes them links."""
     text = " ".join(_safe(text).splitlines())
     text = re.sub(r"([\\`\[\]|*_~])", r"\\\1", text)
-    text = re.sub(r"(?i)\b(https?|ftp)://", lambda m: m.group(1) + ":\\/\\/", text)
-    text = re.sub(r"(?i)\bwww\.", lambda m: m.group(0)[:-1] + "\\.", text)
+    text = re.sub(r"(?i)\b(https?|ftp)://", r"\1:\\/\\/", text)
+    text = re.sub(r"(?i)\b(www)\.", r"\1\\.", text)
     return html.escape(text, quote=False)
 
 
