@@ -102,6 +102,21 @@ def test_two_submissions_whose_names_print_alike_get_their_own_manual_rows(tmp_p
         release.read_manual(_write_manual(tmp_path / "m.csv", [["dup_", "q2", "1", ""], ["dup_", "q2", "2", ""]]))
 
 
+def test_a_report_name_that_is_also_another_submissions_file_name_means_its_own_report(tmp_path):
+    # x.ipynb's report is x.json and x.ipynb.ipynb's is x.ipynb.json: the template names the second
+    # "x.ipynb", which is also the first's file name, and the merge refused the whole file as ambiguous
+    reports = [_report("x.ipynb"), _report("x.ipynb.ipynb")]
+    reports[0]["report"], reports[1]["report"] = str(tmp_path / "x.json"), str(tmp_path / "x.ipynb.json")
+    path = tmp_path / "manual.csv"
+    assert release.manual_template(reports, path)
+    names = [r["submission"] for r in csv.DictReader(path.open())]
+    assert names == ["x", "x.ipynb"]
+    release.merge_manual(reports, {(names[0], "q2"): (1.0, ""), (names[1], "q2"): (2.0, "")})
+    assert [r["questions"][1]["instructor_points"] for r in reports] == [1, 2]
+    release.merge_manual(reports, {("x.ipynb.ipynb", "q2"): (0.5, "")})   # a file name no report is named still works
+    assert reports[1]["questions"][1]["instructor_points"] == 0.5
+
+
 def test_a_manual_file_with_bad_columns_or_points_is_refused_with_its_line(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("submission,points\nx,1\n")

@@ -365,14 +365,18 @@ def read_manual(path):
 def merge_manual(reports, marks):
     """Put the instructor's points and comments into ``reports`` (in place) and total them again.
     Raises ValueError for a row that names no report or question, or points outside 0..max."""
-    by_name = {}   # every name a row may use -> the reports it could mean
+    # A report name (what the template writes; unique in a batch) means its own report first, even where
+    # it is also another submission's file name: x.ipynb's report is "x", x.ipynb.ipynb's is "x.ipynb".
+    by_report, by_name = {}, {}   # every name a row may use -> the reports it could mean
     for r in reports:
-        for name in {report_name(r), _cell(report_name(r)), r["submission"], _cell(r["submission"]),
-                     Path(r["submission"]).name}:   # the names as the template writes them, too
+        for name in {report_name(r), _cell(report_name(r))}:
+            by_report.setdefault(name, []).append(r)
+        for name in {r["submission"], _cell(r["submission"]), Path(r["submission"]).name}:
             by_name.setdefault(name, []).append(r)
     problems = []
     for (submission, qid), (points, comment) in marks.items():
-        candidates = by_name.get(submission) or by_name.get(Path(submission).name) or []
+        candidates = (by_report.get(submission) or by_name.get(submission)
+                      or by_name.get(Path(submission).name) or [])
         if len({id(r) for r in candidates}) > 1:   # two submissions whose names read alike
             problems.append(f"{submission} {qid}: names {len(candidates)} submissions; use their report names "
                             + ", ".join(report_name(r) for r in candidates))
