@@ -553,11 +553,11 @@ class FramePrecision:
         return np.isfinite(self.t_frame) & np.isfinite(self.t_values)
 
     def order(self):
-        """Per seed: "frame first", "values first", "together" (same step) or "not settled" (either
-        pathway, at 20% of its peak): ``diagnostics.settle_order`` with the partial cases counted
-        as not settled."""
+        """Per seed: "frame first", "values first", "together" (same step) or "not both settled" (one
+        pathway or neither, at 20% of its peak): ``diagnostics.settle_order`` with the partial cases
+        counted together, since no order can be read from them."""
         orders = [diagnostics.settle_order(f, v) for f, v in zip(self.frame_settle, self.values_settle)]
-        return ["not settled" if "settled" in o else o for o in orders]
+        return ["not both settled" if "settled" in o else o for o in orders]
 
 
 def _settle_steps(settles, fraction):
@@ -1007,6 +1007,9 @@ def convergence(record, name, plateau=PLATEAU):
     ``below_bayes_step``  the first step at which the training loss (mean over a record interval)
                       falls below the exact Bayes loss of the training data, nan if never: a model
                       below the Bayes loss of its own training data has memorised it
+    ``learned``       the share of the way from the first held-out loss to the Bayes loss covered at the end
+    ``excess_gap``    ``gap`` with each loss measured above its own data's Bayes loss: the held-out and
+                      training sequences differ in how predictable they are, and the raw gap carries that
     """
     schedules = _validate.record("record", record, ("config", "schedules"), "load_long_run")["schedules"]
     if name not in schedules:
@@ -1022,4 +1025,27 @@ def convergence(record, name, plateau=PLATEAU):
             "last_quarter": held[:, (3 * n) // 4] - held[:, -1],
             "plateau_step": within(steps, held - held.min(1, keepdims=True), plateau),
             "gap": held[:, -1] - np.asarray(m["final_train_loss"], float),
-            "below_bayes_step": np.where(below.any(1), (below.argmax(1) + 1) * every, np.nan)}
+            "below_bayes_step": np.where(below.any(1), (below.argmax(1) + 1) * every, np.nan),
+            "learned": (held[:, 0] - held[:, -1]) / (held[:, 0] - bayes),
+            "excess_gap": (held[:, -1] - bayes) - (np.asarray(m["final_train_loss"], float)
+                                                   - np.asarray(m["bayes_train_loss"], float))}
+
+
+LEARNED = 0.8      # a seed has learned the task once its held-out loss covered this share of the way to Bayes
+PLATEAU_LINES = (0.0025, PLATEAU, 0.01)   # row 8's gate is printed at half and twice its plateau line too
+
+
+def late_gate(record, name, plateau=PLATEAU):
+    """Whether schedule ``name`` of a long-run record can show what happens late in training (row 8's gate).
+
+    Every seed must have learned (``LEARNED`` of the way to Bayes) and reached its plateau before the
+    last fifth of the run (``diagnostics.SETTLE_MIN_SPAN``, as a settle step), and the run must not
+    measurably memorise: the mean ``excess_gap`` over seeds is at most two standard errors above zero.
+    Returns ``convergence``'s figures with ``gap_mean``, ``gap_se`` and ``meets`` added."""
+    c = convergence(record, name, plateau)
+    last_fifth = record["config"]["steps"] * (1 - diagnostics.SETTLE_MIN_SPAN)
+    gap = c["excess_gap"]
+    c["gap_mean"], c["gap_se"] = float(gap.mean()), float(gap.std(ddof=1) / math.sqrt(len(gap)))
+    c["meets"] = bool((c["learned"] >= LEARNED).all() and (c["plateau_step"] < last_fifth).all()  # nan is not <
+                      and c["gap_mean"] <= 2 * c["gap_se"])
+    return c

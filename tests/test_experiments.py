@@ -1,6 +1,7 @@
 """bayesattn_lite.experiments: the bookkeeping of the EM-vs-SGD experiment on small runs, and its
 agreement with the package's plain training loop (autograd + torch.optim.SGD) for one seed."""
 
+import copy
 import math
 from dataclasses import replace
 
@@ -231,6 +232,24 @@ def test_bought_after_sums_each_groups_share_over_a_fixed_late_window(frame_run)
         experiments.bought_after({"loss": 1}, 10)
 
 
+def test_the_late_gate_needs_learned_seeds_a_plateau_before_the_last_fifth_and_no_memorising():
+    record = experiments.load_long_run("pool64-std0.1")
+    gate = experiments.late_gate(record, "SGD, lr 0.1")
+    assert gate["meets"] and (gate["learned"] >= experiments.LEARNED).all()
+    assert not experiments.late_gate(record, "SGD, lr 0.1", plateau=0.0025)["meets"]   # the line matters
+    # a run that never left its start is "on its plateau" from update 0: not learned, so no gate
+    never = experiments.late_gate(experiments.load_long_run("pool64-std0.03"), "em")
+    assert (never["plateau_step"] == 0).all() and (never["learned"] < 0.1).all() and not never["meets"]
+    memorised = copy.deepcopy(record)   # the training loss 0.02 nats lower on every seed: a gap it cannot hide
+    m = memorised["schedules"]["SGD, lr 0.1"]
+    m["final_train_loss"] = [loss - 0.02 for loss in m["final_train_loss"]]
+    gate = experiments.late_gate(memorised, "SGD, lr 0.1")
+    assert gate["gap_mean"] > 2 * gate["gap_se"] and not gate["meets"]
+    c = experiments.convergence(record, "SGD, lr 0.1")
+    np.testing.assert_allclose(c["excess_gap"] - c["gap"],
+                               np.asarray(m["bayes_train_loss"]) - np.asarray(m["bayes_held_out"]))
+
+
 def test_bought_late_starts_each_seeds_window_where_its_loss_has_covered_the_fraction(frame_run):
     fp = experiments.frame_precision(frame_run, "em")
     late = experiments.bought_late(fp, 0.9)
@@ -254,7 +273,7 @@ def test_settle_order_says_not_settled_for_a_rate_still_rising(frame_run):
         "rate_steps": fp.rate_steps, "frame_rate": np.tile(np.arange(1.0, 9.0), (2, 1)),
         "precision_rate": np.tile(np.exp(-np.arange(8.0)), (2, 1)), "frame_moved": fp.frame_moved,
         "values_moved": fp.values_moved, "loss_steps": np.arange(41), "loss": fp.loss, "bought": fp.bought})
-    assert rising.order() == ["not settled", "not settled"] and np.all(np.isnan(rising.t_frame))
+    assert rising.order() == ["not both settled", "not both settled"] and np.all(np.isnan(rising.t_frame))
     assert np.all(np.isfinite(rising.t_values)) and np.all(np.isnan(rising.loss_after_frame))
 
 

@@ -11,7 +11,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from bayesattn_lite import diagnostics, experiments
+from bayesattn_lite import experiments
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "book" / "scorecard.md"
@@ -137,17 +137,18 @@ def unsettled(record, schedules, claim, fixed_windows=False):
     """What keeps the named schedules of a long-run record from showing that ``claim`` does not hold:
     a two-timescale claim needs both pathways settled on every seed; a dissociation claim (what comes
     late in training) needs the held-out loss levelled off, and the frame settled unless the verdict
-    is measured over fixed windows (``experiments.bought_after``), which need no settle step."""
+    is measured over fixed windows (``experiments.bought_after``), which need no settle step; it needs
+    ``experiments.late_gate`` met as well."""
     out = []
     for schedule in schedules:
         fp = experiments.frame_precision_of_record(record, schedule)
         if "dissociation" in claim:
             if not fixed_windows and not np.isfinite(fp.t_frame).all():
                 out.append(f"{schedule}: the frame did not settle on every seed ({fp.order()})")
-            plateau = experiments.convergence(record, schedule)["plateau_step"]
-            last = record["config"]["steps"] * (1 - diagnostics.SETTLE_MIN_SPAN)   # as a settle step must last
-            if not (plateau <= last).all():
-                out.append(f"{schedule}: the held-out loss was still falling in the last fifth of the run ({plateau})")
+            gate = experiments.late_gate(record, schedule)   # learned, on its plateau before the last fifth, not memorising
+            if not gate["meets"]:
+                out.append(f"{schedule}: does not meet row 8's gate (learned {gate['learned']}, plateau from "
+                           f"{gate['plateau_step']}, memorised {gate['gap_mean']:.4f} ± {gate['gap_se']:.4f})")
         elif not fp.settled.all():
             out.append(f"{schedule}: a pathway did not settle ({fp.order()})")
     return out
