@@ -485,3 +485,22 @@ def test_the_intro_states_the_courses_total_time_as_the_chapters_boxes_add_it_up
         core, labs = core + read + exercises, labs + (int(lab.group(1)) if lab else 0)
     assert int(stated.group(1)) == round(core / 60), f"the boxes add up to {core / 60:.1f} hours"
     assert abs(float(stated.group(2)) - labs / 60) <= 0.25, f"the lab notes add up to {labs / 60:.1f} hours"
+
+
+def test_the_glossarys_first_evening_list_names_the_terms_each_core_path_introduces():
+    """The glossary's "On a first evening" paragraph lists, per chapter, the glossary terms its core path
+    uses for the first time in the course; a chapter edited without the list (or the list without it) fails."""
+    term = re.compile(r"\{term\}`([^`<]+?)(?:\s*<([^>]+)>)?`")
+    glossary = (ROOT / "book" / "glossary.md").read_text()
+    paragraph = next(p for p in glossary.split("\n\n") if p.startswith("**On a first evening**"))
+    listed = {m.group(1): [t.group(2) or t.group(1) for t in term.finditer(m.group(2))]
+              for m in re.finditer(r"Chapter (\w+):\s(.*?)(?=Chapter \w+:|$)", paragraph, re.S)}
+    seen = set(re.findall(r"^(\S.*)\n  .*Defined in \{doc\}`0[123]_", glossary, re.M))   # chapters 1-3's terms
+    for path in CHAPTERS:
+        core, _, _ = chapter_parts(nbformat.read(path, as_version=4))
+        used = list(dict.fromkeys((t.group(2) or t.group(1)).strip() for t in term.finditer(core)))
+        new = [t for t in used if t not in seen]
+        seen.update(used)
+        number = path.name[:3].lstrip("0").rstrip("_")
+        if new or number in listed:
+            assert listed.get(number) == new, f"{path.name}: its core path introduces {new}; the glossary lists {listed.get(number)}"
