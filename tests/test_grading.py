@@ -1181,3 +1181,66 @@ def test_canvas_late_marks_are_named_where_no_time_was_given_or_the_time_disagre
     assert "kimlee_LATE" in err and "roealex" not in err and "smithjane" not in err.split("LATE:")[-1]
     grading._warn_late(reports[3:])
     assert capsys.readouterr().err == ""
+
+
+
+class _LateKernel:
+    """A fake kernel client and shell socket in one, whose kernel_info replies come late: ``lag`` "slow"
+    answers the requests one after another, 2.5 s each (longer than the grader's 2-second wait); "next"
+    sends each reply only when the next request arrives (the shape of ipykernel's shell-reply race)."""
+    lag = "slow"
+
+    def __init__(self, context=None):
+        self.asked, self.replies, self.free_at = [], [], time.monotonic()
+        self.shell_channel = self.iopub_channel = self.socket = self
+
+    def load_connection_file(self, path):
+        pass
+
+    def start_channels(self, hb):
+        pass
+
+    def get_monitor_socket(self, events):
+        return None
+
+    def kernel_info(self):
+        msg_id = f"request-{len(self.asked)}"
+        if self.lag == "next" and self.asked:
+            self.replies.append((time.monotonic(), self.asked[-1]))   # the previous reply goes out now
+        elif self.lag == "slow":
+            self.free_at = max(self.free_at, time.monotonic()) + 2.5
+            self.replies.append((self.free_at, msg_id))
+        self.asked.append(msg_id)
+        return msg_id
+
+    def msg_ready(self):
+        return bool(self.replies) and self.replies[0][0] <= time.monotonic()
+
+    def poll(self, ms):
+        end = time.monotonic() + ms / 1000
+        while not self.msg_ready() and time.monotonic() < end:
+            time.sleep(0.01)
+        return self.msg_ready()
+
+    def get_msg(self, timeout=0):
+        return {"parent_header": {"msg_id": self.replies.pop(0)[1]}}
+
+
+@pytest.mark.parametrize("lag", ["slow", "next"])
+def test_a_kernel_whose_replies_come_late_is_still_heard(monkeypatch, lag):
+    """The grader asked kernel_info again every 2 s and took only the newest request's reply: a kernel
+    whose every reply came after that wait (a loaded machine; or ipykernel's race, where a reply goes
+    out when the next message comes in) was never heard, and the sandbox failed with "the kernel did not
+    start in time" though the kernel was up. A reply to any request the grader sent now counts."""
+    import jupyter_client.blocking
+
+    monkeypatch.setattr(_LateKernel, "lag", lag)
+    monkeypatch.setattr(jupyter_client.blocking, "BlockingKernelClient", _LateKernel)
+    monkeypatch.setattr(_sandbox, "KERNEL_START", 8)
+    box = _sandbox.Sandbox.__new__(_sandbox.Sandbox)   # no kernel, no sandbox: only the start-up handshake
+    box.deadline, box.dead = time.monotonic() + 60, None
+    for name, stub in (("_sockets_ready", lambda end: None), ("_read_supervisor", lambda: None), ("_log_tail", lambda: "")):
+        monkeypatch.setattr(box, name, stub, raising=False)
+    start = time.monotonic()
+    box._connect("kernel.json")
+    assert time.monotonic() - start < 4.5, "the first late reply should have been taken"

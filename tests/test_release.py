@@ -115,6 +115,10 @@ def test_a_report_name_that_is_also_another_submissions_file_name_means_its_own_
     assert [r["questions"][1]["instructor_points"] for r in reports] == [1, 2]
     release.merge_manual(reports, {("x.ipynb.ipynb", "q2"): (0.5, "")})   # a file name no report is named still works
     assert reports[1]["questions"][1]["instructor_points"] == 0.5
+    notes = []   # an instructor who typed the first one's file name is told where the points went
+    release.merge_manual(reports, {(names[1], "q2"): (2.0, "")}, notes)
+    assert notes == ["x.ipynb q2: given to the report named x.ipynb ('x.ipynb.ipynb'); 'x.ipynb' is a file of that "
+                     "name too: its report is x"]
 
 
 def test_a_manual_file_with_bad_columns_or_points_is_refused_with_its_line(tmp_path):

@@ -846,12 +846,15 @@ class Sandbox:
         self.kc.start_channels(hb=False)  # no heartbeat: the supervisor says when the kernel exits
         self.iopub, self.shell = self.kc.iopub_channel.socket, self.kc.shell_channel.socket
         self.monitor = self.iopub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        while True:  # kernel_info until it answers (a busy machine may take a while)
+        asked = set()
+        while True:  # kernel_info until it answers (a busy machine may take a while). A reply to any request
+            # counts: on a loaded machine a reply can take longer than one wait, and waiting only for the
+            # newest request's reply, while discarding the others', never ended (each reply came too late)
             try:
-                msg_id = self.kc.kernel_info()
+                asked.add(self.kc.kernel_info())
             except zmq.Again:
-                msg_id = None
-            if msg_id is not None and self._reply_to(msg_id, min(2.0, max(0.1, end - time.monotonic()))):
+                pass
+            if asked and self._reply_to(asked, min(2.0, max(0.1, end - time.monotonic()))):
                 break
             self._read_supervisor()
             if self.dead or time.monotonic() >= end:
@@ -884,13 +887,13 @@ class Sandbox:
             if not stat.S_ISSOCK(info.st_mode) or (self.uid is not None and info.st_uid != self.uid):
                 raise RuntimeError(f"the kernel's ipc/{name} is not a socket of its own: not connected to")
 
-    def _reply_to(self, msg_id, timeout):
-        """Wait up to ``timeout`` s for the shell reply to ``msg_id``; True if it came."""
+    def _reply_to(self, msg_ids, timeout):
+        """Wait up to ``timeout`` s for the shell reply to one of ``msg_ids``; True if one came."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.kc.shell_channel.msg_ready() or self.shell.poll(int(1000 * max(0.01, end - time.monotonic()))):
                 msg = self.kc.shell_channel.get_msg(timeout=0)
-                if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                if msg.get("parent_header", {}).get("msg_id") in msg_ids:
                     return True
         return False
 

@@ -1181,7 +1181,10 @@ def _after_grading(args, reports, csv_path):
         if args.manual is None and release.manual_template(reports, template):
             print(f"manual points: fill in {template} and pass it with --manual")
     if args.manual is not None:
-        release.merge_manual(reports, release.read_manual(args.manual))
+        notes = []
+        release.merge_manual(reports, release.read_manual(args.manual), notes)
+        for note in notes:
+            print(f"manual points: {note}")
     pending = [r for r in reports if r.get("manual_pending")]
     if args.canvas_csv is not None and pending and not args.allow_pending:   # an LMS takes the number as final:
         # refused before feedback is released or the import written (the reports and the template are kept)

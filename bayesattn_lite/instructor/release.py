@@ -362,9 +362,11 @@ def read_manual(path):
     return marks
 
 
-def merge_manual(reports, marks):
+def merge_manual(reports, marks, notes=None):
     """Put the instructor's points and comments into ``reports`` (in place) and total them again.
-    Raises ValueError for a row that names no report or question, or points outside 0..max."""
+    Raises ValueError for a row that names no report or question, or points outside 0..max. A row whose
+    name is one report's name and another submission's file name goes to the report, and a line in
+    ``notes`` (a list, if given) says so."""
     # A report name (what the template writes; unique in a batch) means its own report first, even where
     # it is also another submission's file name: x.ipynb's report is "x", x.ipynb.ipynb's is "x.ipynb".
     by_report, by_name = {}, {}   # every name a row may use -> the reports it could mean
@@ -377,6 +379,10 @@ def merge_manual(reports, marks):
     for (submission, qid), (points, comment) in marks.items():
         candidates = (by_report.get(submission) or by_name.get(submission)
                       or by_name.get(Path(submission).name) or [])
+        others = [r for r in by_name.get(submission, []) if by_report.get(submission) and r is not candidates[0]]
+        if others and notes is not None:
+            notes.append(f"{submission} {qid}: given to the report named {submission} ({candidates[0]['submission']!r}); "
+                         f"{others[0]['submission']!r} is a file of that name too: its report is {report_name(others[0])}")
         if len({id(r) for r in candidates}) > 1:   # two submissions whose names read alike
             problems.append(f"{submission} {qid}: names {len(candidates)} submissions; use their report names "
                             + ", ".join(report_name(r) for r in candidates))
