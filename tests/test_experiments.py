@@ -240,12 +240,21 @@ def test_the_late_gate_needs_learned_seeds_a_plateau_before_the_last_fifth_and_n
     # a run that never left its start is "on its plateau" from update 0: not learned, so no gate
     never = experiments.late_gate(experiments.load_long_run("pool64-std0.03"), "em")
     assert (never["plateau_step"] == 0).all() and (never["learned"] < 0.1).all() and not never["meets"]
-    memorised = copy.deepcopy(record)   # the training loss 0.02 nats lower on every seed: a gap it cannot hide
-    m = memorised["schedules"]["SGD, lr 0.1"]
-    m["final_train_loss"] = [loss - 0.02 for loss in m["final_train_loss"]]
-    gate = experiments.late_gate(memorised, "SGD, lr 0.1")
-    assert gate["gap_mean"] > 2 * gate["gap_se"] and not gate["meets"]
+
+    def with_gaps(gaps):   # the record with the held-out minus training gap (above Bayes) set per seed
+        edited = copy.deepcopy(record)
+        m = edited["schedules"]["SGD, lr 0.1"]
+        held_end = np.asarray(m["held_out"])[:, -1]
+        m["final_train_loss"] = (held_end - np.asarray(m["bayes_held_out"]) + np.asarray(m["bayes_train_loss"])
+                                 - np.asarray(gaps)).tolist()
+        return experiments.late_gate(edited, "SGD, lr 0.1")
+    spread = np.array([-2, -1, 0, 1, 2]) * 0.01   # sd 0.0158 (ddof 1), standard error 0.0071
+    gate = with_gaps(0.013 + spread)               # between one and two standard errors: not measurable
+    np.testing.assert_allclose([gate["gap_mean"], gate["gap_se"]], [0.013, 0.01 / math.sqrt(2)])
+    assert gate["meets"]
+    assert not with_gaps(0.015 + spread)["meets"]  # above two standard errors, though within one sd
     c = experiments.convergence(record, "SGD, lr 0.1")
+    m = record["schedules"]["SGD, lr 0.1"]
     np.testing.assert_allclose(c["excess_gap"] - c["gap"],
                                np.asarray(m["bayes_train_loss"]) - np.asarray(m["bayes_held_out"]))
 
