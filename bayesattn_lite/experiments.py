@@ -1034,7 +1034,7 @@ def convergence(record, name, plateau=PLATEAU):
                                                    - np.asarray(m["bayes_train_loss"], float))}
 
 
-LEARNED = 0.5      # a seed has learned the task once it learned more than half of what there is to learn
+LEARNED = 0.5      # a seed has learned the task once it learned at least half of what there is to learn
 LEARNED_LINES = (LEARNED, 0.8)            # row 8's gate is printed at a stricter learned line too ...
 PLATEAU_LINES = (0.0025, PLATEAU, 0.01)   # ... and at half and twice its plateau line
 

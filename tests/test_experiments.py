@@ -257,6 +257,32 @@ def test_the_late_gate_needs_learned_seeds_a_plateau_before_the_last_fifth_and_n
     m = record["schedules"]["SGD, lr 0.1"]
     np.testing.assert_allclose(c["excess_gap"] - c["gap"],
                                np.asarray(m["bayes_train_loss"]) - np.asarray(m["bayes_held_out"]))
+    assert not experiments.late_gate(record, "SGD, lr 0.1", learned=0.9)["meets"]   # its least seed is at 0.83
+    # "learned" runs from the uniform predictor's loss, not from the run's first loss (a worse start is no credit)
+    wide = experiments.load_long_run("pool64-std0.3")["schedules"]["em"]
+    held, bayes = np.asarray(wide["held_out"]), np.asarray(wide["bayes_held_out"])
+    assert (held[:, 0] > math.log(8)).all()
+    np.testing.assert_allclose(experiments.convergence(experiments.load_long_run("pool64-std0.3"), "em")["learned"],
+                               (math.log(8) - held[:, -1]) / (math.log(8) - bayes))
+    # a plateau reached exactly at the start of the last fifth counts, as a settle step there does
+    edge = copy.deepcopy(record)
+    m = edge["schedules"]["SGD, lr 0.1"]
+    steps, last_fifth = np.asarray(m["loss_steps"]), 0.8 * edge["config"]["steps"]
+    k = int(np.searchsorted(steps, last_fifth))
+    assert steps[k] == last_fifth
+    held = np.asarray(m["held_out"])
+    held[:, :k] = held.min() + 1.0   # every seed's loss drops to its lowest only at the last fifth's first snapshot
+    held[:, k:] = held[:, k:].min(1, keepdims=True)
+    m["held_out"] = held.tolist()
+    gate = experiments.late_gate(edge, "SGD, lr 0.1")
+    assert (gate["plateau_step"] == last_fifth).all() and gate["meets"]
+    # one seed has no standard error: the gate cannot be met
+    one = copy.deepcopy(record)
+    for key, value in one["schedules"]["SGD, lr 0.1"].items():
+        if isinstance(value, list) and len(value) == 5:
+            one["schedules"]["SGD, lr 0.1"][key] = value[:1]
+    gate = experiments.late_gate(one, "SGD, lr 0.1")
+    assert math.isnan(gate["gap_se"]) and not gate["meets"]
 
 
 def test_bought_late_starts_each_seeds_window_where_its_loss_has_covered_the_fraction(frame_run):

@@ -856,6 +856,8 @@ class Sandbox:
                 pass
             if asked and self._reply_to(asked, min(2.0, max(0.1, end - time.monotonic()))):
                 break
+            if not asked:
+                time.sleep(0.05)   # no request could be sent yet: wait a little, do not spin
             self._read_supervisor()
             if self.dead or time.monotonic() >= end:
                 raise self._not_started()
