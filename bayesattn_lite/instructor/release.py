@@ -379,7 +379,8 @@ def merge_manual(reports, marks, notes=None):
     for (submission, qid), (points, comment) in marks.items():
         candidates = (by_report.get(submission) or by_name.get(submission)
                       or by_name.get(Path(submission).name) or [])
-        others = [r for r in by_name.get(submission, []) if by_report.get(submission) and r is not candidates[0]]
+        own = by_report.get(submission)   # the row names a report: another file of that name is told apart
+        others = [r for r in by_name.get(submission, []) if r is not candidates[0]] if own else []
         if others and notes is not None:
             notes.append(f"{submission} {qid}: given to the report named {submission} ({candidates[0]['submission']!r}); "
                          f"{others[0]['submission']!r} is a file of that name too: its report is {report_name(others[0])}")
