@@ -183,6 +183,26 @@ def print_limit(x, y, params, device):
     return rate / square
 
 
+def print_block_sizes(x, y, params, sizes, rounds=3):
+    """The pass at several query-block sizes, interleaved round by round (a neighbour slows all alike);
+    ``batched.default_block_size`` is chosen from this table."""
+    default = batched.default_block_size(x.device)
+    sizes = sorted(set(sizes) | {default})
+    times = {B: [] for B in sizes}
+    for _ in range(rounds):
+        for B in sizes:
+            batched.forward_backward(x, y, params, block_size=B, check=False)   # warm-up, not timed
+            sync(x.device)
+            start = time.perf_counter()
+            batched.forward_backward(x, y, params, block_size=B, check=False)
+            sync(x.device)
+            times[B].append(time.perf_counter() - start)
+    print(f"\nquery-block sizes (one pass of all {x.shape[0]} models, best of {rounds} interleaved rounds; "
+          f"default {default}):")
+    for B in sizes:
+        print(f"  block {B:4d}: {1e3 * min(times[B]):7.1f} ms, {min(times[default]) / min(times[B]):.2f}x the default's speed")
+
+
 # ----------------------------------------------------------------------------- where the time goes
 
 CATEGORIES = (  # (label, aten op names); the first match wins, the rest is "everything else"
@@ -235,6 +255,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--profile-steps", type=int, default=3)
     parser.add_argument("--interleaved-rounds", type=int, default=10)
+    parser.add_argument("--block-sizes", type=int, nargs="*", default=[32, 64, 128, 256],
+                        help="query-block sizes to time side by side (none: skip)")
     args = parser.parse_args(argv)
     os.environ.setdefault("BAYESATTN_PROGRESS", "0")
     os.environ.setdefault("BAYESATTN_TUNE_THREADS", "0")   # time the count torch (or --threads) sets
@@ -293,6 +315,8 @@ def main(argv=None):
           f"(gradient passes only, range {min(ratios):.1f}-{max(ratios):.1f}x)")
 
     print_limit(x, y, params, device)
+    if args.block_sizes:
+        print_block_sizes(x, y, params, args.block_sizes)
 
     if device.type == "cpu" and args.profile_steps > 0:
         print("\nwhere the time goes (torch.profiler, self CPU time per step):")
