@@ -133,8 +133,9 @@ def _score_bound(qs, k):
 
 
 def default_block_size(device):
-    # CPU: 128 queries, chosen by measurement (benchmarks/sticky_markov.py --block-sizes): 1.06-1.09x
-    # faster than 64 on a 2-core AVX-512 CPU, 96-256 within noise of it. GPU: few, large launches.
+    # CPU: 128 queries, chosen by measurement (benchmarks/sticky_markov.py --block-sizes): a pass takes
+    # 0.88-1.02 of its time at 64 on a 2-core AVX-512 CPU (a small gain, within noise on some runs); 96
+    # and 256 about as fast, 32 slower. GPU: few, large launches.
     return 128 if _validate.device("device", device).type == "cpu" else 512
 
 

@@ -3,6 +3,7 @@
     python benchmarks/sticky_markov.py                      # 5 seeds x 2 schedules x 1000 steps, T = 2000
     python benchmarks/sticky_markov.py --baseline-steps 100 # time 100 plain steps per model, extrapolate
     python benchmarks/sticky_markov.py --device cuda        # the same on a GPU
+    python benchmarks/sticky_markov.py --block-sizes 64 128 # time the pass at these query-block sizes
 
 Both runs happen in this process, on the same data, weights and learning rates:
 
@@ -186,8 +187,9 @@ def print_limit(x, y, params, device):
 def print_block_sizes(x, y, params, sizes, rounds=3):
     """The pass at several query-block sizes, interleaved round by round (a neighbour slows all alike);
     ``batched.default_block_size`` is chosen from this table."""
-    default = batched.default_block_size(x.device)
-    sizes = sorted(set(sizes) | {default})
+    N = x.shape[1]
+    default = min(batched.default_block_size(x.device), N)
+    sizes = sorted({min(B, N) for B in sizes} | {default})   # a block longer than the sequence is the sequence
     times = {B: [] for B in sizes}
     for _ in range(rounds):
         for B in sizes:
@@ -255,9 +257,11 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--profile-steps", type=int, default=3)
     parser.add_argument("--interleaved-rounds", type=int, default=10)
-    parser.add_argument("--block-sizes", type=int, nargs="*", default=[32, 64, 128, 256],
+    parser.add_argument("--block-sizes", type=int, nargs="*", default=[32, 64, 96, 128, 256],
                         help="query-block sizes to time side by side (none: skip)")
     args = parser.parse_args(argv)
+    if any(B < 1 for B in args.block_sizes):
+        parser.error(f"--block-sizes: expected positive sizes, got {args.block_sizes}")
     os.environ.setdefault("BAYESATTN_PROGRESS", "0")
     os.environ.setdefault("BAYESATTN_TUNE_THREADS", "0")   # time the count torch (or --threads) sets
     if args.threads:

@@ -41,6 +41,18 @@ def test_gradients_and_metrics_match_one_model_at_a_time(block_size):
             assert torch.allclose(grads[name][m], ref[name], rtol=1e-10, atol=1e-14), name
 
 
+def test_the_default_block_size_over_several_full_blocks():
+    """N = 300 > 2 x 128: the CPU default's full blocks and a short last one, against the one-model reference."""
+    x, y, params = problem(M=2, N=300)
+    assert batched.default_block_size("cpu") < 300
+    metrics, grads = batched.forward_backward(x, y, params)
+    for m in range(x.shape[0]):
+        ref_metrics, ref = reference(x, y, params, m)
+        assert abs(metrics["loss"][m].item() - ref_metrics["loss"]) < 1e-12
+        for name in PARAM_NAMES:
+            assert torch.allclose(grads[name][m], ref[name], rtol=1e-10, atol=1e-14), name
+
+
 def test_saturated_scores_take_the_exact_max_path():
     """Huge weights: the cheap score bound underflows exp, so the exact row maxima are used."""
     x, y, params = problem(std=30.0)

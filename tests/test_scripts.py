@@ -196,6 +196,10 @@ def test_sticky_benchmark_prints_its_figure_of_merit(capsys):
     bench.main(["--steps", "3", "--T", "40", "--seeds", "0", "1", "--profile-steps", "0", "--interleaved-rounds", "1"])
     out = capsys.readouterr().out
     assert "SPEED-UP (whole runs)" in out and "torch's fused attention kernel" in out
+    # T = 40: every block size from 64 up is the whole sequence, so the table has 32 and 39 (= N) only
+    table = out.split("query-block sizes")[1].split("\n\n")[0]
+    assert "block   32:" in table and "block   39:" in table and "1.00x the default's speed" in table
+    assert table.count("block ") == 2
     merit = float(out.split("FIGURE OF MERIT (pass rate / square matmul rate): ")[1].split()[0])
     assert 0 < merit < 10
 
