@@ -111,18 +111,25 @@ def causal_flops(N, d_k, d_v):
     return P * (6 * d_k + 6 * d_v + 5)
 
 
+def best_seconds(fn, device, repeats):
+    """The shortest of ``repeats`` timed calls of ``fn()`` (after one warm-up call), synchronised on ``device``."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def matmul_rate(shape_a, shape_b, device, repeats=10):
     """GFLOPS of a float32 ``a @ b`` on ``device`` (best of ``repeats``, after one warm-up call)."""
     a = torch.randn(*shape_a, device=device)
     b = torch.randn(*shape_b, device=device)
     out = a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        torch.matmul(a, b, out=out)
-        sync(device)
-        best = min(best, time.perf_counter() - start)
+    best = best_seconds(lambda: torch.matmul(a, b, out=out), device, repeats)
     return 2 * shape_a[-2] * shape_a[-1] * shape_b[-1] * (a.numel() // (shape_a[-2] * shape_a[-1])) / best / 1e9
 
 
@@ -130,14 +137,8 @@ def pass_rate(x, y, params, repeats=5):
     """(seconds, GFLOPS) of one batched gradient pass, best of ``repeats``: causal work over time."""
     M, N, _ = x.shape
     d_k, d_v = params["W_Q"].shape[1], params["W_V"].shape[1]
-    batched.forward_backward(x, y, params)
-    best = float("inf")
-    for _ in range(repeats):
-        sync(x.device)
-        start = time.perf_counter()
-        batched.forward_backward(x, y, params, check=False)
-        sync(x.device)
-        best = min(best, time.perf_counter() - start)
+    batched.forward_backward(x, y, params)   # checked once; the timed passes skip the checks
+    best = best_seconds(lambda: batched.forward_backward(x, y, params, check=False), x.device, repeats)
     return best, M * causal_flops(N, d_k, d_v) / best / 1e9
 
 
@@ -153,15 +154,7 @@ def fused_attention_rate(M, N, d_k, d_v, device, repeats=5):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=d_k ** -0.5)
         torch.autograd.grad(out, (q, k, v), grad)
 
-    step()
-    best = float("inf")
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        step()
-        sync(device)
-        best = min(best, time.perf_counter() - start)
-    return M * causal_flops(N, d_k, d_v) / best / 1e9
+    return M * causal_flops(N, d_k, d_v) / best_seconds(step, device, repeats) / 1e9
 
 
 def print_limit(x, y, params, device):
