@@ -418,7 +418,7 @@ def _lstm(f, i, first=1, last=0, gate=True):
     omega = np.zeros((T, T))
     for t in range(T):
         for s in range(t + 1):
-            omega[t, s] = np.prod(f[s + first:t + 1 - last]) * (i[s] if gate else 1.0)
+            omega[t, s] = np.prod(f[s + first:t + 1 - last]) * {True: i[s], False: 1.0, "reader": i[t]}[gate]
     return omega
 
 
@@ -436,6 +436,7 @@ def test_lstm_mixing_reference_matches_the_recurrence():
     (lambda f, i: _lstm(f, i, first=0), ["one step early"]),
     (lambda f, i: _lstm(f, i, last=1), ["own forget gate"]),
     (lambda f, i: _lstm(f, i, gate=False), ["input gate is missing"]),
+    (lambda f, i: _lstm(f, i, gate="reader"), ["reader's, i_t"]),
     (lambda f, i: _lstm(f, i).T, ["transposed"]),
     (lambda f, i: np.cumprod(f)[:, None] / np.cumprod(f)[None, :] * i[None, :], ["not causal"]),
     (lambda f, i: np.zeros((2, 2)), ["expected shape"]),

@@ -64,6 +64,8 @@ def test_posterior_reference_and_a_written_answer_pass():
      ["wrong axis", "over the K sources"]),
     (lambda x, m, d, rho, s: (lambda p: p / p.sum(-1, keepdim=True))(_loglik(x, m, d, rho, s).exp().cumsum(0)),
      ["likelihoods", "logarithms"]),
+    (lambda x, m, d, rho, s: torch.softmax(_loglik(x, m, d, rho, s ** 0.5).cumsum(0), dim=-1),   # over 2 sigma
+     ["wrong power", "2 sigma^2"]),
     (lambda x, m, d, rho, s: torch.softmax(_log_parts(x, m, d, s)[0], dim=-1),
      ["two mistakes", "only its own observation", "distractor term"]),
 ])

@@ -17,7 +17,7 @@ def test_the_checks_are_exported():
 
 # ----------------------------------------------------------------------------- advantage share
 
-def share(alpha, b, weighted=True, absolute=True, per_query=False, centre="attended"):
+def share(alpha, b, weighted=True, absolute=True, absolute_b=True, per_query=False, centre="attended"):
     """A learner's advantage share, with the usual mistakes as switches."""
     if centre == "attended":
         mean = (alpha * b).sum(-1, keepdim=True)
@@ -25,7 +25,7 @@ def share(alpha, b, weighted=True, absolute=True, per_query=False, centre="atten
         visible = (alpha > 0).to(b.dtype)
         mean = (b * visible).sum(-1, keepdim=True) / visible.sum(-1, keepdim=True)
     advantage = mean - b
-    a, c = (advantage.abs() if absolute else advantage), b.abs()
+    a, c = (advantage.abs() if absolute else advantage), (b.abs() if absolute_b else b)
     if weighted:
         a, c = alpha * a, alpha * c
     if per_query:
@@ -54,9 +54,10 @@ def test_advantage_share_is_the_monitors_summary_on_a_real_head():
     (lambda a, b: share(a, b, weighted=False), ["attention weights are missing"]),
     (lambda a, b: share(a, b, per_query=True), ["one ratio per query"]),
     (lambda a, b: share(a, b, centre="mean"), ["wrong centre", "*attended* mean"]),
+    (lambda a, b: share(a, b, absolute_b=False), ["denominator has no absolute value"]),
     (lambda a, b: share(a, b, weighted=False, per_query=True), ["two mistakes at once", "attention weights",
                                                                 "one ratio per query"]),
-    (lambda a, b: 2 * share(a, b), ["on problem 1", "list of summaries"]),
+    (lambda a, b: 2 * share(a, b), ["on problem 1", "Hint: both sums", "list of summaries"]),
     (lambda a, b: a * b, ["expected shape ()"]),
     (lambda a, b: 1 / 0, ["raised ZeroDivisionError"]),
     (lambda a: a, ["raised TypeError", "positional argument"]),
@@ -64,6 +65,11 @@ def test_advantage_share_is_the_monitors_summary_on_a_real_head():
 ])
 def test_advantage_share_mistakes_are_named(fn, phrases):
     failed(checks.check_advantage_share(fn), *phrases)
+
+
+def test_a_number_that_matches_no_known_mistake_is_not_given_an_index():
+    message = failed(checks.check_advantage_share(lambda a, b: 2 * share(a, b))).message
+    assert "you returned" in message and "at index" not in message
 
 
 def test_advantage_share_check_does_not_touch_the_callers_data_or_pass_on_an_inplace_edit():

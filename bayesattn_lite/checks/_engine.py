@@ -451,7 +451,8 @@ def _first_difference(out, cases, mine, i):
     n = next(n for n, (m, c) in enumerate(zip(mine, cases)) if not _close(m, c.expected[i]))
     right = cases[n].expected[i]
     index = tuple(int(j) for j in np.argwhere(~np.isclose(mine[n], right, rtol=RTOL, atol=ATOL, equal_nan=True))[0])
-    where = f"on problem {n + 1} of {len(cases)} ({cases[n].note}) you returned {mine[n][index]:.6g} at index {index}"
+    at = f" at index {index}" if index else ""   # a number has no index to name
+    where = f"on problem {n + 1} of {len(cases)} ({cases[n].note}) you returned {mine[n][index]:.6g}{at}"
     return (f"{where}, the reference is {right[index]:.6g}." + (f" Hint: {out.hint}" if out.hint else "")
             + f"{FORMULA}{out.formula}.", f"{where}, which differs from the reference.")
 

@@ -21,13 +21,13 @@ def _sources_task(inp):
                              noise=float(inp["sigma"]), seq_len=x.shape[0])
 
 
-def _posterior(inp, accumulate=True, distractor=True, axis=-1, logs=True):
+def _posterior(inp, accumulate=True, distractor=True, axis=-1, logs=True, noise_power=2):
     """p(z | x_0..t) for one sequence, (T, K): ``tasks.SourcesTask.posterior`` without knobs; each knob
     turned is one of the usual mistakes."""
-    if accumulate and distractor and axis == -1 and logs:
+    if accumulate and distractor and axis == -1 and logs and noise_power == 2:
         return _sources_task(inp).posterior(inp["x"][None])[0]
     x, means, mu_d = inp["x"], inp["means"], inp["distractor"]
-    rho, var = float(inp["rho"]), float(inp["sigma"]) ** 2
+    rho, var = float(inp["rho"]), float(inp["sigma"]) ** noise_power   # the variance when noise_power is 2
     log_source = -((x[:, None, :] - means[None]) ** 2).sum(-1) / (2 * var)       # (T, K)
     log_distractor = -((x - mu_d) ** 2).sum(-1, keepdim=True) / (2 * var)        # (T, 1)
     loglik = (torch.logaddexp(math.log(rho) + log_source, math.log1p(-rho) + log_distractor)
@@ -58,7 +58,9 @@ _POSTERIOR = Output(
                      "axis."),
      Flaw("logs", False, "you added up the likelihoods of the positions, not their logarithms. Independent "
                          "observations multiply their likelihoods, so it is the log-likelihoods that add up "
-                         "(and a sum of logs does not underflow as a long product would).")],
+                         "(and a sum of logs does not underflow as a long product would)."),
+     Flaw("noise_power", 1, "the noise enters the likelihood with the wrong power: a Gaussian's exponent divides "
+                            "the squared distance by 2 sigma^2, twice the variance, not by 2 sigma.")],
     transpose_hint="Transposed: one row per position t, one column per source z.",
     shape_hints={("K",): "One distribution a position: return all T rows, not only the last one.",
                  ("T", "K", "d_x"): "Sum the squared differences over the coordinates (the last axis)."},

@@ -27,10 +27,10 @@ def _advantage_share(inp, **knobs):
     return np.asarray(_share(inp, **knobs), dtype=float)
 
 
-def _share(inp, weighted=True, absolute=True, per_query=False, centre="attended"):
+def _share(inp, weighted=True, absolute=True, absolute_b=True, per_query=False, centre="attended"):
     """The share with knobs; without knobs it is the monitor's own (``monitor.summarise``)."""
     alpha, b = inp["alpha"], inp["b"]
-    if weighted and absolute and not per_query and centre == "attended":
+    if weighted and absolute and absolute_b and not per_query and centre == "attended":
         # b = u v^T with u = b and v = the identity: the monitor's summary of these maps, as one head
         T = b.shape[-1]
         v = torch.eye(T, dtype=b.dtype).expand(b.shape[0], T, T)
@@ -42,7 +42,7 @@ def _share(inp, weighted=True, absolute=True, per_query=False, centre="attended"
         visible = (alpha > 0).to(b.dtype)
         advantage = (b * visible).sum(-1, keepdim=True) / visible.sum(-1, keepdim=True) - b
     size_a = advantage.abs() if absolute else advantage
-    size_b = b.abs()
+    size_b = b.abs() if absolute_b else b
     if weighted:
         size_a, size_b = alpha * size_a, alpha * size_b
     if per_query:
@@ -66,7 +66,12 @@ _SHARE = Output(
           "query whose b is tiny cannot swing it)."),
      Flaw("centre", "mean", "the advantage is measured from the wrong centre: you subtracted b from the plain "
           "mean of b over the visible keys. The advantage of a key is its distance from the *attended* mean, "
-          "the mean of b under the query's own attention row.")],
+          "the mean of b under the query's own attention row."),
+     Flaw("absolute_b", False, "the denominator has no absolute value: compatibilities of both signs cancel in "
+          "the sum of alpha * b, so the share can exceed 1 or turn negative. Both sums measure sizes: "
+          "|A| above, |b| below.")],
+    hint="both sums run over every sequence, query and key, and both weigh a key by the query's attention to it; "
+         "the numerator adds up sizes of advantages, the denominator sizes of compatibilities.",
 )
 
 

@@ -110,7 +110,8 @@ def _lstm_mixing(inp, first=1, last=0, input_gate=True, causal=True, transpose=F
     omega = np.zeros((T, T))
     for t in range(T):
         for s in range(t + 1):
-            omega[t, s] = np.prod(f[s + first:t + 1 - last]) * (i[s] if input_gate else 1.0)
+            gate = {True: i[s], False: 1.0, "reader": i[t]}[input_gate]   # True: the source's own gate
+            omega[t, s] = np.prod(f[s + first:t + 1 - last]) * gate
         for s in range(t + 1, T if not causal else 0):  # a cumulative-product ratio P_t / P_s, unmasked
             omega[t, s] = i[s] / np.prod(f[t + 1:s + 1])
     return omega.T if transpose else omega
@@ -124,9 +125,13 @@ _LSTM = Output(
           "every source shares, which is why the ratio of two weights does not see x_t)."),
      Flaw("input_gate", False, "the input gate is missing: the source enters the cell state as i_s c~_s, so "
           "omega_ts carries a factor i_s."),
+     Flaw("input_gate", "reader", "the input gate is the reader's, i_t: the gate that scales a source is the one "
+          "open when it was written, i_s, so a source keeps its own i_s however long it is carried."),
      Flaw("transpose", True, "transposed: the rows are the readers t, the columns the sources s (omega[t, s], zero "
           "above the diagonal)."),
      Flaw("causal", False, "not causal: a source after the reader (s > t) has weight 0.")],
+    hint="unroll c_t = f_t c_{t-1} + i_t c~_t back to the step s where c~_s was written: which gate let it in, "
+         "and which forget gates has it passed since?",
 )
 
 
