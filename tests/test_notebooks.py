@@ -319,7 +319,8 @@ CHAPTERS = sorted((ROOT / "book").glob("0[0-9]*_*.ipynb"))  # 04b_feedback_loop 
 LAB_NOTES = "## Lab notes"      # the heading that ends a chapter's core path; the evidence follows it
 READING_SPEED = 75              # words of prose a minute, with the formulas and code around them: what a
                                 # first-year graduate student took on chapters 1-9 (63-103; outside review, Dec 2026)
-MINUTES_PER_EXERCISE = 10       # with its check or its prediction (the same review: 7-12 minutes)
+MINUTES_BY_STARS = {1: 5, 2: 10, 3: 25}   # an exercise by its difficulty, with its check or its prediction
+                                # (the same review: 7-12 minutes an exercise; a three-star one takes half an hour)
 CORE_PATH_WORDS = 2500          # at most, in the core path of chapters 4-9: about 33 minutes of reading
 
 
@@ -335,8 +336,8 @@ def prose_words(text):
 
 
 def chapter_parts(nb):
-    """(core path, lab notes): the Markdown a reader reads before the lab notes heading and after it, each
-    without the folded solutions, and the exercises of the core path."""
+    """(core path, lab notes, stars): the Markdown a reader reads before the lab notes heading and after it,
+    each without the folded solutions, and the difficulty (1-3 stars) of each exercise of the core path."""
     core, lab, exercises, in_lab, in_solution = [], [], [], False, False
     for cell in nb.cells:
         if cell.cell_type != "markdown":
@@ -347,30 +348,33 @@ def chapter_parts(nb):
         if not in_solution:
             (lab if in_lab else core).append(cell.source)
             if not in_lab:
-                exercises += re.findall(r"\{exercise\}", cell.source)
+                exercises += [len(stars) for stars in re.findall(r"\{exercise\}[^\n]*\((★+)\)", cell.source)]
+                assert len(exercises) == len(re.findall(r"\{exercise\}", "\n".join(core))), \
+                    f"an exercise without its stars: {cell.source[:80]!r}"
         if "{solution-end}" in cell.source:
             in_solution = False
-    return "\n".join(core), "\n".join(lab), len(exercises)
+    return "\n".join(core), "\n".join(lab), exercises
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_every_chapter_opens_with_its_time_what_it_builds_on_and_where_the_paper_says_it(path):
     """As Neuromatch's tutorials do: before the first idea, the reader learns how long the chapter takes
-    (reading at READING_SPEED words a minute and MINUTES_PER_EXERCISE an exercise, the stated figures
+    (reading at READING_SPEED words a minute and MINUTES_BY_STARS an exercise, the stated figures
     within 20% of that; the lab notes apart), which earlier chapters it needs, and which part of which
     paper it is about."""
     nb = nbformat.read(path, as_version=4)
     box = nb.cells[1].source
     assert box.startswith("```{admonition} Before you start"), f"{path.name}: cell 2 is not the 'Before you start' box"
-    core, lab, count = chapter_parts(nb)
+    core, lab, stars = chapter_parts(nb)
+    count, exercise_minutes = len(stars), sum(MINUTES_BY_STARS[n] for n in stars)
     stated = re.search(r"\*\*Time:\*\* about (\d+) minutes to read, and (\d+) more for its (\d+) exercises", box)
     assert stated, f"{path.name}: the box should say 'about R minutes to read, and E more for its N exercises'"
     read, minutes, said_count = map(int, stated.groups())
     words = prose_words(core)
     assert abs(read - words / READING_SPEED) <= 0.2 * words / READING_SPEED + 1, \
         f"{path.name}: {read} minutes to read {words} words? about {words / READING_SPEED:.0f}"
-    assert said_count == count and minutes == MINUTES_PER_EXERCISE * count, \
-        f"{path.name}: {count} exercises, {MINUTES_PER_EXERCISE * count} minutes; the box says {said_count}, {minutes}"
+    assert said_count == count and minutes == exercise_minutes, \
+        f"{path.name}: {count} exercises ({stars} stars), {exercise_minutes} minutes; the box says {said_count}, {minutes}"
     if lab:
         lab_stated = re.search(r"the lab notes .*?about (\d+) minutes", box)
         assert lab_stated, f"{path.name}: the box should say how long the lab notes take, apart"
