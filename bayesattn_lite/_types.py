@@ -76,7 +76,13 @@ def unchecked():
 def checked(fn):
     """``fn`` with its annotated arguments checked at each call (jaxtyping's shapes, by beartype); a
     mismatch raises ValueError in the package's format. ``fn.__wrapped__`` is the unchecked function,
-    and a function with a ``check`` argument runs unchecked when called with ``check=False``."""
+    and a function with a ``check`` argument runs unchecked when called with ``check=False``.
+
+    On a class (above ``@dataclass``), only the call is checked: a misspelt, missing or extra argument
+    of the constructor is named, with the parameters it takes; field types are left to the class."""
+    if inspect.isclass(fn):
+        fn.__init__ = _spelled(fn.__init__)
+        return fn
     typed = jaxtyped(typechecker=beartype)(fn)
     signature = inspect.signature(fn)
     skippable = "check" in signature.parameters
@@ -92,7 +98,21 @@ def checked(fn):
             if name is None:  # the return value or a nested call: the package's fault, not the caller's
                 raise
             raise ValueError(_message(signature, name.group(1), args, kwargs, str(exc), fn.__globals__)) from None
-        except TypeError:   # a misspelt, missing or extra argument, or an error inside fn (left as it is)
+
+    spelled = _spelled(call)   # a misspelt, missing or extra argument named, checked or not
+    spelled.__wrapped__ = fn
+    return spelled
+
+
+def _spelled(fn):
+    """``fn`` whose TypeError for a call that does not fit its signature is ``_binding_error``'s."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TypeError:
             error = _binding_error(fn, signature, args, kwargs)
             if error is None:
                 raise
@@ -108,11 +128,16 @@ def _binding_error(fn, signature, args, kwargs):
         signature.bind(*args, **kwargs)
         return None
     except TypeError as exc:
+        takes = [name for name in signature.parameters if name != "self"]   # a constructor's self is not passed
         unknown = [k for k in kwargs if k not in signature.parameters]
-        near = difflib.get_close_matches(unknown[0], signature.parameters, n=1) if unknown else []
+        near = difflib.get_close_matches(unknown[0], takes, n=1) if unknown else []
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        return TypeError(f"{fn.__module__.removeprefix('bayesattn_lite.')}.{fn.__qualname__}(): {exc}{hint} "
-                         f"(it takes {', '.join(signature.parameters)})")
+        keyword_only = [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]
+        if keyword_only:   # seed=0, not 0: say which
+            takes[takes.index(keyword_only[0])] = f"and by keyword only: {keyword_only[0]}"
+        name = fn.__qualname__.removesuffix(".__init__")
+        return TypeError(f"{fn.__module__.removeprefix('bayesattn_lite.')}.{name}(): {exc}{hint} "
+                         f"(it takes {', '.join(takes)})")
 
 
 def _message(signature, name, args, kwargs, text, names):
@@ -127,7 +152,8 @@ def _message(signature, name, args, kwargs, text, names):
     with jaxtyped("context"):   # a fresh record of axis sizes, not the caller's (a checked function calling this one)
         alone = any(isinstance(value, h) for h in arrays)
     if arrays:   # the sizes the arguments before it gave its axes: those that clash, if it fits alone
-        sizes = {d: _size(s) for d, s in re.findall(r"^(\w+)=(.+)$", text.split("as follows.")[-1], re.M)}
+        sizes = ({d: _size(s) for d, s in re.findall(r"^(\w+)=(.+)$", text.split("as follows.")[-1], re.M)}
+                 or _sizes_before(signature, bound, name, names))   # jaxtyping does not always list them
         own = _axes(arrays[0].dim_str, value.shape) if alone else {}
         known = {d: _source(signature, bound, name, d) for d in arrays[0].dim_str.split()
                  if d.lstrip("*") in sizes and own.get(d, sizes[d.lstrip("*")] + "?") != sizes[d.lstrip("*")]}
@@ -136,6 +162,26 @@ def _message(signature, name, args, kwargs, text, names):
             expected += " with " + ", ".join(f"{d} = {sizes[d.lstrip('*')]} (as in {source})"
                                              for d, source in known.items())
     return f"{name}: expected {expected}, got {_validate.describe(value)}"
+
+
+def _sizes_before(signature, bound, name, names):
+    """The axis sizes that the arguments before ``name`` give, read from their shapes: jaxtyping's
+    message lists them only on some calls (which depends on the order it tries a union's members in)."""
+    sizes = {}
+    for other, parameter in signature.parameters.items():
+        if other == name:
+            break
+        value, hint = bound.arguments.get(other), parameter.annotation
+        if isinstance(hint, str):
+            hint = eval(hint, names)  # noqa: S307 (the package's own annotation)
+        for h in (h for h in _alternatives(hint) if _is_array(h)):
+            with jaxtyped("context"):
+                fits = isinstance(value, h)
+            if fits:
+                for d, size in _axes(h.dim_str, value.shape).items():
+                    sizes.setdefault(d.lstrip("*"), size)
+                break
+    return sizes
 
 
 def _source(signature, bound, name, dim):

@@ -8,8 +8,10 @@ finiteness where NaN or inf would otherwise flow silently into a result.
 """
 
 import dataclasses
+import difflib
 import math
 import numbers
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -269,6 +271,22 @@ def record(what, value, keys, made_by):
     missing = [k for k in keys if k not in value]
     if missing:
         fail(what, f"the dict {made_by} returns (with {', '.join(map(repr, keys))})", f"a dict without {missing}",
+             described=True)
+    return value
+
+
+def exact_keys(what, value, keys):
+    """A mapping with exactly ``keys``: a missing key, or an unknown one (a typo such as 'W_o', which
+    would otherwise be ignored beside the real 'W_O'), is named."""
+    if not isinstance(value, Mapping):
+        fail(what, f"a mapping with keys {list(keys)}", value)
+    missing, unknown = [k for k in keys if k not in value], [k for k in value if k not in keys]
+    if missing or unknown:
+        lower = {str(k).lower(): k for k in keys}   # 'W_o' is nearest 'W_O', not 'W_V'
+        near = [f"{k!r} (did you mean {lower[m[0]]!r}?)" if (m := difflib.get_close_matches(str(k).lower(), lower, n=1))
+                else repr(k) for k in unknown]
+        fail(what, f"a mapping with keys {list(keys)}", type(value).__name__ + (f" missing {missing}" if missing else "")
+             + (" and" if missing and unknown else "") + (f" with unknown keys {', '.join(near)}" if unknown else ""),
              described=True)
     return value
 

@@ -70,14 +70,13 @@ def _fit(x: Float[Tensor, "*B T d_x"], W_Q: Float[Tensor, "d_k d_x"], W_K: Float
 def _check_inputs(x, params, y=None):
     """Raise ValueError, naming what was expected, when x, the ``params`` mapping (W_Q, W_K, W_V,
     W_O) and the targets ``y`` (when given) do not fit together."""
-    missing = [name for name in PARAM_NAMES if name not in params] if isinstance(params, Mapping) else PARAM_NAMES
-    if missing:
-        _fail("params", f"a mapping with keys {PARAM_NAMES}", f"{type(params).__name__} missing {list(missing)}")
+    _validate.exact_keys("params", params, PARAM_NAMES)
     _fit(x, *(params[name] for name in PARAM_NAMES), y)
 
 
 # ----------------------------------------------------------------------------- forward
 
+@checked
 def init_params(d_x, d_k, d_v, n_classes, std=0.1, seed=0, dtype=torch.float32, device="cpu"):
     """Gaussian N(0, std^2) weights, as in the paper's sticky-Markov model, reproducible by seed."""
     d_x, d_k, d_v = (_validate.integer(n, v, 1) for n, v in (("d_x", d_x), ("d_k", d_k), ("d_v", d_v)))
@@ -338,6 +337,7 @@ def predicted_score_change(x: Float[Tensor, "T d_x"], q: Float[Tensor, "T d_k"],
 
 # ----------------------------------------------------------------------------- nn.Module
 
+@checked
 class AttentionHead(nn.Module):
     """The same head as an ``nn.Module``, so the training loop and optimisers can drive it.
 

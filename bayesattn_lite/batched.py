@@ -72,8 +72,7 @@ def stack(param_dicts):
     if not param_dicts:
         _validate.fail("param_dicts", "at least one parameter dict", "none", described=True)
     for i, p in enumerate(param_dicts):
-        if not hasattr(p, "keys") or set(PARAM_NAMES) - set(p.keys()):
-            _validate.fail(f"param_dicts[{i}]", expected, sorted(p) if hasattr(p, "keys") else p)
+        _validate.exact_keys(f"param_dicts[{i}]", p, PARAM_NAMES)
         for name in PARAM_NAMES:
             W = _validate.tensor(f"param_dicts[{i}][{name!r}]", p[name], 2, finite=False, convert=False)
             first = param_dicts[0][name]
@@ -346,6 +345,7 @@ def _resume(path, fingerprint, steps, device, dtype):
     return start, params, ckpt["curves"][:, :start], snapshots
 
 
+@checked
 def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None, device=None,
           dtype=torch.float32, progress=True, desc="training", checkpoint_path=None,
           checkpoint_every=100, resume=True, sampler=None, workers=1):

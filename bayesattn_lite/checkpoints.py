@@ -37,9 +37,17 @@ def _damaged(path, what, why, advice):
     raise DamagedFile(f"{path}: expected {what}, but {why}; it may be damaged or another kind of file: {advice}")
 
 
+def _file_path(what, path):
+    """A file path (a str or os.PathLike), not another kind of value."""
+    if not isinstance(path, (str, os.PathLike)):
+        _validate.fail(what, "a file path (a str or pathlib.Path)", path)
+    return path
+
+
 def read_json(path, what, keys=(), advice="delete it and train it again"):
     """The JSON object (a dict holding ``keys``) in the file at ``path``; DamagedFile naming the file,
     what it should hold and ``advice`` when it cannot be read as one."""
+    _file_path("path", path)
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:   # JSONDecodeError is a ValueError
@@ -53,6 +61,7 @@ def read_json(path, what, keys=(), advice="delete it and train it again"):
 
 def read_npz(path, what, advice="delete it and train it again"):
     """Every array of the .npz file at ``path`` (with ``meta``, a JSON dict, decoded), as a dict."""
+    _file_path("path", path)
     try:
         with np.load(path, allow_pickle=False) as f:
             arrays = {k: f[k] for k in f.files}
@@ -67,6 +76,9 @@ def read_npz(path, what, advice="delete it and train it again"):
 def load_weights(model, path, what, advice="delete it and train it again", transform=None):
     """``model`` with the state dict saved at ``path`` (``transform`` maps what the file holds to the
     state dict); DamagedFile when the file cannot be read or its weights do not fit the model."""
+    if not isinstance(model, torch.nn.Module):   # the caller's mistake, not the file's
+        _validate.fail("model", "a torch.nn.Module to load the weights into", model)
+    _file_path("path", path)
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
         state = transform(saved) if transform else saved

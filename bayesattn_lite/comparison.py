@@ -76,6 +76,7 @@ def train_on_task(arch, task, steps, seed=0, lr=3e-3, batch_size=32, device=None
     steps = _validate.integer("steps", steps, 0, wind_tunnels.MAX_STEPS - 1)
     batch_size = _validate.integer("batch_size", batch_size, 1)
     log_every = _validate.integer("log_every", log_every, 1)
+    n_eval = _validate.integer("n_eval", n_eval, 1)
     if eval_every is not None and _validate.integer("eval_every", eval_every, 1) % log_every:
         _validate.fail("eval_every", f"a positive multiple of log_every={log_every}", eval_every)
     device = pick_device(device)
@@ -228,6 +229,7 @@ def compare(archs, task_names, seeds, steps, size="small", lr=3e-3, batch_size=3
         _validate.fail("size", "'small' or 'paper'", size)
     workers = _validate.integer("workers", workers, 1)
     n_eval = _validate.integer("n_eval", n_eval, 1)   # checked before training, not after it
+    checkpoint_dir = _validate.folder("checkpoint_dir", checkpoint_dir)
     if threads is not None:
         threads = _validate.integer("threads", threads, 1)
     if workers > 1 and pick_device(device).type != "cpu":

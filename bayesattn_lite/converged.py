@@ -138,18 +138,23 @@ def _run_key(arch, task_name, seed=0, size="small", variant=None, directory=None
 def variant_seeds(variant_name, arch, task_name=None):
     """The seeds a variant trains ``arch`` on (on ``task_name``, where the variant gives that task its own)."""
     _validate.choice("arch", arch, models.ARCHITECTURES)
-    variant = _variant(variant_name)
     if task_name is not None:
         _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
+    variant = _variant(variant_name, arch, task_name)
     if task_name is not None and task_name in variant.task_seeds:
         return variant.task_seeds[task_name]
     return variant.seeds[arch] if isinstance(variant.seeds, dict) else variant.seeds
 
 
-def _variant(name):
-    """``VARIANTS[name]``, with a clear error for an unknown name."""
+def _variant(name, arch=None, task_name=None):
+    """``VARIANTS[name]``, with a clear error for an unknown name, or for an ``arch`` or ``task_name``
+    it does not train (its seeds or steps there would describe runs that do not exist)."""
     if name not in VARIANTS:
         _validate.fail("variant", f"one of {sorted(VARIANTS)}", name)
+    runs = VARIANTS[name].runs
+    if not any(arch in (None, a) and task_name in (None, t) for a, t in runs):
+        _validate.fail("variant", f"a variant that trains {arch or 'a model'} on {task_name or 'a task'} "
+                       f"({name!r} trains {', '.join(f'{a} on {t}' for a, t in runs)})", name)
     return VARIANTS[name]
 
 
@@ -158,7 +163,7 @@ def variant_task(task_name, variant_name=None, size="small"):
     _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
     _settings(size, variant_name)
     task = wind_tunnels.as_wind_tunnel(task_name, size)
-    overrides = _variant(variant_name).task if variant_name else {}
+    overrides = _variant(variant_name, task_name=task_name).task if variant_name else {}
     if not overrides:
         return task
     settings = {k: getattr(task, k) for k in task.settings}
@@ -180,7 +185,7 @@ def variant_steps(task_name, variant_name=None, size="small"):
     base = wind_tunnels.WIND_TUNNELS[task_name].converged_steps[size]
     if not variant_name:
         return base
-    v = _variant(variant_name)
+    v = _variant(variant_name, task_name=task_name)
     return v.steps.get(task_name, int(round(base * v.steps_factor)))
 
 
@@ -201,6 +206,7 @@ def _run_sizes(arch, task, size, variant_name):
 
 # ----------------------------------------------------------------------------- train, save, load
 
+@checked
 def train_converged(arch, task_name, seed, size="small", steps=None, device=None, checkpoint_path=None,
                     progress=None, eval_every=None, variant=None):
     """Train one (arch, task, seed) with ``RECIPE`` for the wind tunnel's ``converged_steps`` (or
@@ -289,7 +295,7 @@ def load_record(arch, task_name, seed, variant=None, size="small", directory=Non
             f"`{train_command(arch, task_name, seed, variant, size)}` from the repository root, "
             "or set RETRAIN = True in the chapter")
     return checkpoints.read_json(path, f"the record of a trained {arch} for {task_name!r}",
-                                 keys=("arch", "task", "seed", "model_sizes"),
+                                 keys=("arch", "task", "seed", "model_sizes", "n_params", "steps", "seconds", "final"),
                                  advice=f"rebuild it with `{train_command(arch, task_name, seed, variant, size)} --force`")
 
 
@@ -326,8 +332,14 @@ def load_pretrained(arch, task_name, seed, variant=None, size="small", directory
     seed = _run_key(arch, task_name, seed, size, variant, directory, existing=True)
     record = load_record(arch, task_name, seed, variant, size, directory)
     task = variant_task(task_name, variant, size)
-    model = models.build(arch, task.vocab_size, task.n_classes, **record["model_sizes"])
-    path = folder(size, directory, variant) / (run_name(arch, task_name, seed) + ".pt")
+    name = folder(size, directory, variant) / run_name(arch, task_name, seed)
+    try:
+        model = models.build(arch, task.vocab_size, task.n_classes, **record["model_sizes"])
+    except (TypeError, ValueError) as exc:   # the record's sizes, not the caller's arguments
+        raise checkpoints.DamagedFile(f"{name}.json: expected the record of a trained {arch}, but its model_sizes "
+                                      f"do not build one ({exc}); rebuild it with "
+                                      f"`{train_command(arch, task_name, seed, variant, size)} --force`") from None
+    path = name.with_suffix(".pt")
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing beside its record (weights not shipped at this size); "
                                 f"rebuild it with `{train_command(arch, task_name, seed, variant, size)} --force`")

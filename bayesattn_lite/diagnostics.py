@@ -254,7 +254,7 @@ def frame_change(before: Float[Array, "*B Tq Tk"], after: Float[Array, "*B Tq Tk
 
 
 def _check_curve(steps, values, name):
-    steps, values = np.asarray(steps), np.asarray(values, dtype=float)
+    steps, values = np.asarray(steps), _validate.number_array(name, values)
     if steps.ndim != 1 or values.shape != steps.shape or len(steps) == 0:
         _validate.fail(f"steps, {name}", "two 1-D arrays of the same nonzero length",
                        f"{steps.shape} and {values.shape}", described=True)
@@ -399,11 +399,13 @@ def bought_in_window(attribution, loss, k):
     if not isinstance(attribution, dict) or not attribution:
         _validate.fail("attribution", "a non-empty dict {group: (..., intervals) per-interval decreases}", attribution)
     loss = _validate.number_array("loss", loss)
+    if loss.ndim == 0 or loss.shape[-1] < 2:
+        _validate.fail("loss", "(..., snapshots) losses, at least 2 snapshots", loss)
     arrays = {g: _validate.number_array(f"attribution[{g!r}]", a) for g, a in attribution.items()}
     for g, a in arrays.items():   # interval i runs from snapshot i to i + 1
-        if a.shape[-1] != loss.shape[-1] - 1:
+        if a.ndim == 0 or a.shape[-1] != loss.shape[-1] - 1:
             _validate.fail(f"attribution[{g!r}]", f"{loss.shape[-1] - 1} intervals (one between each two of the "
-                           f"{loss.shape[-1]} snapshots of loss)", a.shape[-1])
+                           f"{loss.shape[-1]} snapshots of loss)", a.shape[-1] if a.ndim else a)
     k = _validate.integer("k", k, 0, loss.shape[-1] - 2)
     out = {g: a[..., k:].sum(-1) for g, a in arrays.items()}
     out["realised"] = loss[..., k] - loss[..., -1]
@@ -430,7 +432,7 @@ def pca(points, n_components=2):
     Returns a dict: mean (d,), components (n_components, d) (unit rows), explained (the share of the
     total variance of each of *all* min(n, d) components, summing to 1) and projected (n, n_components).
     """
-    p = points.detach().to("cpu", torch.float64).numpy() if isinstance(points, torch.Tensor) else np.asarray(points, float)
+    p = _validate.number_array("points", points, "(n, d) points: a tensor, array or nested list of numbers")
     _validate.matrix("points", p, min_rows=2)
     _sample("points", p)
     n_components = _validate.integer("n_components", n_components, 1, min(p.shape))
@@ -511,7 +513,9 @@ def entropy_bits(probs):
 def _logits_and_batch(logits: Float[Array, "B T C"], batch: WindTunnelBatch):
     logits = _validate.finite_values("logits", torch.as_tensor(logits))
     _validate.shape("logits", logits, batch.posterior.shape, "the shape of the batch's posterior (B, T, n_classes) =")
-    if logits.shape[-1] > 1 and (logits >= 0).all() and torch.allclose(logits.sum(-1), torch.ones((), dtype=logits.dtype)):
+    scored = logits[batch.mask.to(logits.device)]   # the unscored rows of a posterior are all 0
+    if logits.shape[-1] > 1 and scored.numel() and (logits >= 0).all() and torch.allclose(
+            scored.sum(-1), torch.ones((), dtype=logits.dtype)):
         _validate.fail("logits", "the model's logits (before the softmax; for probabilities p pass p.log())",
                        "rows of entries in [0, 1] that each sum to 1: probabilities", described=True)
     if not batch.mask.any():
@@ -620,6 +624,7 @@ def orthogonality_floor(n, d, centred=False, starts=8, steps=1500, seed=0):
     best configuration found is an upper estimate of the floor: a measured cosine below it would
     be a bug, one near it is as orthogonal as n vectors in d dimensions get. Cached per arguments."""
     n, d = _validate.integer("n", n, 2), _validate.integer("d", d, 1)
+    centred = _validate.boolean("centred", centred)
     starts, steps = _validate.integer("starts", starts, 1), _validate.integer("steps", steps, 0)
     seed = _validate.seed("seed", seed)
     if not centred and n <= d:

@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from . import _validate, checkpoints, comparison, converged, diagnostics, models, wind_tunnels
-from ._types import unchecked
+from ._types import checked, unchecked
 from .train import Recipe, seed_everything, train
 
 TASKS = ("bijection", "recall")
@@ -166,10 +166,13 @@ def rate_factor(record, step):
     """The factor on the base learning rate at ``step`` of the run ``record`` describes (its schedule
     and warm-up): 1 throughout a constant-rate run after its warm-up, toward 0 under the cosine."""
     record = _check_record(record, ("recipe", "steps_total"))
-    return _recipe_object(record["recipe"], record["steps_total"]).rate_factor(
-        _validate.integer("step", step, 0, record["steps_total"]))
+    recipe = _validate.record("record['recipe']", record["recipe"], ("optimizer", "lr", "schedule", "warmup_fraction",
+                                                                     "clip_grad_norm", "weight_decay"), "dynamics.recipe")
+    total = _validate.integer("record['steps_total']", record["steps_total"], 1)
+    return _recipe_object(recipe, total).rate_factor(_validate.integer("step", step, 0, total))
 
 
+@checked
 def run(task_name, seed, stop=None, progress=False, threads=1, optimizer=SHIPPED):
     """Train the wind-tunnel Transformer on ``task_name`` ("bijection", "recall") for ``seed`` with the
     recipe ``optimizer`` names (a key of ``OPTIMIZERS``; default the shipped one) and measure its
@@ -389,7 +392,8 @@ def bought_after(record, step):
     _check_record(record, ("steps", "loss", "attribution"))
     steps = list(record["steps"])
     if step not in steps[:-1]:
-        _validate.fail("step", f"a snapshot step before the last ({steps[0]}, {steps[1]}, ... {steps[-2]})", step)
+        _validate.fail("step", f"a snapshot step before the last of {steps[:2]}...{steps[-2:]}" if len(steps) > 1
+                       else f"a record of at least 2 snapshots (this one has {len(steps)})", step)
     window = diagnostics.bought_in_window(record["attribution"], record["loss"], steps.index(step))
     out = {g: float(x) for g, x in window.items() if g != "realised"}
     for kind in ("values", "routing"):

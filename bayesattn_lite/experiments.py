@@ -198,7 +198,9 @@ class ScheduleRun:
         return out
 
     def table(self, names=None):
-        """Mean ± sd over seeds of the final loss, entropy and accuracy, and the exact Bayes predictor."""
+        """Mean ± sd over seeds of the final loss, entropy and accuracy of the schedules ``names`` (a list, or
+        one name; default all), and the exact Bayes predictor."""
+        names = [names] if isinstance(names, str) else names   # one schedule's name, not its letters
         names = [self.schedule(n) for n in (names or self.schedules)]
         rows = [f"{'':>14}  {'loss (nats)':>17}  {'entropy (nats)':>17}  {'accuracy':>17}"]
         for name in names:
@@ -345,6 +347,7 @@ class EMvsSGDResult:
         return self.run.table(["sgd", "em"])
 
 
+@checked
 @dataclass(frozen=True)
 class EMvsSGDConfig:
     """The settings of one EM-vs-SGD experiment on the sticky chain: seeds, steps, sequence length
@@ -467,7 +470,10 @@ def _snapshot_input(what, value, dims):
         value = torch.as_tensor(value, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
         _validate.fail(what, f"a tensor or array of {dims} dimensions", value)
-    return _validate.tensor(what, value, dims)
+    value = _validate.tensor(what, value, dims)
+    if value.numel() == 0:
+        _validate.fail(what, f"a tensor of {dims} dimensions, none of them empty", value)
+    return value
 
 
 def frame_rate(x, W_Q, W_K, max_queries=500, rows_per_block=50):
@@ -504,7 +510,11 @@ def precision_rate(x, W_V):
     x, W_V = _snapshot_input("x", x, 2), _snapshot_input("W_V", W_V, 3)
     if W_V.shape[2] != x.shape[1]:
         _validate.fail("W_V", f"shape (snapshots, d_v, d_x={x.shape[1]}) to read x", W_V)
-    return diagnostics.change_vs_final(W_V @ x.T)  # V: (snapshots, d_v, T)
+    values = W_V @ x.T   # (snapshots, d_v, T)
+    if not values[-1].any():   # the rates are relative to the final values' size
+        _validate.fail("x, W_V", "a sequence and last weights that give nonzero values v_j = W_V x_j",
+                       "values that are all 0 at the last snapshot", described=True)
+    return diagnostics.change_vs_final(values)
 
 
 @dataclass
@@ -593,6 +603,8 @@ def rates_at_intervals(run: ScheduleRun, name, every):
     steps, out = np.asarray(run.snapshot_steps), {}
     empty = isinstance(every, (list, tuple, range, np.ndarray)) and not len(every)   # no extra intervals
     for k in ([] if empty else _validate.step_list("every", every, 1)):
+        if k >= len(steps):
+            _validate.fail("every", f"snapshot intervals below the run's {len(steps)} snapshots", every)
         n = int(steps[k] - steps[0])
         out[f"rate_steps_{n}"] = steps[k::k]
         out[f"frame_rate_{n}"], out[f"precision_rate_{n}"] = _rates(run, name, x, every=k)
@@ -645,8 +657,8 @@ def measure_frame_precision(run: ScheduleRun, name):
 
 def frame_precision_of(m):
     """``FramePrecision`` from the measurements of ``measure_frame_precision`` (or a record's)."""
-    _validate.record("m", m, ("rate_steps", "loss_steps", "frame_rate", "precision_rate", "loss", "bought"),
-                     "measure_frame_precision (or a long-run record's schedule)")
+    _validate.record("m", m, ("rate_steps", "loss_steps", "frame_rate", "precision_rate", "loss", "bought",
+                              "frame_moved", "values_moved"), "measure_frame_precision (or a long-run record's schedule)")
     steps, loss_steps = np.asarray(m["rate_steps"]), np.asarray(m["loss_steps"])
     frame, precision, loss = (np.asarray(m[k], float) for k in ("frame_rate", "precision_rate", "loss"))
     frame_settle = [diagnostics.settle(steps, r) for r in frame]
@@ -735,6 +747,7 @@ LONG_SCHEDULES = (("sgd", 0.01, 1.0), ("em", 0.01, 10.0), ("SGD, lr 0.1", 0.1, 1
 PAPER_RUN_LR01 = "paper-run-sgd-lr0.1"   # the record of the paper's run at SGD 0.1 (below, in LONG_RUNS)
 
 
+@checked
 @dataclass(frozen=True)
 class LongRunConfig:
     """One long sticky-chain run: its schedules (name, base rate, W_V factor), seeds, length and data.
@@ -768,7 +781,9 @@ class LongRunConfig:
                    "init_std": v.positive("init_std", self.init_std),
                    "record_every": v.integer("record_every", self.record_every, 1),
                    "fresh": v.boolean("fresh", self.fresh),
-                   "intervals": tuple(v.integer(f"intervals[{i}]", n, 1) for i, n in enumerate(self.intervals))}
+                   "intervals": tuple(v.integer(f"intervals[{i}]", n, 1) for i, n in enumerate(self.intervals))
+                   if isinstance(self.intervals, (tuple, list)) else
+                   v.fail("intervals", "a tuple of ints (multiples of record_every), e.g. (5, 20)", self.intervals)}
         if checked["fresh"] and checked["pool"]:
             v.fail("pool", "0 when fresh=True (fresh data has no pool)", self.pool)
         if any(n % checked["record_every"] for n in checked["intervals"]):
@@ -926,6 +941,11 @@ def load_schedule_run(path):
                        f"one saved for {meta['chain']}, which load_schedule_run cannot rebuild", described=True)
     names = meta["names"]
     per = {name: i for i, name in enumerate(names)}
+    missing = [k for i in per.values() for k in (f"{i}/loss", f"{i}/entropy", f"{i}/accuracy")
+               + tuple(f"{i}/params/{p}" for p in PARAM_NAMES) if k not in a]
+    if missing:
+        raise checkpoints.DamagedFile(f"{path}: expected a run saved by save_schedule_run, but it has no arrays "
+                                      f"{missing[:3]}; it may be damaged or another kind of file: save the run again")
     return ScheduleRun(
         schedules=meta["schedules"], seeds=tuple(meta["seeds"]), steps=meta["steps"], T=meta["T"], chain=chain,
         **{m: {n: a[f"{i}/{m}"] for n, i in per.items()} for m in ("loss", "entropy", "accuracy")},
@@ -988,7 +1008,7 @@ def frame_precision_of_record(record, name):
     schedules = _validate.record("record", record, ("schedules",), "load_long_run")["schedules"]
     if name not in schedules:
         _validate.fail("name", f"one of {list(schedules)}", name)
-    m = schedules[name]
+    m = _validate.record(f"record['schedules'][{name!r}]", schedules[name], ("held_out",), "load_long_run")
     return frame_precision_of({**m, "loss": m.get("loss", m["held_out"])})
 
 
@@ -1017,7 +1037,9 @@ def convergence(record, name, plateau=PLATEAU):
     if name not in schedules:
         _validate.fail("name", f"one of {list(schedules)}", name)
     plateau = _validate.real("plateau", plateau, 0)  # a distance from the lowest value
-    m, every = schedules[name], record["config"]["record_every"]
+    every = _validate.record("record['config']", record["config"], ("record_every",), "load_long_run")["record_every"]
+    m = _validate.record(f"record['schedules'][{name!r}]", schedules[name], ("loss_steps", "held_out", "bayes_held_out",
+                         "train_loss", "bayes_train_loss", "final_train_loss"), "load_long_run")
     steps = np.asarray(m["loss_steps"])
     held, bayes = np.asarray(m["held_out"], float), np.asarray(m["bayes_held_out"], float)
     train_loss = np.asarray(m["train_loss"], float)

@@ -49,10 +49,12 @@ def _check_tokens(tokens, vocab_size, max_len=None):
     if tokens.shape[1] < 1:
         _validate.fail("tokens", "shape (B, T) with T >= 1", tuple(tokens.shape))
     if max_len is not None and tokens.shape[1] > max_len:
-        _validate.fail("tokens", f"at most max_len={max_len} positions", tokens.shape[1])
+        _validate.fail("tokens", f"at most max_len={max_len} positions (the model's; a longer horizon needs a model "
+                       "built with a larger max_len)", tokens.shape[1])
     if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
-        _validate.fail("tokens", f"values in [0, {vocab_size})",
-              f"values in [{tokens.min().item()}, {tokens.max().item()}]", described=True)
+        _validate.fail("tokens", f"values in [0, {vocab_size}), the model's vocabulary (a model built for another "
+                       "task, or with another vocab_size, reads other tokens)",
+                       f"values in [{tokens.min().item()}, {tokens.max().item()}]", described=True)
 
 
 class _Model(nn.Module):
@@ -74,6 +76,7 @@ class _Model(nn.Module):
 PROBES = ("probe_q", "probe_k", "probe_v", "probe_alpha", "probe_g")
 
 
+@checked
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention written out (no fused kernel), so every quantity of the
     paper passes through a probe: q, k, v, alpha and g = alpha v, before the output projection."""
@@ -118,6 +121,7 @@ class _Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+@checked
 class Transformer(_Model):
     """A small GPT-style causal transformer: token + learned position embeddings, ``n_layers``
     pre-LN blocks of ``CausalSelfAttention`` (``n_heads`` heads) and a 4x MLP, a linear readout.
@@ -220,6 +224,7 @@ def sequential_scan(a, b):
     return torch.stack(out, dim=1)
 
 
+@checked
 class SelectiveSSMLayer(nn.Module):
     """One Mamba block (Gu & Dao 2023) in plain PyTorch, without the fused CUDA kernel.
 
@@ -254,6 +259,8 @@ class SelectiveSSMLayer(nn.Module):
 
     def _gates(self, x):
         """u, z (B, T, d_inner); Delta (B, T, d_inner); B, C (B, T, d_state): all from the input."""
+        if not isinstance(x, torch.Tensor) or x.ndim != 3 or x.shape[-1] != self.in_proj.in_features:
+            _validate.fail("x", f"a float tensor (B, T, d_model={self.in_proj.in_features}) for this layer", x)
         T = x.shape[1]
         u, z = self.in_proj(x).chunk(2, dim=-1)
         u = F.silu(self.conv(u.transpose(1, 2))[..., :T].transpose(1, 2))  # left padding only: causal
@@ -298,6 +305,7 @@ class _SSMBlock(nn.Module):
         return x + self.mixer(self.norm(x), scan=scan)
 
 
+@checked
 class SelectiveSSM(_Model):
     """A Mamba-style model: embedding, ``n_layers`` residual ``SelectiveSSMLayer`` blocks, readout.
     No position embedding: the recurrence itself knows order, and any length runs."""
@@ -322,6 +330,7 @@ class SelectiveSSM(_Model):
 
 # ----------------------------------------------------------------------------- LSTM and MLP
 
+@checked
 class LSTMModel(_Model):
     """Embedding, a ``n_layers`` LSTM of width d_model (torch's cuDNN/CPU kernel), readout."""
 
@@ -338,6 +347,7 @@ class LSTMModel(_Model):
         return self.head(self.lstm(self.embed(tokens))[0])
 
 
+@checked
 class WindowMLP(_Model):
     """An MLP that sees the embeddings of the last ``window`` tokens (zeros before the start),
     concatenated in a fixed order, plus the embedding of the absolute position: it knows where it

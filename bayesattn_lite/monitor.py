@@ -62,7 +62,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _validate, attention, diagnostics, models
+from . import _types, _validate, attention, diagnostics, models
 from ._types import Float, Tensor, checked
 
 SUMMARIES = ("positive_mass", "weighted_entropy", "entropy", "score_grad", "advantage_share", "u_norm",
@@ -211,6 +211,7 @@ def _try_probe(model, probe):
         model.train(was_training)
 
 
+@checked
 class Monitor:
     """Record the paper's diagnostics of every attention layer of ``model`` during training.
 
@@ -399,15 +400,20 @@ class Monitor:
 
     def last(self, layer=None):
         """The latest record of ``layer`` (default: the first layer)."""
-        layer = layer or self.layers[0][0]
+        names = [n for n, _, _ in self.layers]
+        layer = layer or names[0]
+        if layer not in names:
+            _validate.fail("layer", f"one of {names}", layer)
         for r in reversed(self.records):
             if r["layer"] == layer:
                 return r
-        _validate.fail("layer", f"one of {[n for n, _, _ in self.layers]} with a record", layer)
+        _validate.fail("Monitor.last()", f"a record of layer {layer!r}: train with the monitor attached up to a step "
+                       "it records", "no record yet", described=True)
 
 
 # ----------------------------------------------------------------------------- overhead
 
+@checked
 def measure_overhead(make_model, step_fn, steps=50, every=10, repeats=3, **monitor_kwargs):
     """Seconds per training step without and with a monitor, measured side by side.
 
@@ -421,6 +427,11 @@ def measure_overhead(make_model, step_fn, steps=50, every=10, repeats=3, **monit
     _validate.function("step_fn", step_fn, "a function step_fn(model, optimizer, step)", n_args=3)
     steps, repeats = _validate.integer("steps", steps, 1), _validate.integer("repeats", repeats, 1)
     every = _validate.integer("every", every, 1)
+    misspelt = _types._binding_error(Monitor.__init__, inspect.signature(Monitor.__init__), (None, None),
+                                     {"every": every, **monitor_kwargs})
+    if misspelt:   # the keywords after repeats go to Monitor(): named now, not after the warm-up runs
+        raise misspelt
+
     def timed(monitored):
         model = make_model()
         if not isinstance(model, torch.nn.Module):

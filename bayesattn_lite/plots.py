@@ -1,6 +1,6 @@
 """Figure helpers shared by the chapters, so every chapter draws the same things the same way."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 import matplotlib
@@ -303,7 +303,7 @@ def strip(ax: Axes, labels, values, colors=None, reference=None, reference_label
         if len(finite):
             ax.plot([i - 0.25, i + 0.25], [np.median(finite)] * 2, color=color, lw=2.5, zorder=4)
         missing = len(v) - len(finite)
-        ticks.append(label + (f"\n({missing} never)" if missing else ""))
+        ticks.append(f"{label}" + (f"\n({missing} never)" if missing else ""))   # a number is a label too
     if reference is not None:
         ax.axhline(reference, ls="--", color="black", lw=1, label=reference_label)
         if reference_label:
@@ -331,6 +331,12 @@ def value_trajectories(axes, pca, colors, titles=None):
     axes = list(np.atleast_1d(axes))
     if len(axes) != len(names):
         _validate.fail("axes", f"{len(names)} axes (one per schedule)", len(axes))
+    if not all(hasattr(ax, "plot") for ax in axes):
+        _validate.fail("axes", f"{len(names)} matplotlib Axes (fig.subplots(1, {len(names)}))", axes)
+    if any(np.shape(p)[-1:] and np.shape(p)[-1] < 2 for p in pca["projections"].values()):
+        _validate.fail("pca", "experiments.value_pca(..., n_components >= 2): a plane needs two components",
+                       f"projections with {np.shape(next(iter(pca['projections'].values())))[-1]} component",
+                       described=True)
     every = np.concatenate([p.reshape(-1, p.shape[-1]) for p in pca["projections"].values()])
     low, high = every.min(axis=0), every.max(axis=0)
     pad = 0.08 * (high - low).max()
@@ -482,6 +488,8 @@ def value_manifold(axes: AxesList, before: dict, after: dict, n_bins=8):
 
 def signal_attention_maps(axes, alphas, is_signal, titles):
     """Attention maps of one sequence, with the signal positions marked on the key axis."""
+    if getattr(alphas, "ndim", None) == 2:   # one map: its rows would pass for maps
+        _validate.fail("alphas", "a list of (T, T) attention maps, one per axis ([alpha] for a single map)", alphas)
     alphas, titles = list(alphas), list(titles)
     if is_signal is None:
         _validate.fail("is_signal", "one flag per position (True where the observation is a signal)", is_signal)
@@ -604,6 +612,9 @@ def ladder(ax: Axes, rows, value, group="task", colors=None, ylabel="", log_y=Fa
         _validate.fail("rows", "a non-empty list of row dicts (converged.ladder_rows)", rows)
     _validate.function("value", value, "a function row -> number, e.g. lambda r: r['kl_bits']")
     _ladder_rows(rows, group)
+    for what, given in (("colors", colors), ("labels", labels)):
+        if given is not None and not isinstance(given, Mapping):
+            _validate.fail(what, f"None or a dict {{{group}: {what[:-1]}}}, e.g. {{'recall': ...}}", given)
     groups = list(dict.fromkeys(r[group] for r in rows))
     palette = list(OKABE_ITO.values())
     for i, g in enumerate(groups):

@@ -66,6 +66,7 @@ from .train import GROUPS, History, Recipe, em_like, pick_device, rates, train, 
 PARAM_NAMES = attention.PARAM_NAMES
 
 
+@checked
 @dataclass(frozen=True)
 class Config:
     """Sizes and rates of the experiment. ``value_ratio`` multiplies the learning rate of W_V
@@ -227,7 +228,7 @@ def content_margin(params, means):
 
 
 @checked
-def probe_metrics(model: AttentionHead, task, probe):
+def probe_metrics(model: AttentionHead, task: tasks.SourcesTask | tasks.CuedSourcesTask, probe):
     """The chapter's measurements of a head on the probe sequences, plus the snapshot (alpha, v)
     that the change rates compare."""
     try:
@@ -614,6 +615,9 @@ def manifold(run_: Run, model: AttentionHead | None = None):
     centre in the PC plane with that entropy). ``model`` defaults to the trained head."""
     model = model or run_.model
     xp = run_.probe[0]
+    if model.W_Q.shape[1] != xp.shape[-1] or model.W_V.shape[0] != run_.cfg.d_v:   # another run's head
+        _validate.fail("model", f"a head of this run's sizes (d_x={xp.shape[-1]}, d_v={run_.cfg.d_v}; run_.model)",
+                       f"a head with W_Q {tuple(model.W_Q.shape)} and W_V {tuple(model.W_V.shape)}", described=True)
     v = model.internals(xp)["v"].reshape(-1, run_.cfg.d_v)
     k = run_.task.n_sources - 1
     p = diagnostics.pca(v, k)
@@ -869,7 +873,7 @@ def parameter_snapshots(cfg: Config, seed, at):
     hence the same weights) and keep a copy of its parameters at every step in ``at``: the state
     *before* that step's update, ``cfg.steps`` for the final state. Trains only as far as needed.
     Returns {step: {name: tensor}}."""
-    if isinstance(at, str):
+    if isinstance(at, str) or not hasattr(at, "__iter__"):
         _validate.fail("at", "steps (ints, e.g. [0, 10, 20])", at)
     at = sorted(set(_validate.integer(f"at[{i}]", s, 0) for i, s in enumerate(at)))
     if not at or at[0] < 0 or at[-1] > cfg.steps:

@@ -103,6 +103,7 @@ def sticky_transition_matrix(n_symbols=8, self_prob=0.3):
     return P / P.sum(axis=1, keepdims=True)
 
 
+@checked
 class StickyMarkovChain:
     """The sticky Markov chain of the paper: sampler, transition matrix and exact predictor.
 
@@ -242,6 +243,7 @@ class StickyMarkovChain:
 # against this posterior in bits. A good head has to route: attend to the signal positions
 # (content-based: their keys differ from the distractors') and read their values.
 
+@checked
 @dataclass(frozen=True)
 class SourcesTask:
     """The generative model. ``means`` is (K, d_x), one row per source; ``distractor`` is (d_x,).
@@ -357,6 +359,7 @@ def sources_task(n_sources=3, d_x=12, seq_len=16, signal_prob=0.4, noise=1.0, se
                        signal_prob=signal_prob, noise=noise, seq_len=seq_len)
 
 
+@checked
 @dataclass(frozen=True)
 class CuedSourcesTask:
     """Chapter 4's toy with its distractor replaced by a second source, and a cue: a task in which

@@ -318,6 +318,7 @@ class TrainingDiverged(RuntimeError):
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
+@checked
 @dataclass(frozen=True)
 class Recipe:
     """How a model is trained: everything that decides where the weights end up, apart from the

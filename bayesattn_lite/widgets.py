@@ -228,6 +228,8 @@ def advantage_explorer(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES
     angle of u_i in degrees, eta) followed by the output area.
     """
     import ipywidgets
+
+    figsize = _validate.figsize("figsize", figsize)   # checked now: inside the panel an error would only be shown there
     from IPython.display import display
 
     start = advantage_state(values, u, scores, eta)   # checked here, not inside the panel, which would hide the error
@@ -286,14 +288,18 @@ def snapshot_states(snapshots: Mapping, x: Float[Tensor, "T d_x"], y: Int[Tensor
     steps = sorted(snapshots)
     rows = []
     for step in steps:
+        _validate.exact_keys(f"snapshots[{step}]", snapshots[step], attention.PARAM_NAMES)
         params = {name: p.detach().to(x.dtype) for name, p in snapshots[step].items()}
         fw = attention.forward(x, params)
         grads = attention.gradients(x, y, params)
         loss = float(attention.loss(x, y, params))
         rows.append((fw["alpha"], grads["advantage"], fw["v"], loss))
     values = np.stack([to_numpy(r[2]) for r in rows])
-    pca = diagnostics.pca(values[-1], 2)  # one fixed plane: the last step's
-    plane = (values - pca["mean"]) @ pca["components"].T
+    if values.shape[1] < 2:   # one position: one value, at the centre of any plane
+        plane = np.zeros(values.shape[:2] + (2,))
+    else:
+        pca = diagnostics.pca(values[-1], 2)  # one fixed plane: the last step's
+        plane = (values - pca["mean"]) @ pca["components"].T
     return {"steps": np.array(steps), "alpha": np.stack([to_numpy(r[0]) for r in rows]),
             "advantage": np.stack([to_numpy(r[1]) for r in rows]), "values": values, "plane": plane,
             "loss": np.array([r[3] for r in rows]), "is_signal": to_numpy(is_signal) > 0, "y": to_numpy(y).astype(int)}
@@ -328,7 +334,7 @@ def draw_snapshot_panel(fig_or_axes, states, index):
     ax = axes[2]
     plane = states["plane"]
     low, high = plane.reshape(-1, 2).min(0), plane.reshape(-1, 2).max(0)
-    pad = 0.08 * (high - low).max()
+    pad = 0.08 * (high - low).max() or 1.0   # a single point still gets a visible square
     source_colors = [COLORS["query"], COLORS["key"], COLORS["value"], COLORS["em"], COLORS["error"]]
     for j in range(T):
         color = source_colors[states["y"][j] % len(source_colors)] if sig[j] else "0.6"
@@ -350,6 +356,7 @@ def snapshot_slider(states, index=0, figsize=(14.0, 4.2)):
     from IPython.display import display
 
     _validate.record("states", states, ("steps", "alpha", "advantage", "plane", "is_signal"), "snapshot_states")
+    figsize = _validate.figsize("figsize", figsize)
     steps = [int(s) for s in states["steps"]]
     index = _validate.integer("index", index, 0, len(steps) - 1)   # one per recorded step
 
@@ -389,6 +396,7 @@ def specialisation_explorer(cfg: specialisation.Config | None = None, seeds=(0, 
 
     cfg = cfg or specialisation.Config.small()
     seeds = _validate.distinct_seeds("seeds", seeds)   # here: inside the panel an error would only be shown there
+    figsize = _validate.figsize("figsize", figsize)
 
     def update(lr, value_ratio, steps):
         try:

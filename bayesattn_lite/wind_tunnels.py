@@ -16,6 +16,7 @@ scale) and ``test_horizons()`` (the longer horizons a trained model is also test
 run draws its batches from ``data_seed(seed, step)``, one stream per run seed.
 """
 
+import difflib
 import math
 from dataclasses import dataclass
 
@@ -72,6 +73,8 @@ class WindTunnelBatch:
     targets    (B, T) int64 classes in [0, C) to predict; IGNORE_INDEX (-100) where not scored
     posterior  (B, T, C) float32 exact Bayes posterior of the target given tokens[:, :t+1]; 0 where not scored
     mask       (B, T) bool, True where the position is scored
+    task       the name of the task class that made it ("" for a hand-made batch): a task refuses
+               another task's batch even when the sizes happen to fit
     """
     _made_by = "task.sample(...)"   # in the message where one was expected (_types.words)
 
@@ -79,11 +82,12 @@ class WindTunnelBatch:
     targets: torch.Tensor
     posterior: torch.Tensor
     mask: torch.Tensor
+    task: str = ""
 
     def to(self, device):
         """A new batch with every tensor on ``device``."""
         device = _validate.device("device", device)
-        return WindTunnelBatch(*(t.to(device) for t in (self.tokens, self.targets, self.posterior, self.mask)))
+        return WindTunnelBatch(*(t.to(device) for t in (self.tokens, self.targets, self.posterior, self.mask)), self.task)
 
     def __len__(self):
         return self.tokens.shape[0]
@@ -102,9 +106,12 @@ def _generator(seed, generator: torch.Generator | None):
 
 def _horizon(task, horizon, name, default, minimum, maximum=None):
     """The one keyword a task's ``sample`` accepts to change its length (e.g. HMMTask: K)."""
-    unknown = set(horizon) - {name}
+    unknown = sorted(set(horizon) - {name})
     if unknown:
-        _validate.fail(f"{type(task).__name__}.sample keyword", f"only {name}=...", sorted(unknown)[0])
+        takes = ["batch_size", "seed", "generator", name]
+        near = difflib.get_close_matches(unknown[0], takes, n=1)
+        raise TypeError(f"wind_tunnels.{type(task).__name__}.sample(): got an unexpected keyword argument "
+                        f"{unknown[0]!r}" + (f"; did you mean {near[0]!r}?" if near else "") + f" (it takes {', '.join(takes)})")
     value = _validate.integer(name, horizon.get(name, default), minimum)
     if maximum is not None and value > maximum:
         _validate.fail(name, f"an int in [{minimum}, {maximum}]", value)
@@ -133,10 +140,16 @@ class WindTunnel:
 
     @checked
     def _check_batch(self, batch: WindTunnelBatch):
-        """A WindTunnelBatch of this task (its posterior has this task's n_classes)."""
-        if batch.posterior.shape[-1] != self.n_classes:
+        """A WindTunnelBatch of this task (its posterior has this task's n_classes, its tokens are in its
+        vocabulary: another task's batch with as many classes uses tokens this one does not have)."""
+        top = int(batch.tokens.max()) if batch.tokens.numel() else 0
+        if batch.task and batch.task != type(self).__name__:
             _validate.fail("batch", f"a WindTunnelBatch of this task ({self!r}.sample(...))",
-                           f"a batch of {batch.posterior.shape[-1]} classes", described=True)
+                           f"a batch of {batch.task}", described=True)
+        if batch.posterior.shape[-1] != self.n_classes or top >= self.vocab_size:
+            _validate.fail("batch", f"a WindTunnelBatch of this task ({self!r}.sample(...))",
+                           f"a batch of {batch.posterior.shape[-1]} classes and tokens up to {top}",
+                           described=True)
         return batch
 
     def _begin(self, batch_size, seed, generator, horizon, maximum=None):
@@ -155,6 +168,7 @@ def _random_permutations(batch_size, n, gen):
     return torch.rand(batch_size, n, generator=gen).argsort(dim=-1)
 
 
+@checked
 class BijectionTask(WindTunnel):
     """Bijection elimination (belief *accumulation*), Paper I's first wind tunnel.
 
@@ -225,7 +239,7 @@ class BijectionTask(WindTunnel):
         targets = torch.full((B, 2 * L), IGNORE_INDEX, dtype=torch.int64)
         targets[:, 0::2] = values
         mask = targets != IGNORE_INDEX
-        return WindTunnelBatch(tokens, targets, posterior, mask)
+        return WindTunnelBatch(tokens, targets, posterior, mask, type(self).__name__)
 
 
 def quantised_stochastic_rows(n_rows, n_cols, batch_size, resolution, floor, gen):
@@ -240,6 +254,8 @@ def quantised_stochastic_rows(n_rows, n_cols, batch_size, resolution, floor, gen
     batch_size = _validate.integer("batch_size", batch_size, 1)
     resolution = _validate.real("resolution", resolution, 0, 1, low_open=True)
     floor = _validate.real("floor", floor, 0, 1 / n_cols)   # every entry at least floor: n_cols floors fit in 1
+    if gen is not None and not isinstance(gen, torch.Generator):
+        _validate.fail("gen", "None or a torch.Generator (torch.Generator().manual_seed(0))", gen)
     n_units = round(1 / resolution)
     if not math.isclose(n_units * resolution, 1.0, rel_tol=1e-9):
         _validate.fail("resolution", "1/n for a whole number n (a grid of n units per row)", resolution)
@@ -292,6 +308,7 @@ def forward_filter(transition: Float[Tensor, "B S S"], emission: Float[Tensor, "
     return torch.stack(out, dim=1)
 
 
+@checked
 class HMMTask(WindTunnel):
     """HMM filtering (belief *transport*), Paper I's second wind tunnel.
 
@@ -395,9 +412,10 @@ class HMMTask(WindTunnel):
         posterior[:, self.prefix_len:] = forward_filter(A, E, observations).float()
         targets = torch.full((B, T), IGNORE_INDEX, dtype=torch.int64)
         targets[:, self.prefix_len:] = states
-        return WindTunnelBatch(tokens, targets, posterior, targets != IGNORE_INDEX)
+        return WindTunnelBatch(tokens, targets, posterior, targets != IGNORE_INDEX, type(self).__name__)
 
 
+@checked
 class AssociativeRecallTask(WindTunnel):
     """Associative recall with noisy bindings (random-access *binding*), our third wind tunnel.
 
@@ -481,7 +499,7 @@ class AssociativeRecallTask(WindTunnel):
         posterior[:, 0::2] = torch.softmax(log_lik, dim=-1).float()
         targets = torch.full((B, 2 * n), IGNORE_INDEX, dtype=torch.int64)
         targets[:, 0::2] = answer
-        return WindTunnelBatch(tokens, targets, posterior, targets != IGNORE_INDEX)
+        return WindTunnelBatch(tokens, targets, posterior, targets != IGNORE_INDEX, type(self).__name__)
 
 
 WIND_TUNNELS = {cls.name: cls for cls in (BijectionTask, HMMTask, AssociativeRecallTask)}

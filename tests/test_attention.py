@@ -347,3 +347,18 @@ def test_score_gradient_refuses_what_is_not_attention_weights(what):
     bad = alpha * float("nan") if what == "nan" else s
     with pytest.raises(ValueError, match="^alpha: expected (attention weights|finite)"):
         attention.score_gradient(bad, torch.randn(4, 4))
+
+
+@pytest.mark.parametrize("params, phrase", [
+    (lambda p: {**p, "W_o": p["W_O"] * 0}, "unknown keys 'W_o' (did you mean 'W_O'?)"),   # else ignored beside W_O
+    (lambda p: {**p, "b_Q": torch.zeros(3)}, "unknown keys 'b_Q'"),
+    (lambda p: {k: v for k, v in p.items() if k != "W_O"}, "missing ['W_O']"),
+])
+def test_params_with_a_missing_or_unknown_key_are_refused_by_name(params, phrase):
+    p = attention.init_params(4, 3, 3, 2)
+    x, y = torch.randn(5, 4), torch.zeros(5, dtype=torch.long)
+    for call in (attention.forward, attention.loss, gradcheck.autograd_gradients):
+        args = (x, params(p)) if call is attention.forward else (x, y, params(p))
+        with pytest.raises(ValueError, match="^params: expected a mapping with keys") as error:
+            call(*args)
+        assert phrase in str(error.value)

@@ -184,3 +184,9 @@ def test_processes_give_the_run_of_one_process_in_model_order(tmp_path):
         batched.train(x, y, params, dict(lrs, W_V=[0.3, 0.3, 1e30]), steps=50, workers=2, **kwargs)
     with pytest.raises(ValueError, match="workers: expected 1 on a GPU, with a sampler or with a checkpoint_path"):
         batched.train(x, y, params, lrs, steps=5, workers=2, checkpoint_path=tmp_path / "run.pt", **kwargs)
+
+
+def test_stack_refuses_a_parameter_dict_with_an_unknown_key():
+    p = attention.init_params(4, 3, 3, 2)
+    with pytest.raises(ValueError, match=r"^param_dicts\[1\]: .*unknown keys 'b_Q'"):
+        batched.stack([p, {**p, "b_Q": torch.zeros(3)}])

@@ -987,3 +987,11 @@ def test_every_named_mistake_of_the_problem_sets_reads_as_a_sentence():
             for flaw in out.flaws:
                 named = _engine.named_only(flaw.words)
                 assert not named.endswith((" .", "+ .", "= .")) and len(named.split()) >= 2, (spec.name, named)
+
+
+@pytest.mark.parametrize("name", [n for n in checks.__all__ if n.startswith("check_")
+                                  and next(iter(__import__("inspect").signature(getattr(checks, n)).parameters)) == "fn"])
+def test_a_check_given_something_else_than_a_function_says_so(name):
+    """The usual slip: the function's result (or the function called) passed instead of the function."""
+    failed(getattr(checks, name)(torch.zeros(3)), "expected your function", "got Tensor of shape (3,)",
+           "pass the function itself")

@@ -7,7 +7,7 @@ import matplotlib.colors
 import pytest
 import torch
 
-from bayesattn_lite import comparison, converged, models, plots, wind_tunnels
+from bayesattn_lite import checkpoints, comparison, converged, models, plots, wind_tunnels
 from bayesattn_lite.comparison import evaluate
 
 
@@ -242,3 +242,20 @@ def test_bad_inputs_get_clear_errors(call, name):
 def test_a_valid_run_without_files_keeps_the_training_command(tmp_path):
     with pytest.raises(FileNotFoundError, match="--seeds 99"):
         converged.load_pretrained("lstm", "bijection", 99)
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda r: {**r, "model_sizes": {"d_modle": 8}}, "its model_sizes do not build one"),
+    (lambda r: {k: v for k, v in r.items() if k != "n_params"}, "without ['n_params']"),
+])
+def test_a_damaged_record_is_named_with_its_file(tmp_path, damage, words):
+    """A record edited by hand (a misspelt size, a key removed) is a DamagedFile naming the file, not an
+    error about the caller's arguments or a bare KeyError."""
+    shipped = converged.folder() / "lstm-hmm-seed0"
+    record = json.loads(shipped.with_suffix(".json").read_text())
+    (tmp_path / "lstm-hmm-seed0.json").write_text(json.dumps(damage(record)))
+    (tmp_path / "lstm-hmm-seed0.pt").write_bytes(shipped.with_suffix(".pt").read_bytes())
+    for call in (converged.load_pretrained, converged.ladder_row):
+        with pytest.raises(checkpoints.DamagedFile, match="lstm-hmm-seed0.json") as error:
+            call("lstm", "hmm", 0, directory=tmp_path)
+        assert words in str(error.value)

@@ -390,3 +390,8 @@ def test_probabilities_passed_as_logits_are_refused():
     with pytest.raises(ValueError, match="^logits: expected the model's logits"):
         diagnostics.kl_bits(torch.softmax(logits, -1), batch)
     assert torch.isclose(diagnostics.kl_bits(torch.log_softmax(logits, -1), batch), diagnostics.kl_bits(logits, batch))
+
+
+def test_orthogonality_floor_refuses_a_centred_flag_that_is_not_a_bool():
+    with pytest.raises(ValueError, match=r"^centred: expected True or False, got 'no'"):
+        diagnostics.orthogonality_floor(3, 2, centred="no", starts=1, steps=2)

@@ -202,3 +202,20 @@ def test_heatmap_refuses_a_format_that_would_not_write_the_values(fmt):
     with pytest.raises(ValueError, match=r'fmt: expected None or a format string with one \{\} field'):
         plots.heatmap(ax, np.eye(2), "t", fmt=fmt)
     plt.close(fig)
+
+
+def test_strip_takes_numbers_as_labels():
+    fig, ax = plt.subplots()
+    plots.strip(ax, [1, 2], [[1.0], [2.0]])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]
+    plt.close(fig)
+
+
+def test_value_trajectories_name_what_does_not_fit_a_plane():
+    pca = {"projections": {"a": np.zeros((3, 2, 1)), "b": np.zeros((3, 2, 1))}, "explained": [0.5]}
+    with pytest.raises(ValueError, match=r"^pca: expected experiments.value_pca\(\.\.\., n_components >= 2\)"):
+        plots.value_trajectories(plt.subplots(1, 2)[1], pca, {"a": "red", "b": "blue"})
+    with pytest.raises(ValueError, match=r"^axes: expected 2 matplotlib Axes"):
+        plots.value_trajectories(["x", "y"], {**pca, "projections": {k: np.zeros((3, 2, 2)) for k in "ab"}},
+                                 {"a": "red", "b": "blue"})
+    plt.close("all")

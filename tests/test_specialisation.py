@@ -12,7 +12,7 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bayesattn_lite import plots  # noqa: E402
+from bayesattn_lite import attention, plots, wind_tunnels  # noqa: E402
 from bayesattn_lite import specialisation as sp  # noqa: E402
 
 TINY = sp.Config(n_train=32, n_probe=16, steps=40, log_every=10, lr=0.5)
@@ -418,3 +418,11 @@ def test_cued_runs_learn_to_route_and_frozen_routing_leaves_the_mix():
     live, frozen = sp.run(cfg, 0), sp.run(replace(cfg, frozen=("W_Q", "W_K")), 0)
     assert live.history["loss"][-1] < live.history["loss"][0]
     assert np.ptp(frozen.history["signal_mass"]) == 0 and live.history["content_margin"][-1] > 0
+
+
+def test_the_analyses_name_a_head_or_task_of_another_run():
+    r = sp.run(TINY, 0)
+    with pytest.raises(ValueError, match=r"^model: expected a head of this run's sizes"):
+        sp.manifold(r, model=attention.AttentionHead(5, 8, 8, 3))
+    with pytest.raises(ValueError, match=r"^task: expected a tasks.SourcesTask or a tasks.CuedSourcesTask"):
+        sp.probe_metrics(r.model, wind_tunnels.BijectionTask(), r.probe)

@@ -1,5 +1,6 @@
 """bayesattn_lite._types: the declared shapes, checked, and the package's message for a mismatch."""
 
+import dataclasses
 import inspect
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 import torch
 from jaxtyping import TypeCheckError
 
+from bayesattn_lite import attention, experiments, models, monitor, specialisation, tasks, train
 from bayesattn_lite._types import Flag, Float, Int, Shaped, Tensor, checked, words
 
 
@@ -69,6 +71,63 @@ def test_check_false_skips_every_check():
 def test_a_call_that_does_not_fit_the_signature_names_the_function_and_its_parameters(call, message):
     with pytest.raises(TypeError, match=message):
         call()
+
+
+def test_a_checked_class_names_a_misspelt_constructor_argument_and_leaves_its_fields_alone():
+    @checked
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        steps: int = 10
+        lr: float = 0.1
+
+    with pytest.raises(TypeError, match=r"Settings\(\): got an unexpected keyword argument 'stpes'; did you mean "
+                                        r"'steps'\? \(it takes steps, lr\)$"):
+        Settings(stpes=3)
+    assert Settings(steps=3.5).steps == 3.5   # field types are the class's business, not the check's
+
+
+def test_a_check_false_call_still_names_a_misspelt_argument():
+    @checked
+    def step(x: Float[Tensor, "n d"], lr=0.1, check: Flag = True):
+        return x * lr
+
+    with pytest.raises(TypeError, match=r"step\(\): got an unexpected keyword argument 'lrr'; did you mean 'lr'"):
+        step(torch.zeros(3, 2), lrr=0.5, check=False)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: attention.init_params(4, 3, 3, 2, devise="cpu"), r"attention\.init_params\(\): .*'devise'; did you mean 'device'"),
+    (lambda: tasks.StickyMarkovChain(nosie=1.0), r"tasks\.StickyMarkovChain\(\): .*'nosie'; did you mean 'noise'"),
+    (lambda: train.Recipe(10, optimiser="adam"), r"train\.Recipe\(\): .*'optimiser'; did you mean 'optimizer'"),
+    (lambda: models.LSTMModel(10, 4, n_layer=2), r"models\.LSTMModel\(\): .*'n_layer'; did you mean 'n_layers'"),
+    (lambda: specialisation.Config(stpes=10), r"specialisation\.Config\(\): .*'stpes'; did you mean 'steps'"),
+    (lambda: experiments.EMvsSGDConfig(stpes=1), r"experiments\.EMvsSGDConfig\(\): .*did you mean 'steps'"),
+    (lambda: monitor.measure_overhead(lambda: attention.AttentionHead(4, 3, 3, 2), lambda m, o, s: None, evry=1),
+     r"monitor\.Monitor\(\): .*'evry'; did you mean 'every'"),
+])
+def test_the_packages_constructors_and_entry_points_name_a_misspelt_argument(call, message):
+    with pytest.raises(TypeError, match=message):
+        call()
+
+
+def test_a_positional_argument_that_must_be_a_keyword_is_named_as_such():
+    @checked
+    def fit(model, data, *, seed=0, progress=False):
+        return seed
+
+    with pytest.raises(TypeError, match=r"fit\(\): too many positional arguments \(it takes model, data, and by "
+                                        r"keyword only: seed, progress\)$"):
+        fit(1, 2, 0)
+
+
+def test_the_sizes_of_earlier_arguments_are_named_even_when_jaxtyping_does_not_list_them():
+    """jaxtyping's message lists the axis sizes on some calls only (it depends on the order it tries a
+    union's members in, so on the hash seed): the package reads them from the earlier arguments then."""
+    from bayesattn_lite._types import _message
+
+    q, k = torch.zeros(4, 8), torch.zeros(6, 5)
+    message = _message(inspect.signature(scores.__wrapped__), "k", (q, k), {}, "no sizes listed", {})
+    assert message.startswith("k: expected a float tensor of shape (*B, Tk, d_k) with d_k = 8 (as in q), got"), message
 
 
 def test_a_type_error_inside_the_function_is_its_own():

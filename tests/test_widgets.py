@@ -186,3 +186,20 @@ def test_sticky_explorer_checks_its_settings_when_made_not_when_a_control_moves(
     pytest.importorskip("ipywidgets")
     with pytest.raises(ValueError, match=f"^{named}: expected"):
         widgets.sticky_explorer(**kwargs)
+
+
+def test_a_sequence_of_one_position_gets_its_panel():
+    p = attention.init_params(4, 3, 3, 2)
+    states = widgets.snapshot_states({0: p, 5: p}, torch.randn(1, 4), torch.zeros(1, dtype=torch.long),
+                                     torch.ones(1, dtype=torch.bool))
+    assert states["plane"].shape == (2, 1, 2) and not states["plane"].any()
+    widgets.draw_snapshot_panel(plt.figure(), states, 1)
+    plt.close("all")
+
+
+@pytest.mark.parametrize("make", [lambda f: widgets.advantage_explorer(figsize=f),
+                                  lambda f: widgets.specialisation_explorer(figsize=f)])
+def test_a_panels_figure_size_is_checked_when_it_is_made_not_inside_it(make):
+    for bad in ("big", (0, -1)):
+        with pytest.raises(ValueError, match=r"^figsize"):
+            make(bad)

@@ -2,6 +2,7 @@
 the generative model on small cases (read back from the tokens, so the tokens carry what Bayes
 needs), shapes and dtypes, seeds, calibration of the targets, bad inputs, and the metrics in bits."""
 
+import dataclasses
 import itertools
 import math
 
@@ -209,7 +210,6 @@ def test_longer_horizons():
     (lambda: BijectionTask().sample(2, seed=-1), "seed"),
     (lambda: BijectionTask().sample(2, seed=1, generator=torch.Generator()), "seed"),
     (lambda: BijectionTask().sample(2, generator=3), "generator"),
-    (lambda: BijectionTask().sample(2, K=3), "keyword"),
     (lambda: HMMTask(S=1), "S"),
     (lambda: HMMTask(resolution=0.03), "resolution"),
     (lambda: HMMTask(resolution=0.05, floor=0.07), "floor"),
@@ -223,6 +223,14 @@ def test_longer_horizons():
 def test_bad_inputs_raise(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_a_misspelt_sample_keyword_is_named_as_python_names_one_with_the_near_one():
+    with pytest.raises(TypeError, match=r"BijectionTask\.sample\(\): got an unexpected keyword argument 'K' "
+                                        r"\(it takes batch_size, seed, generator, L\)$"):
+        BijectionTask().sample(2, K=3)
+    with pytest.raises(TypeError, match="'sed'; did you mean 'seed'"):
+        BijectionTask().sample(2, sed=3)
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -354,11 +362,22 @@ def test_forward_filter_of_no_observations_is_no_beliefs():
 def test_the_hmm_baseline_refuses_another_tasks_batch_with_as_many_classes():
     hmm = wind_tunnels.wind_tunnel("hmm")
     recall = AssociativeRecallTask(n_values=hmm.n_classes).sample(4, seed=0)
-    with pytest.raises(ValueError, match="^batch: expected an HMM batch"):
+    with pytest.raises(ValueError, match="^batch: expected a WindTunnelBatch of this task .*AssociativeRecallTask"):
         hmm.baseline_posterior(recall)
+    with pytest.raises(ValueError, match="^batch: expected an HMM batch"):   # a hand-made batch: its layout decides
+        hmm.baseline_posterior(dataclasses.replace(recall, task=""))
     hmm.baseline_posterior(hmm.sample(4, seed=0))   # its own is fine
 
 
 def test_a_grid_resolution_must_be_one_over_a_whole_number():
     with pytest.raises(ValueError, match="^resolution: expected 1/n"):
         wind_tunnels.quantised_stochastic_rows(3, 3, 2, 0.07, 0.0, None)
+
+
+def test_a_task_refuses_another_tasks_batch_even_when_the_sizes_fit():
+    recall = AssociativeRecallTask().sample(2, seed=0)
+    bijection = BijectionTask(V=6)   # 6 classes, as the recall batch has
+    with pytest.raises(ValueError, match=r"^batch: expected a WindTunnelBatch of this task .*got a batch of AssociativeRecallTask"):
+        bijection.baseline_posterior(recall)
+    assert recall.to("cpu").task == "AssociativeRecallTask"
+    assert bijection.baseline_posterior(bijection.sample(2, seed=0)).shape[-1] == 6

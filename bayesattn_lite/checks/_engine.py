@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .. import attention
+from .. import _validate, attention
 
 RTOL, ATOL = 1e-6, 1e-9
 FORMULA = " Compare with "  # what precedes the reference formula in a message (folded in a notebook)
@@ -151,11 +151,20 @@ def make_case(signature, inputs, expected, note):
 
 # ----------------------------------------------------------------------------- running a check
 
+def not_a_function(name, arguments, given):
+    """The verdict when a check is given something else than the learner's function: most often its
+    result, the function already called."""
+    return CheckResult(name, False, f"expected your function {name}({', '.join(arguments)}), got "
+                       f"{_validate.describe(given)}: pass the function itself, without calling it.")
+
+
 def run(spec, fn):
     """The verdict on ``fn`` of the check ``spec``: call it on every problem, compare, name the mistake.
     A function wrapped by ``checks.until_written`` is checked as the learner wrote it, without the wrapper
     (which would answer with the reference)."""
     fn = getattr(fn, "learner_function", fn)
+    if not callable(fn):
+        return not_a_function(spec.name, spec.signature, fn)
     answers = []
     for case in spec.cases:
         try:  # copies: an in-place operation of the learner must not touch the check's data
