@@ -27,7 +27,6 @@ skips the annotations too: ``benchmarks/type_checks.py`` times both.
 """
 
 import contextlib
-import difflib
 import functools
 import inspect
 import re
@@ -130,8 +129,8 @@ def _binding_error(fn, signature, args, kwargs):
     except TypeError as exc:
         takes = [name for name in signature.parameters if name != "self"]   # a constructor's self is not passed
         unknown = [k for k in kwargs if k not in signature.parameters]
-        near = difflib.get_close_matches(unknown[0], takes, n=1) if unknown else []
-        hint = f"; did you mean {near[0]!r}?" if near else ""
+        near = _validate.near_name(unknown[0], takes) if unknown else None
+        hint = f"; did you mean {near!r}?" if near else ""
         keyword_only = [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]
         if keyword_only:   # seed=0, not 0: say which
             takes[takes.index(keyword_only[0])] = f"and by keyword only: {keyword_only[0]}"

@@ -275,6 +275,13 @@ def record(what, value, keys, made_by):
     return value
 
 
+def near_name(name, names):
+    """The name in ``names`` nearest ``name`` ('W_o' -> 'W_O', 'k' -> 'K', 'sed' -> 'seed'), or None."""
+    lower = {str(n).lower(): n for n in names}
+    near = difflib.get_close_matches(str(name).lower(), lower, n=1)
+    return lower[near[0]] if near else None
+
+
 def exact_keys(what, value, keys):
     """A mapping with exactly ``keys``: a missing key, or an unknown one (a typo such as 'W_o', which
     would otherwise be ignored beside the real 'W_O'), is named."""
@@ -282,9 +289,7 @@ def exact_keys(what, value, keys):
         fail(what, f"a mapping with keys {list(keys)}", value)
     missing, unknown = [k for k in keys if k not in value], [k for k in value if k not in keys]
     if missing or unknown:
-        lower = {str(k).lower(): k for k in keys}   # 'W_o' is nearest 'W_O', not 'W_V'
-        near = [f"{k!r} (did you mean {lower[m[0]]!r}?)" if (m := difflib.get_close_matches(str(k).lower(), lower, n=1))
-                else repr(k) for k in unknown]
+        near = [f"{k!r} (did you mean {m!r}?)" if (m := near_name(k, keys)) else repr(k) for k in unknown]
         fail(what, f"a mapping with keys {list(keys)}", type(value).__name__ + (f" missing {missing}" if missing else "")
              + (" and" if missing and unknown else "") + (f" with unknown keys {', '.join(near)}" if unknown else ""),
              described=True)
@@ -319,14 +324,21 @@ def folder(what, value):
     return Path(value)
 
 
+def file_path(what, path):
+    """A file path: a str or os.PathLike (pathlib.Path), not another kind of value."""
+    import os
+
+    if not isinstance(path, (str, os.PathLike)):
+        fail(what, "a file path (str or os.PathLike)", path)
+    return path
+
+
 def writable_path(what, path):
     """A file path that can be written: a str or os.PathLike, not a directory, in a folder that
     exists or can be made and that this process may write to. Checked before any work starts."""
     import os
 
-    if not isinstance(path, (str, os.PathLike)):
-        fail(what, "a file path (str or os.PathLike)", path)
-    path = os.fspath(path)
+    path = os.fspath(file_path(what, path))
     if os.path.isdir(path):
         fail(what, "a file path that can be written", f"{path!r}, which is a directory", described=True)
     folder = os.path.dirname(os.path.abspath(path))

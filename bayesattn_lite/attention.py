@@ -337,7 +337,6 @@ def predicted_score_change(x: Float[Tensor, "T d_x"], q: Float[Tensor, "T d_k"],
 
 # ----------------------------------------------------------------------------- nn.Module
 
-@checked
 class AttentionHead(nn.Module):
     """The same head as an ``nn.Module``, so the training loop and optimisers can drive it.
 

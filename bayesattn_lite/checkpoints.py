@@ -31,45 +31,39 @@ class DamagedFile(ValueError):
     """A record, a saved run or a weights file that cannot be read as what it should be."""
 
 
-def _damaged(path, what, why, advice):
+def damaged(path, what, why, advice):
+    """Raise DamagedFile: the file at ``path`` should hold ``what`` but ``why``; ``advice`` says what to do."""
     if Path(path).is_dir():   # not a damaged file: the wrong path, and "train it again" would not help
         raise DamagedFile(f"{path}: expected the file of {what}, got a folder")
     raise DamagedFile(f"{path}: expected {what}, but {why}; it may be damaged or another kind of file: {advice}")
 
 
-def _file_path(what, path):
-    """A file path (a str or os.PathLike), not another kind of value."""
-    if not isinstance(path, (str, os.PathLike)):
-        _validate.fail(what, "a file path (a str or pathlib.Path)", path)
-    return path
-
-
 def read_json(path, what, keys=(), advice="delete it and train it again"):
     """The JSON object (a dict holding ``keys``) in the file at ``path``; DamagedFile naming the file,
     what it should hold and ``advice`` when it cannot be read as one."""
-    _file_path("path", path)
+    _validate.file_path("path", path)
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:   # JSONDecodeError is a ValueError
-        _damaged(path, what, f"it cannot be read ({type(exc).__name__}: {str(exc)[:100]})", advice)
+        damaged(path, what, f"it cannot be read ({type(exc).__name__}: {str(exc)[:100]})", advice)
     missing = [k for k in keys if k not in data] if isinstance(data, dict) else list(keys)
     if not isinstance(data, dict) or missing:
-        _damaged(path, what, f"it holds {type(data).__name__ if not isinstance(data, dict) else 'a dict'}"
+        damaged(path, what, f"it holds {type(data).__name__ if not isinstance(data, dict) else 'a dict'}"
                              f"{f' without {missing}' if missing and isinstance(data, dict) else ''}", advice)
     return data
 
 
 def read_npz(path, what, advice="delete it and train it again"):
     """Every array of the .npz file at ``path`` (with ``meta``, a JSON dict, decoded), as a dict."""
-    _file_path("path", path)
+    _validate.file_path("path", path)
     try:
         with np.load(path, allow_pickle=False) as f:
             arrays = {k: f[k] for k in f.files}
         arrays["meta"] = json.loads(str(arrays["meta"]))
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
-        _damaged(path, what, f"it cannot be read ({type(exc).__name__}: {str(exc)[:100]})", advice)
+        damaged(path, what, f"it cannot be read ({type(exc).__name__}: {str(exc)[:100]})", advice)
     if not isinstance(arrays["meta"], dict):
-        _damaged(path, what, "its meta is not a dict", advice)
+        damaged(path, what, "its meta is not a dict", advice)
     return arrays
 
 
@@ -78,18 +72,18 @@ def load_weights(model, path, what, advice="delete it and train it again", trans
     state dict); DamagedFile when the file cannot be read or its weights do not fit the model."""
     if not isinstance(model, torch.nn.Module):   # the caller's mistake, not the file's
         _validate.fail("model", "a torch.nn.Module to load the weights into", model)
-    _file_path("path", path)
+    _validate.file_path("path", path)
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
         state = transform(saved) if transform else saved
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message
-        _damaged(path, what, f"it cannot be read as one ({type(exc).__name__}: {str(exc)[:100]})", advice)
+        damaged(path, what, f"it cannot be read as one ({type(exc).__name__}: {str(exc)[:100]})", advice)
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as exc:   # missing or unexpected keys, other shapes
         lines = [line.strip() for line in str(exc).strip().splitlines()]
         detail = (lines[1] if len(lines) > 1 else lines[0])[:200]   # the first missing key or size mismatch
-        _damaged(path, what, f"its weights do not fit a {type(model).__name__} of these sizes ({detail})", advice)
+        damaged(path, what, f"its weights do not fit a {type(model).__name__} of these sizes ({detail})", advice)
     return model
 
 

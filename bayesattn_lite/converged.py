@@ -129,9 +129,8 @@ def _run_key(arch, task_name, seed=0, size="small", variant=None, directory=None
     _validate.choice("arch", arch, models.ARCHITECTURES)
     _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
     _settings(size, variant, directory, existing)
-    if variant is not None and (arch, task_name) not in VARIANTS[variant].runs:   # no file to train: none is planned
-        _validate.fail("variant", f"one that trains {arch} on {task_name}: "
-                       f"{[n for n, v in VARIANTS.items() if (arch, task_name) in v.runs] or 'none does'}", variant)
+    if variant is not None:   # no file to train: none is planned
+        _variant(variant, arch, task_name)
     return _validate.seed("seed", seed, wind_tunnels.MAX_SEED)
 
 
@@ -151,10 +150,14 @@ def _variant(name, arch=None, task_name=None):
     it does not train (its seeds or steps there would describe runs that do not exist)."""
     if name not in VARIANTS:
         _validate.fail("variant", f"one of {sorted(VARIANTS)}", name)
-    runs = VARIANTS[name].runs
-    if not any(arch in (None, a) and task_name in (None, t) for a, t in runs):
+    def trains(variant):
+        return any(arch in (None, a) and task_name in (None, t) for a, t in variant.runs)
+
+    if not trains(VARIANTS[name]):
+        others = [n for n, v in VARIANTS.items() if trains(v)]
         _validate.fail("variant", f"a variant that trains {arch or 'a model'} on {task_name or 'a task'} "
-                       f"({name!r} trains {', '.join(f'{a} on {t}' for a, t in runs)})", name)
+                       f"({name!r} trains {', '.join(f'{a} on {t}' for a, t in VARIANTS[name].runs)}; "
+                       f"{'those that do: ' + ', '.join(others) if others else 'none does'})", name)
     return VARIANTS[name]
 
 
@@ -336,9 +339,8 @@ def load_pretrained(arch, task_name, seed, variant=None, size="small", directory
     try:
         model = models.build(arch, task.vocab_size, task.n_classes, **record["model_sizes"])
     except (TypeError, ValueError) as exc:   # the record's sizes, not the caller's arguments
-        raise checkpoints.DamagedFile(f"{name}.json: expected the record of a trained {arch}, but its model_sizes "
-                                      f"do not build one ({exc}); rebuild it with "
-                                      f"`{train_command(arch, task_name, seed, variant, size)} --force`") from None
+        checkpoints.damaged(f"{name}.json", f"the record of a trained {arch}", f"its model_sizes do not build one ({exc})",
+                            f"rebuild it with `{train_command(arch, task_name, seed, variant, size)} --force`")
     path = name.with_suffix(".pt")
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing beside its record (weights not shipped at this size); "

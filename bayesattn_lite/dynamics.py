@@ -155,8 +155,11 @@ def _rounded(values):
     return [_round(float(v)) for v in values]
 
 
+RECIPE_KEYS = ("optimizer", "lr", "schedule", "warmup_fraction", "clip_grad_norm", "weight_decay")   # recipe()'s
+
+
 def _recipe_object(how, steps):
-    """The ``train.Recipe`` of a recipe dict (``recipe(...)``) for a run of ``steps`` steps."""
+    """The ``train.Recipe`` of a recipe dict (``recipe(...)``, with RECIPE_KEYS) for a run of ``steps`` steps."""
     return Recipe(steps, optimizer=how["optimizer"], lr=how["lr"], schedule=how["schedule"],
                   warmup=int(how["warmup_fraction"] * steps), clip_grad_norm=how["clip_grad_norm"],
                   weight_decay=how["weight_decay"])
@@ -166,8 +169,7 @@ def rate_factor(record, step):
     """The factor on the base learning rate at ``step`` of the run ``record`` describes (its schedule
     and warm-up): 1 throughout a constant-rate run after its warm-up, toward 0 under the cosine."""
     record = _check_record(record, ("recipe", "steps_total"))
-    recipe = _validate.record("record['recipe']", record["recipe"], ("optimizer", "lr", "schedule", "warmup_fraction",
-                                                                     "clip_grad_norm", "weight_decay"), "dynamics.recipe")
+    recipe = _validate.record("record['recipe']", record["recipe"], RECIPE_KEYS, "dynamics.recipe")
     total = _validate.integer("record['steps_total']", record["steps_total"], 1)
     return _recipe_object(recipe, total).rate_factor(_validate.integer("step", step, 0, total))
 

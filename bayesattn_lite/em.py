@@ -85,9 +85,8 @@ def m_step(x: Float[Array, "n d"], resp: Float[Array, "n K"], fit_variance: Flag
     if fit_variance:
         variance = (resp * torch.cdist(x, means).pow(2)).sum().item() / (x.shape[0] * x.shape[1])
         if variance == 0:   # EM's degenerate fixed point: name the inputs that lead there, not the output
-            _validate.fail("x, resp", f"points not all on their components' means (here {x.shape[0]} point(s) for "
-                           f"{resp.shape[1]} component(s)); give more distinct points, or fit_variance=False",
-                           "a fitted variance of 0", described=True)
+            _validate.fail("x", "points that do not all coincide with their components' means (give more distinct "
+                           "points, or fit_variance=False)", "points whose fitted variance is 0", described=True)
     return means, _validate.positive("variance", variance), counts / x.shape[0]
 
 

@@ -774,6 +774,8 @@ class LongRunConfig:
         for i, sched in enumerate(self.schedules):
             if not isinstance(sched, (tuple, list)) or len(sched) != 3 or not isinstance(sched[0], str):
                 v.fail(f"schedules[{i}]", "a tuple (name, base rate, W_V factor)", sched)
+        if not isinstance(self.intervals, (tuple, list)):
+            v.fail("intervals", "a tuple of ints (multiples of record_every), e.g. (5, 20)", self.intervals)
         checked = {"schedules": tuple((n, v.real(f"schedules[{i}] rate", lr, 0), v.positive(f"schedules[{i}] factor", f))
                                       for i, (n, lr, f) in enumerate(self.schedules)),
                    "seeds": _validate.distinct_seeds("seeds", self.seeds), "steps": v.integer("steps", self.steps, 1),
@@ -781,9 +783,7 @@ class LongRunConfig:
                    "init_std": v.positive("init_std", self.init_std),
                    "record_every": v.integer("record_every", self.record_every, 1),
                    "fresh": v.boolean("fresh", self.fresh),
-                   "intervals": tuple(v.integer(f"intervals[{i}]", n, 1) for i, n in enumerate(self.intervals))
-                   if isinstance(self.intervals, (tuple, list)) else
-                   v.fail("intervals", "a tuple of ints (multiples of record_every), e.g. (5, 20)", self.intervals)}
+                   "intervals": tuple(v.integer(f"intervals[{i}]", n, 1) for i, n in enumerate(self.intervals))}
         if checked["fresh"] and checked["pool"]:
             v.fail("pool", "0 when fresh=True (fresh data has no pool)", self.pool)
         if any(n % checked["record_every"] for n in checked["intervals"]):
@@ -944,8 +944,7 @@ def load_schedule_run(path):
     missing = [k for i in per.values() for k in (f"{i}/loss", f"{i}/entropy", f"{i}/accuracy")
                + tuple(f"{i}/params/{p}" for p in PARAM_NAMES) if k not in a]
     if missing:
-        raise checkpoints.DamagedFile(f"{path}: expected a run saved by save_schedule_run, but it has no arrays "
-                                      f"{missing[:3]}; it may be damaged or another kind of file: save the run again")
+        checkpoints.damaged(path, "a run saved by save_schedule_run", f"it has no arrays {missing[:3]}", "save the run again")
     return ScheduleRun(
         schedules=meta["schedules"], seeds=tuple(meta["seeds"]), steps=meta["steps"], T=meta["T"], chain=chain,
         **{m: {n: a[f"{i}/{m}"] for n, i in per.items()} for m in ("loss", "entropy", "accuracy")},

@@ -62,7 +62,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _types, _validate, attention, diagnostics, models
+from . import _validate, attention, diagnostics, models
 from ._types import Float, Tensor, checked
 
 SUMMARIES = ("positive_mass", "weighted_entropy", "entropy", "score_grad", "advantage_share", "u_norm",
@@ -427,10 +427,12 @@ def measure_overhead(make_model, step_fn, steps=50, every=10, repeats=3, **monit
     _validate.function("step_fn", step_fn, "a function step_fn(model, optimizer, step)", n_args=3)
     steps, repeats = _validate.integer("steps", steps, 1), _validate.integer("repeats", repeats, 1)
     every = _validate.integer("every", every, 1)
-    misspelt = _types._binding_error(Monitor.__init__, inspect.signature(Monitor.__init__), (None, None),
-                                     {"every": every, **monitor_kwargs})
-    if misspelt:   # the keywords after repeats go to Monitor(): named now, not after the warm-up runs
-        raise misspelt
+    passed_on = [p for p in inspect.signature(Monitor).parameters if p not in ("model", "every", "steps")]
+    unknown = [k for k in monitor_kwargs if k not in passed_on]
+    if unknown:   # named now, not by Monitor() after the warm-up runs
+        near = _validate.near_name(unknown[0], ["steps", "every", "repeats", *passed_on])
+        raise TypeError(f"monitor.measure_overhead(): got an unexpected keyword argument {unknown[0]!r}"
+                        + (f"; did you mean {near!r}?" if near else "") + f" (it passes {', '.join(passed_on)} to Monitor)")
 
     def timed(monitored):
         model = make_model()

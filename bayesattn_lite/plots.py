@@ -333,10 +333,10 @@ def value_trajectories(axes, pca, colors, titles=None):
         _validate.fail("axes", f"{len(names)} axes (one per schedule)", len(axes))
     if not all(hasattr(ax, "plot") for ax in axes):
         _validate.fail("axes", f"{len(names)} matplotlib Axes (fig.subplots(1, {len(names)}))", axes)
-    if any(np.shape(p)[-1:] and np.shape(p)[-1] < 2 for p in pca["projections"].values()):
-        _validate.fail("pca", "experiments.value_pca(..., n_components >= 2): a plane needs two components",
-                       f"projections with {np.shape(next(iter(pca['projections'].values())))[-1]} component",
-                       described=True)
+    for name, p in pca["projections"].items():
+        if np.ndim(p) < 1 or np.shape(p)[-1] < 2:
+            _validate.fail("pca", "experiments.value_pca(..., n_components >= 2): a plane needs two components",
+                           f"projections of {name!r} of shape {np.shape(p)}", described=True)
     every = np.concatenate([p.reshape(-1, p.shape[-1]) for p in pca["projections"].values()])
     low, high = every.min(axis=0), every.max(axis=0)
     pad = 0.08 * (high - low).max()

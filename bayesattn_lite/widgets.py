@@ -228,11 +228,10 @@ def advantage_explorer(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES
     angle of u_i in degrees, eta) followed by the output area.
     """
     import ipywidgets
-
-    figsize = _validate.figsize("figsize", figsize)   # checked now: inside the panel an error would only be shown there
     from IPython.display import display
 
     start = advantage_state(values, u, scores, eta)   # checked here, not inside the panel, which would hide the error
+    figsize = _validate.figsize("figsize", figsize)
     moved = _validate.integer("moved", moved, 0, len(start["values"]) - 1)
     values, u = start["values"].copy(), start["u"]
     u_length = float(np.linalg.norm(u))

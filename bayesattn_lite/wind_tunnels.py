@@ -16,7 +16,7 @@ scale) and ``test_horizons()`` (the longer horizons a trained model is also test
 run draws its batches from ``data_seed(seed, step)``, one stream per run seed.
 """
 
-import difflib
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -107,11 +107,11 @@ def _generator(seed, generator: torch.Generator | None):
 def _horizon(task, horizon, name, default, minimum, maximum=None):
     """The one keyword a task's ``sample`` accepts to change its length (e.g. HMMTask: K)."""
     unknown = sorted(set(horizon) - {name})
-    if unknown:
-        takes = ["batch_size", "seed", "generator", name]
-        near = difflib.get_close_matches(unknown[0], takes, n=1)
+    if unknown:   # as Python says it for a misspelt keyword, with the near one (K for k, seed for sed)
+        takes = [p for p in inspect.signature(type(task).sample).parameters if p not in ("self", "horizon")] + [name]
+        near = _validate.near_name(unknown[0], takes)
         raise TypeError(f"wind_tunnels.{type(task).__name__}.sample(): got an unexpected keyword argument "
-                        f"{unknown[0]!r}" + (f"; did you mean {near[0]!r}?" if near else "") + f" (it takes {', '.join(takes)})")
+                        f"{unknown[0]!r}" + (f"; did you mean {near!r}?" if near else "") + f" (it takes {', '.join(takes)})")
     value = _validate.integer(name, horizon.get(name, default), minimum)
     if maximum is not None and value > maximum:
         _validate.fail(name, f"an int in [{minimum}, {maximum}]", value)
@@ -140,12 +140,12 @@ class WindTunnel:
 
     @checked
     def _check_batch(self, batch: WindTunnelBatch):
-        """A WindTunnelBatch of this task (its posterior has this task's n_classes, its tokens are in its
-        vocabulary: another task's batch with as many classes uses tokens this one does not have)."""
-        top = int(batch.tokens.max()) if batch.tokens.numel() else 0
+        """A WindTunnelBatch of this task: made by this kind of task (``batch.task``, where it says), with
+        this task's n_classes and tokens in its vocabulary (what a hand-made batch can be checked for)."""
         if batch.task and batch.task != type(self).__name__:
             _validate.fail("batch", f"a WindTunnelBatch of this task ({self!r}.sample(...))",
                            f"a batch of {batch.task}", described=True)
+        top = int(batch.tokens.max()) if batch.tokens.numel() else 0
         if batch.posterior.shape[-1] != self.n_classes or top >= self.vocab_size:
             _validate.fail("batch", f"a WindTunnelBatch of this task ({self!r}.sample(...))",
                            f"a batch of {batch.posterior.shape[-1]} classes and tokens up to {top}",

@@ -118,7 +118,7 @@ def test_with_the_weights_held_em_and_gradient_ascent_climb_to_the_same_optimum(
 
 def test_a_fit_whose_variance_collapses_names_the_points_not_an_argument_never_passed():
     one_point = torch.randn(1, 3, dtype=torch.float64)
-    with pytest.raises(ValueError, match=r"^x, resp: expected points not all on their components' means .*1 point\(s\) "
-                                         r"for 1 component\(s\).*fit_variance=False, got a fitted variance of 0"):
+    with pytest.raises(ValueError, match=r"^x: expected points that do not all coincide with their components' means "
+                                         r"\(.*fit_variance=False\), got points whose fitted variance is 0"):
         em.fit(one_point, 1, n_iter=1)
     assert em.fit(one_point, 1, n_iter=1, fit_variance=False).variance == 1.0

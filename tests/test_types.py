@@ -103,7 +103,7 @@ def test_a_check_false_call_still_names_a_misspelt_argument():
     (lambda: specialisation.Config(stpes=10), r"specialisation\.Config\(\): .*'stpes'; did you mean 'steps'"),
     (lambda: experiments.EMvsSGDConfig(stpes=1), r"experiments\.EMvsSGDConfig\(\): .*did you mean 'steps'"),
     (lambda: monitor.measure_overhead(lambda: attention.AttentionHead(4, 3, 3, 2), lambda m, o, s: None, evry=1),
-     r"monitor\.Monitor\(\): .*'evry'; did you mean 'every'"),
+     r"monitor\.measure_overhead\(\): .*'evry'; did you mean 'every'\? \(it passes keep, probe to Monitor\)"),
 ])
 def test_the_packages_constructors_and_entry_points_name_a_misspelt_argument(call, message):
     with pytest.raises(TypeError, match=message):
