@@ -49,7 +49,7 @@ def read_json(path, what, keys=(), advice="delete it and train it again"):
     missing = [k for k in keys if k not in data] if isinstance(data, dict) else list(keys)
     if not isinstance(data, dict) or missing:
         damaged(path, what, f"it holds {type(data).__name__ if not isinstance(data, dict) else 'a dict'}"
-                             f"{f' without {missing}' if missing and isinstance(data, dict) else ''}", advice)
+                            f"{f' without {missing}' if missing and isinstance(data, dict) else ''}", advice)
     return data
 
 

@@ -150,6 +150,7 @@ def _variant(name, arch=None, task_name=None):
     it does not train (its seeds or steps there would describe runs that do not exist)."""
     if name not in VARIANTS:
         _validate.fail("variant", f"one of {sorted(VARIANTS)}", name)
+
     def trains(variant):
         return any(arch in (None, a) and task_name in (None, t) for a, t in variant.runs)
 
