@@ -12,14 +12,17 @@ namespaces), as root with a user id of its own; run the file with BAYESATTN_GRAD
 the plain-user mode, which must hold the same attacks.
 """
 
+import contextlib
 import csv
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -385,11 +388,11 @@ def batch(course, tmp_path_factory):
     groups_before = _control_groups()
     env = {**os.environ, "PYTHONPATH": str(course), "TMPDIR": str(work / "tmp")}
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "bayesattn_lite.instructor.grading", str(subs), "--csv", str(csv_path),
-                           "--assignment", "ps1_derivations", "--grader-memory", str(GRADER_MEMORY),
-                           "--reports", str(reports), "--timeout", str(TIMEOUT),
-                           "--notebook-timeout", str(NOTEBOOK_TIMEOUT), "--max-output", str(MAX_OUTPUT)],
-                          capture_output=True, text=True, env=env, cwd=str(work), timeout=900)
+    done = _run_grader([sys.executable, "-m", "bayesattn_lite.instructor.grading", str(subs), "--csv", str(csv_path),
+                        "--assignment", "ps1_derivations", "--grader-memory", str(GRADER_MEMORY),
+                        "--reports", str(reports), "--timeout", str(TIMEOUT),
+                        "--notebook-timeout", str(NOTEBOOK_TIMEOUT), "--max-output", str(MAX_OUTPUT)],
+                       env=env, cwd=str(work), timeout=900)
     seconds = time.monotonic() - start
     time.sleep(1.5)  # a surviving background process would rewrite a report in this time
     with open(csv_path, newline="") as f:
@@ -398,6 +401,33 @@ def batch(course, tmp_path_factory):
     modes = {p.name: oct(p.stat().st_mode & 0o7777) for p in (victim, victim / "secret.txt")}
     return {"done": done, "seconds": seconds, "groups": (groups_before, _control_groups()), "victim_modes": modes, "rows": rows, "reports": data, "subs": subs, "before": before,
             "checks_before": checks_before, "grader_checks": grader_checks, "folder": folder}
+
+
+def _run_grader(command, timeout, **kwargs):
+    """subprocess.run(command, capture_output=True, text=True); past ``timeout`` the grader and its workers
+    print where each thread is (SIGUSR1, faulthandler) before they are killed, and the test fails with it."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in [proc.pid, *_children(proc.pid)]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGUSR1)
+        time.sleep(3)
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the grader ran past {timeout} s. Its output:\n{out[-3000:]}\nIts threads:\n{err[-12000:]}")
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def _children(pid):
+    """The processes started by ``pid`` (the grader's workers), from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
 
 
 def _control_groups():
@@ -435,6 +465,9 @@ def test_the_batch_finishes_with_a_row_and_a_report_for_every_submission(batch):
         assert int(row["score"]) == report["score"] and int(row["max_score"]) == report["max_score"]
     # the submissions are read, never written
     assert {p.name: _digest(p) for p in batch["subs"].iterdir() if p.is_file()} == batch["before"]
+    # the instructor sees each one as soon as it is graded, counted
+    progress = re.findall(r"^\[(\d+)/(\d+)\] ", done.stdout, re.M)
+    assert progress == [(str(k), str(len(names))) for k in range(1, len(names) + 1)], done.stdout[-2000:]
     print(f"batch of {len(names)} submissions: {batch['seconds']:.0f} s; {done.stdout.strip().splitlines()[-1]}")
 
 
@@ -619,6 +652,22 @@ def test_a_message_too_large_for_the_graders_memory_stops_only_its_worker(batch)
     assert "stopped the grader's worker" in batch["done"].stderr
     nxt = batch["reports"]["h_spin_z_next"]
     assert nxt["score"] == nxt["automatic_max"] > 0, nxt
+
+
+@pytest.mark.skipif(not ROOT, reason="a sandbox gets a staging folder as root only")
+def test_a_killed_workers_staging_folders_go_with_its_folder(tmp_path, monkeypatch):
+    """Its sandboxes' staging folders are made below the worker's own folder (removed with it, however
+    the worker ends), even when TMPDIR is a folder other users cannot enter."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    worker = grading._worker_folder()
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", worker)  # what the worker's process does first
+        command, stage, _ = _sandbox.sandboxed_command(["true"], worker, [], [worker] * 3, (), _sandbox.sandbox_uid())
+        assert Path(stage).parent == Path(worker), (stage, worker)
+    finally:
+        _sandbox.remove_tree(worker)
 
 
 def test_a_kernel_that_spins_does_not_starve_the_next_kernels_start(batch):

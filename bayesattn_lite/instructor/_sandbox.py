@@ -226,11 +226,11 @@ def bubblewrap_argv(root, writable, scratch, hide, stage_dir=None):
     return argv, stage, covered
 
 
-def staging_folder():
+def staging_folder(prefix="bal-stage-"):
     """An empty folder that any user can enter, for the launcher's staging binds (removed by the caller)."""
     for base in dict.fromkeys([tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"]):
         if os.path.isdir(base) and _reachable_by_others(os.path.realpath(base) + "/x"):
-            folder = tempfile.mkdtemp(prefix="bal-stage-", dir=base)
+            folder = tempfile.mkdtemp(prefix=prefix, dir=base)
             os.chmod(folder, 0o711)
             return folder
     raise OSError("no temporary folder that another user can enter (/tmp, /var/tmp, /dev/shm) for the sandbox")

@@ -799,7 +799,13 @@ def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **option
         source = _bytes_or_error(path)
         name, out = _printable(path), reports_dir / f"{_stem(path, used)}.json"
         tasks.append((name, source, out, (submitted or {}).get(path), os.path.abspath(path)))
-    reports = [_finish(report) for report in _grade_tasks(tasks, options, jobs, guard)]
+    graded = []  # each report is written and said as soon as it is ready: a batch stopped halfway keeps them
+
+    def finished(report):
+        graded.append(report)
+        _finish(report, f"[{len(graded)}/{len(tasks)}] ")
+
+    reports = _grade_tasks(tasks, options, jobs, guard, finished)
     for report in reports:  # again, now that no kernel is left: what a submission wrote is overwritten
         try:
             write_report(report, Path(report["report"]))
@@ -827,16 +833,14 @@ class _Worker:
     submission makes the grader's side cost (a notebook to parse, the kernel's messages, the checks'
     work on its answers) only this process pays, up to ``memory`` MiB, and within a deadline; past
     either, the worker is ended with its sandboxes and files, that submission gets 0 with the reason,
-    and a fresh worker grades the rest. Its temporary files (the sandboxes' folders) live in a folder
-    of its own, removed, and checked to be gone, when it ends however it ends."""
+    and a fresh worker grades the rest. Its temporary files (the sandboxes' folders and, as root, their
+    staging folders) live in a folder of its own, removed, and checked to be gone, when it ends however
+    it ends."""
 
     def __init__(self, options, jobs, memory):
         import socket
-        import subprocess
-        import tempfile
         from multiprocessing.connection import Connection
-        self.folder = tempfile.mkdtemp(prefix="bal-worker-", dir=_sandbox._scratch_base(True))
-        os.chmod(self.folder, 0o711)  # the sandboxes' users enter their own folders below, by name
+        self.folder = _worker_folder()
         ours, theirs = socket.socketpair()
         self.group = _cgroup.Group(memory * 2 ** 20, float(os.cpu_count() or 1))
         # a new interpreter (never a fork of this one, which has torch's threads), this package first on its path
@@ -876,6 +880,18 @@ class _Worker:
                   file=sys.stderr)
 
 
+def _worker_folder():
+    """A grading worker's temporary folder. As root, one the sandboxes' users can enter (their
+    staging folders are made below it, so a killed worker leaves none in /tmp); else on /dev/shm."""
+    import tempfile
+    if _sandbox.privileged():
+        folder = _sandbox.staging_folder("bal-worker-")
+    else:
+        folder = tempfile.mkdtemp(prefix="bal-worker-", dir=_sandbox._scratch_base(True))
+    os.chmod(folder, 0o711)  # the sandboxes' users enter their own folders below, by name
+    return folder
+
+
 def _mounts_below(folder):
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
@@ -904,12 +920,14 @@ def serve(conn, options, jobs, early):
         next_sandbox.close()
 
 
-def _grade_tasks(tasks, options, jobs, guard=None):
-    """The reports of ``tasks``: in workers in the sandbox; in this process without one (trusted
-    notebooks, the package checked by ``guard`` after each), or with BAYESATTN_GRADER_IN_PROCESS=1 (for
-    tests that patch the grader: nothing then bounds the grader's side)."""
+def _grade_tasks(tasks, options, jobs, guard=None, done=None):
+    """The reports of ``tasks``, each also given to ``done`` as soon as it is ready: in workers in the
+    sandbox; in this process without one (trusted notebooks, the package checked by ``guard`` after
+    each), or with BAYESATTN_GRADER_IN_PROCESS=1 (for tests that patch the grader: nothing then bounds
+    the grader's side)."""
+    done = done or (lambda report: None)
     if options.get("sandboxed", True) and os.environ.get("BAYESATTN_GRADER_IN_PROCESS") != "1":
-        return in_workers(tasks, options, jobs)
+        return in_workers(tasks, options, jobs, done)
     options = {k: v for k, v in options.items() if k != "grader_memory"}
     next_sandbox = _NextSandbox() if options.get("sandboxed", True) else None
     reports = []
@@ -918,14 +936,16 @@ def _grade_tasks(tasks, options, jobs, guard=None):
             if next_sandbox is not None:
                 next_sandbox.more = n + 1 < len(tasks)
             reports.append(_restored(_attempt(task, options, next_sandbox), guard))
+            done(reports[-1])
     finally:
         if next_sandbox is not None:
             next_sandbox.close()
     return reports
 
 
-def in_workers(tasks, options, jobs):
-    """The reports of ``tasks`` (``_attempt``'s), graded by ``jobs`` workers, in the tasks' order."""
+def in_workers(tasks, options, jobs, done=lambda report: None):
+    """The reports of ``tasks`` (``_attempt``'s), graded by ``jobs`` workers, in the tasks' order; each
+    is given to ``done`` as it arrives."""
     from multiprocessing.connection import wait
     options = dict(options)
     memory = options.pop("grader_memory", DEFAULT_GRADER_MEMORY)
@@ -948,9 +968,11 @@ def in_workers(tasks, options, jobs):
                     if w.conn.poll():
                         reports[index], used = w.conn.recv()
                         peak, w.task = max(peak, used), None
-                        continue
                 except (EOFError, OSError):
                     pass
+                if w.task is None:
+                    done(reports[index])
+                    continue
                 if w.proc.poll() is not None:
                     why = (f"grading it ended the grader's worker (over its {memory:g} MiB of memory, "
                            "e.g. a notebook or kernel messages too large to read)"
@@ -959,6 +981,7 @@ def in_workers(tasks, options, jobs):
                     why = f"grading it ran past the grader's {per_task:g} s for one submission"
                 if why:
                     reports[index] = _stopped(task, options, why)
+                    done(reports[index])
                     w.task = None
                     w.end(at_once=True)
                     workers[n] = _Worker(options, jobs, memory) if pending else w
@@ -1027,13 +1050,13 @@ def _restored(report, guard):
     return report
 
 
-def _finish(report):
-    """After a submission: write its report, say it."""
+def _finish(report, progress=""):
+    """After a submission: write its report, say it (after ``progress``, e.g. "[3/40] ")."""
     try:
         write_report(report, Path(report["report"]))
     except OSError as exc:
         report["problems"].append(f"its report could not be written: {exc}")
-    print(summary_line(report), flush=True)
+    print(progress + summary_line(report), flush=True)
     return report
 
 
@@ -1399,6 +1422,9 @@ def _regrade(args, options):
 
 
 if __name__ == "__main__":
+    import faulthandler
+    import signal
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where a grader that seems stuck is
     # the module under its own name, not __main__'s copy: what a worker sends back (Refused, reports) is
     # pickled by the name the worker imports
     from bayesattn_lite.instructor import grading
