@@ -401,14 +401,14 @@ def trajectories(ax: Axes, paths, color, label=None, ls="-", marker="o"):
         ax.plot(p[-1, k, 0], p[-1, k, 1], marker=marker, color=color, ms=6)
 
 
-# ----------------------------------------------------------------------------- chapter 4: the score kernel
+# ----------------------------------------------------------------------------- chapter 4: the score-space kernel
 
 @checked
 def score_kernel_panels(axes: AxesList, steps, agree_gradient, agree_kernel, kernel):
-    """Two panels for chapter 4's score kernel. Left: over training steps, the share of pairs whose
+    """Two panels for chapter 4's score-space kernel. Left: over training steps, the share of pairs whose
     realised score change has the sign of -dL/ds (the pair's own gradient) and of the kernel's
     first-order step -lr K dL/ds, median and range over seeds (rows of the two (seeds, steps) arrays),
-    with chance (1/2) dotted. Right: ``kernel``, the (pairs, pairs) score kernel of one sequence,
+    with chance (1/2) dotted. Right: ``kernel``, the (pairs, pairs) score-space kernel of one sequence,
     divided by the mean of its diagonal, on a signed scale."""
     _, axes = figure_or_axes("axes", axes, 2)
     ax = axes[0]
@@ -426,7 +426,7 @@ def score_kernel_panels(axes: AxesList, steps, agree_gradient, agree_kernel, ker
     k = k / np.abs(np.diag(k)).mean()
     bound = float(np.abs(k).max())
     im = axes[1].imshow(k, cmap="RdBu_r", vmin=-bound, vmax=bound, interpolation="nearest")
-    axes[1].set(title="score kernel of one sequence / its mean diagonal", xlabel="pair (i, j)", ylabel="pair (i', j')")
+    axes[1].set(title="score-space kernel of one sequence / its mean diagonal", xlabel="pair (i, j)", ylabel="pair (i', j')")
     plt.colorbar(im, ax=axes[1], fraction=0.046, pad=0.04)
     return axes
 

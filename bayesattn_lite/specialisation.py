@@ -865,7 +865,7 @@ def compare_with_gmm(run_: Run, n_iter=100, restarts=5, confident=0.9):
                 "agree_gmm_exact": agree(gmm_sources, exact)}
 
 
-# ----------------------------------------------------------------------------- chapter 4: the score kernel, an oracle head, snapshots
+# ----------------------------------------------------------------------------- chapter 4: the score-space kernel, an oracle head, snapshots
 
 @checked
 def parameter_snapshots(cfg: Config, seed, at):
@@ -904,7 +904,7 @@ def score_step(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], p0: Mapping
     agree_gradient   share of pairs where the realised Delta s_ij has the sign of -dL/ds_ij (the
                      step the pair would take if the scores were free parameters)
     agree_kernel     share of pairs where it has the sign of the first-order step -lr K dL/ds, K the
-                     score kernel of lemma lem-score-kernel over the whole batch; computed as the
+                     score-space kernel of lemma lem-score-kernel over the whole batch; computed as the
                      directional derivative of s along the W_Q, W_K step (K is too big to build)
     corr_gradient    Pearson correlation of -dL/ds_ij with the realised Delta s_ij
     kernel_error     |realised - first order| / |realised| (small: first order describes the step)
@@ -932,7 +932,7 @@ def score_step(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], p0: Mapping
 
 @checked
 def kernel_offdiagonal(x: Float[Tensor, "B T d_x"], params: Mapping[str, Tensor], n_seqs=16):
-    """The share of the score kernel's mass off its diagonal, sum_{off} |K| / sum |K|, over the
+    """The share of the score-space kernel's mass off its diagonal, sum_{off} |K| / sum |K|, over the
     visible pairs (i >= 1) of each of the first ``n_seqs`` sequences of x, one number per sequence.
     K[i'j', ij] = [(x_i.x_i')(k_j.k_j') + (x_j.x_j')(q_i.q_i')]/d_k (``attention.score_kernel``);
     its diagonal is the part of a pair's step that comes from the pair's own gradient."""

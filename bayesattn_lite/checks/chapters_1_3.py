@@ -340,7 +340,7 @@ def check_projection_gradients(fn):
     return run(_projection_spec(), fn)
 
 
-# ----------------------------------------------------------------------------- score kernel (chapter 3)
+# ----------------------------------------------------------------------------- score-space kernel (chapter 3)
 
 def _kernel(inp, scale="1/d_k", terms="both", pairing="right", layout="abij"):
     """K[i', j', i, j] = [(x_i . x_i')(k_j . k_j') + (x_j . x_j')(q_i . q_i')] / d_k, with knobs for slips."""
