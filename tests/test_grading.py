@@ -17,13 +17,18 @@ import csv
 import hashlib
 import json
 import os
+import queue
 import re
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import nbformat
@@ -652,6 +657,22 @@ def test_a_message_too_large_for_the_graders_memory_stops_only_its_worker(batch)
     assert "stopped the grader's worker" in batch["done"].stderr
     nxt = batch["reports"]["h_spin_z_next"]
     assert nxt["score"] == nxt["automatic_max"] > 0, nxt
+
+
+def test_a_worker_stopped_halfway_through_a_report_does_not_block_the_grader():
+    """The grader reads each worker in a thread of its own: a worker stopped in the middle of a message
+    (here half a message on its socket) leaves the grader's loop, and so its deadlines, running; the
+    worker's end is then reported as None."""
+    ours, theirs = socket.socketpair()
+    worker = grading._Worker.__new__(grading._Worker)
+    worker.conn, worker.inbox = Connection(ours.detach()), queue.SimpleQueue()
+    threading.Thread(target=worker._listen, daemon=True).start()
+    theirs.sendall(struct.pack("!i", 1000) + b"x" * 10)  # a message of 1000 bytes, 10 of them sent
+    with pytest.raises(queue.Empty):
+        worker.inbox.get(timeout=0.5)
+    theirs.close()  # the worker ends
+    assert worker.inbox.get(timeout=5) == (worker, None)
+    worker.conn.close()
 
 
 @pytest.mark.skipif(not ROOT, reason="a sandbox gets a staging folder as root only")

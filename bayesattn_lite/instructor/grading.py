@@ -837,8 +837,9 @@ class _Worker:
     staging folders) live in a folder of its own, removed, and checked to be gone, when it ends however
     it ends."""
 
-    def __init__(self, options, jobs, memory):
+    def __init__(self, options, jobs, memory, inbox):
         import socket
+        import threading
         from multiprocessing.connection import Connection
         self.folder = _worker_folder()
         ours, theirs = socket.socketpair()
@@ -852,10 +853,24 @@ class _Worker:
         self.conn = Connection(ours.detach())
         self.conn.send((jobs, options, _sandbox_arguments(options, options.get("hide", ())), _cgroup.kind()))
         self.task = self.deadline = None
+        self.inbox = inbox
+        self.listener = threading.Thread(target=self._listen, daemon=True)
+        self.listener.start()
+
+    def _listen(self):
+        """Put each report of the worker into ``inbox``, then None when the worker has ended. A thread of
+        its own reads them, so a worker stopped halfway through a message never blocks the grader, whose
+        deadlines keep running."""
+        try:
+            while True:
+                self.inbox.put((self, self.conn.recv()))
+        except (EOFError, OSError):
+            self.inbox.put((self, None))
 
     def send(self, index, task, more, seconds):
         self.task, self.deadline = (index, task), time.monotonic() + seconds
-        self.conn.send((task, more))
+        with contextlib.suppress(OSError):  # a worker that has just ended: its listener reports the end
+            self.conn.send((task, more))
 
     def end(self, at_once=False):
         """End the process, every sandbox it left, and their files and groups; checked."""
@@ -868,6 +883,7 @@ class _Worker:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self.listener.join(timeout=10)  # it reads the connection until the worker's end: closed after it
         self.conn.close()
         try:
             self.group.remove()
@@ -946,45 +962,52 @@ def _grade_tasks(tasks, options, jobs, guard=None, done=None):
 def in_workers(tasks, options, jobs, done=lambda report: None):
     """The reports of ``tasks`` (``_attempt``'s), graded by ``jobs`` workers, in the tasks' order; each
     is given to ``done`` as it arrives."""
-    from multiprocessing.connection import wait
+    import queue
     options = dict(options)
     memory = options.pop("grader_memory", DEFAULT_GRADER_MEMORY)
     per_task = options.get("notebook_timeout", DEFAULT_NOTEBOOK_TIMEOUT) * (MAX_RESTARTS + 2) + 120
     reports, pending = [None] * len(tasks), list(enumerate(tasks))[::-1]
-    workers = [_Worker(options, jobs, memory) for _ in range(min(jobs, len(tasks)))]
+    inbox = queue.SimpleQueue()   # (worker, its report, or None when it ended), from the workers' listeners
+    workers = [_Worker(options, jobs, memory, inbox) for _ in range(min(jobs, len(tasks)))]
     peak = 0
+
+    def stop(n, why):
+        w = workers[n]
+        index, task = w.task
+        reports[index] = _stopped(task, options, why)
+        done(reports[index])
+        w.task = None
+        w.end(at_once=True)
+        workers[n] = _Worker(options, jobs, memory, inbox) if pending else w
+
     try:
         while pending or any(w.task for w in workers):
             for w in workers:
                 if w.task is None and pending:
                     w.send(*pending.pop(), bool(pending), per_task)
-            wait([w.conn for w in workers if w.task], timeout=1.0)  # a report, or a worker's end (EOF)
+            try:
+                sender, message = inbox.get(timeout=1.0)
+            except queue.Empty:
+                sender = None
+            if sender in workers:   # not one replaced before (its end is old news)
+                n = workers.index(sender)
+                if message is not None:
+                    index = sender.task[0]
+                    (reports[index], used), sender.task = message, None
+                    peak = max(peak, used)
+                    done(reports[index])
+                elif sender.task is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        sender.proc.wait(timeout=5)
+                    stop(n, f"grading it ended the grader's worker (over its {memory:g} MiB of memory, e.g. a "
+                            "notebook or kernel messages too large to read)" if sender.group.out_of_memory()
+                         else "grading it ended the grader's worker")
+                elif pending:   # it ended between two submissions: a fresh one takes its place
+                    sender.end(at_once=True)
+                    workers[n] = _Worker(options, jobs, memory, inbox)
             for n, w in enumerate(workers):
-                if w.task is None:
-                    continue
-                index, task = w.task
-                why = None
-                try:
-                    if w.conn.poll():
-                        reports[index], used = w.conn.recv()
-                        peak, w.task = max(peak, used), None
-                except (EOFError, OSError):
-                    pass
-                if w.task is None:
-                    done(reports[index])
-                    continue
-                if w.proc.poll() is not None:
-                    why = (f"grading it ended the grader's worker (over its {memory:g} MiB of memory, "
-                           "e.g. a notebook or kernel messages too large to read)"
-                           if w.group.out_of_memory() else "grading it ended the grader's worker")
-                elif time.monotonic() > w.deadline:
-                    why = f"grading it ran past the grader's {per_task:g} s for one submission"
-                if why:
-                    reports[index] = _stopped(task, options, why)
-                    done(reports[index])
-                    w.task = None
-                    w.end(at_once=True)
-                    workers[n] = _Worker(options, jobs, memory) if pending else w
+                if w.task is not None and time.monotonic() > w.deadline:
+                    stop(n, f"grading it ran past the grader's {per_task:g} s for one submission")
     finally:
         for w in workers:
             w.end()
