@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -389,9 +390,12 @@ def batch(course, tmp_path_factory):
     (subs / os.fsdecode(b"f_\xff\xfe name.ipynb")).write_bytes((subs / "a_student.ipynb").read_bytes())
     before = {p.name: _digest(p) for p in subs.iterdir() if p.is_file()}
     checks_before = _digest(grader_checks)
-    (work / "tmp").mkdir()  # the grader's temporary folders (its sandboxes), to check that none is left
+    # the grader's temporary folders (its workers' and their sandboxes'), to check that none is left: one
+    # that the sandboxes' users can enter, as the grader's workers need as root (pytest's are private)
+    scratch = Path(tempfile.mkdtemp(prefix="bal-test-", dir="/tmp"))
+    scratch.chmod(0o711)
     groups_before = _control_groups()
-    env = {**os.environ, "PYTHONPATH": str(course), "TMPDIR": str(work / "tmp")}
+    env = {**os.environ, "PYTHONPATH": str(course), "TMPDIR": str(scratch)}
     start = time.monotonic()
     done = _run_grader([sys.executable, "-m", "bayesattn_lite.instructor.grading", str(subs), "--csv", str(csv_path),
                         "--assignment", "ps1_derivations", "--grader-memory", str(GRADER_MEMORY),
@@ -404,8 +408,10 @@ def batch(course, tmp_path_factory):
         rows = list(csv.DictReader(f))
     data = {p.stem: json.loads(p.read_text()) for p in reports.glob("*.json")}
     modes = {p.name: oct(p.stat().st_mode & 0o7777) for p in (victim, victim / "secret.txt")}
-    return {"done": done, "seconds": seconds, "groups": (groups_before, _control_groups()), "victim_modes": modes, "rows": rows, "reports": data, "subs": subs, "before": before,
-            "checks_before": checks_before, "grader_checks": grader_checks, "folder": folder}
+    yield {"done": done, "seconds": seconds, "groups": (groups_before, _control_groups()), "victim_modes": modes,
+           "rows": rows, "reports": data, "subs": subs, "before": before, "scratch": scratch,
+           "checks_before": checks_before, "grader_checks": grader_checks, "folder": folder}
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _run_grader(command, timeout, **kwargs):
@@ -419,8 +425,10 @@ def _run_grader(command, timeout, **kwargs):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGUSR1)
         time.sleep(3)
-        proc.kill()
-        out, err = proc.communicate()
+        for pid in [proc.pid, *_children(proc.pid)]:  # the workers too: they hold the grader's pipes
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
         pytest.fail(f"the grader ran past {timeout} s. Its output:\n{out[-3000:]}\nIts threads:\n{err[-12000:]}")
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
@@ -579,7 +587,7 @@ def test_no_process_of_a_submission_survives_and_reports_stay_written(batch):
         except OSError:
             pass
     assert alive == []
-    assert not list((batch["subs"].parent / "tmp").iterdir()), "a sandbox's folder was left behind"
+    assert not list(batch["scratch"].iterdir()), "a worker's or a sandbox's folder was left behind"
     assert _left_behind(*batch["groups"]) == [], "a control group was left behind"
     report = batch["reports"]["c_background"]  # read after the batch ended and 1.5 s more
     assert report["submission"].endswith("c_background.ipynb") and report["score"] == 0
@@ -637,7 +645,7 @@ def test_a_notebook_naming_another_assignment_is_graded_as_the_batchs(batch):
 def test_a_deep_tree_and_a_full_scratch_space_are_removed_and_cost_the_next_student_nothing(batch):
     for name in ("h_deep_tree", "h_fill_scratch"):
         assert batch["reports"][name]["status"] == "graded", batch["reports"][name]
-    assert not list((batch["subs"].parent / "tmp").iterdir()), "a sandbox's folder was left behind"
+    assert not list(batch["scratch"].iterdir()), "a worker's or a sandbox's folder was left behind"
     good = batch["reports"]["z_good"]
     assert good["score"] == good["automatic_max"] > 0 and good["problems"] == []
 
@@ -673,6 +681,67 @@ def test_a_worker_stopped_halfway_through_a_report_does_not_block_the_grader():
     theirs.close()  # the worker ends
     assert worker.inbox.get(timeout=5) == (worker, None)
     worker.conn.close()
+
+
+class _FakeWorker:
+    """A grading worker without a process, for the loop of ``grading.in_workers``: what it does with a
+    submission is ``_FakeWorker.plan[name](worker, index)``; it starts dead when ``dead_on_arrival``."""
+    plan, made, dead_on_arrival = {}, [], set()
+
+    def __init__(self, options, jobs, memory, inbox):
+        self.inbox, self.task, self.deadline, self.ended, self.dead = inbox, None, None, False, False
+        self.proc = types.SimpleNamespace(poll=lambda: 0 if self.dead else None, wait=lambda timeout=None: 0)
+        self.group = types.SimpleNamespace(out_of_memory=lambda: False)
+        self.made.append(self)
+        if len(self.made) in self.dead_on_arrival:
+            self.dead = True
+
+    def send(self, index, task, more, seconds):
+        self.task, self.deadline = (index, task), time.monotonic() + seconds
+        self.plan[task[0]](self, index)
+
+    def end(self, at_once=False):
+        self.ended = True
+
+
+def _loop(monkeypatch, plan, jobs=1, dead_on_arrival=()):
+    """The reports of ``in_workers`` on submissions named by ``plan``'s keys, with fake workers."""
+    monkeypatch.setattr(grading, "_Worker", _FakeWorker)
+    monkeypatch.setattr(grading, "_stopped", lambda task, options, why: {"name": task[0], "status": "stopped", "why": why})
+    monkeypatch.setattr(_FakeWorker, "plan", plan)
+    monkeypatch.setattr(_FakeWorker, "made", [])
+    monkeypatch.setattr(_FakeWorker, "dead_on_arrival", set(dead_on_arrival))
+    return grading.in_workers([(name, None, None, None, None) for name in plan], {}, jobs)
+
+
+def _graded(worker, index):
+    worker.inbox.put((worker, ({"name": worker.task[1][0], "status": "graded"}, 100)))
+
+
+def test_a_report_that_came_in_time_is_taken_before_any_deadline_is_judged(monkeypatch):
+    """Two workers' reports wait in the queue, and both deadlines have passed since: both are graded."""
+    def late_clock(worker, index):
+        _graded(worker, index)
+        worker.deadline = time.monotonic() - 1
+    reports = _loop(monkeypatch, {"a": late_clock, "b": late_clock}, jobs=2)
+    assert [r["status"] for r in reports] == ["graded", "graded"], reports
+
+
+def test_a_worker_that_ends_unreads_or_dies_costs_only_its_own_submission(monkeypatch):
+    """A worker that ends mid-submission, or sends a report that cannot be read, stops that submission
+    with the reason; a worker found dead between two submissions is replaced before the next is sent."""
+    def dies(worker, index):
+        worker.dead = True
+        worker.inbox.put((worker, None))
+
+    def unreadable(worker, index):
+        worker.inbox.put((worker, ValueError("bad pickle")))
+        worker.inbox.put((worker, None))
+    reports = _loop(monkeypatch, {"a": dies, "b": unreadable, "c": _graded, "d": _graded}, dead_on_arrival={3})
+    assert [r["status"] for r in reports] == ["stopped", "stopped", "graded", "graded"], reports
+    assert reports[0]["why"] == "grading it ended the grader's worker"
+    assert reports[1]["why"] == "its report could not be read (ValueError)"
+    assert len(_FakeWorker.made) == 4 and all(w.ended for w in _FakeWorker.made)  # the third was dead: replaced
 
 
 @pytest.mark.skipif(not ROOT, reason="a sandbox gets a staging folder as root only")

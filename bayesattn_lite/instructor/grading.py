@@ -852,28 +852,42 @@ class _Worker:
         self.group.add(self.proc.pid)
         self.conn = Connection(ours.detach())
         self.conn.send((jobs, options, _sandbox_arguments(options, options.get("hide", ())), _cgroup.kind()))
-        self.task = self.deadline = None
-        self.inbox = inbox
+        self.task = self.deadline = self.writer = None
+        self.ended, self.inbox = False, inbox
         self.listener = threading.Thread(target=self._listen, daemon=True)
         self.listener.start()
 
     def _listen(self):
-        """Put each report of the worker into ``inbox``, then None when the worker has ended. A thread of
-        its own reads them, so a worker stopped halfway through a message never blocks the grader, whose
-        deadlines keep running."""
+        """Put each report of the worker into ``inbox`` (an exception for one that cannot be read), then
+        None once the worker has ended. A thread of its own reads them, so a worker stopped halfway
+        through a message never blocks the grader, whose deadlines keep running."""
         try:
             while True:
                 self.inbox.put((self, self.conn.recv()))
         except (EOFError, OSError):
+            pass
+        except Exception as exc:  # noqa: BLE001 - a report that does not unpickle: the submission is stopped
+            self.inbox.put((self, exc))
+        finally:
             self.inbox.put((self, None))
 
     def send(self, index, task, more, seconds):
+        """Hand the worker a submission, from a thread: a worker that does not read (stuck while it
+        starts, say) holds that thread, never the grader, and the deadline runs from now."""
+        import threading
         self.task, self.deadline = (index, task), time.monotonic() + seconds
-        with contextlib.suppress(OSError):  # a worker that has just ended: its listener reports the end
-            self.conn.send((task, more))
+        self.writer = threading.Thread(target=self._write, args=((task, more),), daemon=True)
+        self.writer.start()
+
+    def _write(self, message):
+        with contextlib.suppress(OSError, ValueError):  # a worker that has ended: its listener reports the end
+            self.conn.send(message)
 
     def end(self, at_once=False):
-        """End the process, every sandbox it left, and their files and groups; checked."""
+        """End the process, every sandbox it left, and their files and groups; checked. Once."""
+        if self.ended:
+            return
+        self.ended = True
         try:
             if not at_once:
                 self.conn.send(None)
@@ -883,8 +897,14 @@ class _Worker:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self.listener.join(timeout=10)  # it reads the connection until the worker's end: closed after it
-        self.conn.close()
+        for thread in (self.listener, self.writer):  # they use the connection until the worker's end
+            if thread is not None:
+                thread.join(timeout=10)
+        if self.listener.is_alive() or (self.writer is not None and self.writer.is_alive()):
+            # never seen: leave the socket open rather than let a new worker's socket reuse its number
+            print("warning: a grading worker's connection could not be closed", file=sys.stderr)
+        else:
+            self.conn.close()
         try:
             self.group.remove()
             _cgroup.remove_leftovers(self.proc.pid)
@@ -898,7 +918,8 @@ class _Worker:
 
 def _worker_folder():
     """A grading worker's temporary folder. As root, one the sandboxes' users can enter (their
-    staging folders are made below it, so a killed worker leaves none in /tmp); else on /dev/shm."""
+    staging folders are made below it, so a killed worker leaves none behind): in TMPDIR when they can
+    enter it, else in /tmp, /var/tmp or /dev/shm. As an ordinary user, on /dev/shm."""
     import tempfile
     if _sandbox.privileged():
         folder = _sandbox.staging_folder("bal-worker-")
@@ -980,31 +1001,40 @@ def in_workers(tasks, options, jobs, done=lambda report: None):
         w.end(at_once=True)
         workers[n] = _Worker(options, jobs, memory, inbox) if pending else w
 
+    def messages():
+        """Every (worker, message) waiting, after waiting up to a second for the first."""
+        found = []
+        with contextlib.suppress(queue.Empty):
+            found.append(inbox.get(timeout=1.0))
+            while True:
+                found.append(inbox.get_nowait())
+        return found
+
     try:
         while pending or any(w.task for w in workers):
-            for w in workers:
+            for n, w in enumerate(workers):
                 if w.task is None and pending:
+                    if w.proc.poll() is not None:  # it ended between two submissions: a fresh one takes its place
+                        w.end(at_once=True)
+                        workers[n] = w = _Worker(options, jobs, memory, inbox)
                     w.send(*pending.pop(), bool(pending), per_task)
-            try:
-                sender, message = inbox.get(timeout=1.0)
-            except queue.Empty:
-                sender = None
-            if sender in workers:   # not one replaced before (its end is old news)
+            for sender, message in messages():   # every report that came, before any deadline is judged
+                if sender not in workers or sender.task is None:
+                    continue   # a worker replaced or stopped before: its end, or its report, came too late
                 n = workers.index(sender)
-                if message is not None:
+                if isinstance(message, Exception):
+                    stop(n, f"its report could not be read ({type(message).__name__})")
+                elif message is not None:
                     index = sender.task[0]
                     (reports[index], used), sender.task = message, None
                     peak = max(peak, used)
                     done(reports[index])
-                elif sender.task is not None:
+                else:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         sender.proc.wait(timeout=5)
                     stop(n, f"grading it ended the grader's worker (over its {memory:g} MiB of memory, e.g. a "
                             "notebook or kernel messages too large to read)" if sender.group.out_of_memory()
                          else "grading it ended the grader's worker")
-                elif pending:   # it ended between two submissions: a fresh one takes its place
-                    sender.end(at_once=True)
-                    workers[n] = _Worker(options, jobs, memory, inbox)
             for n, w in enumerate(workers):
                 if w.task is not None and time.monotonic() > w.deadline:
                     stop(n, f"grading it ran past the grader's {per_task:g} s for one submission")
