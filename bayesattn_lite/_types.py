@@ -88,19 +88,22 @@ def checked(fn):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if _UNCHECKED[0] or (skippable and kwargs.get("check", True) is False):   # a loop's own step or measure
-            return fn(*args, **kwargs)
         try:
+            if _UNCHECKED[0] or (skippable and kwargs.get("check", True) is False):  # a loop's own step or measure
+                return fn(*args, **kwargs)
             return typed(*args, **kwargs)
         except TypeCheckError as exc:
             name = re.search(r"typechecking parameter '(\w+)'", str(exc))
             if name is None:  # the return value or a nested call: the package's fault, not the caller's
                 raise
             raise ValueError(_message(signature, name.group(1), args, kwargs, str(exc), fn.__globals__)) from None
+        except TypeError:  # a misspelt, missing or extra argument named, checked or not
+            error = _binding_error(fn, signature, args, kwargs)
+            if error is None:
+                raise
+            raise error from None
 
-    spelled = _spelled(call)   # a misspelt, missing or extra argument named, checked or not
-    spelled.__wrapped__ = fn
-    return spelled
+    return call
 
 
 def _spelled(fn):

@@ -259,22 +259,24 @@ class SelectiveSSMLayer(nn.Module):
 
     def _gates(self, x):
         """u, z (B, T, d_inner); Delta (B, T, d_inner); B, C (B, T, d_state): all from the input."""
-        if not isinstance(x, torch.Tensor) or x.ndim != 3 or x.shape[-1] != self.in_proj.in_features:
-            _validate.fail("x", f"a float tensor (B, T, d_model={self.in_proj.in_features}) for this layer", x)
+        if x.shape[-1] != self.in_proj.in_features:   # the annotations check the rest; a type cannot say this width
+            _validate.fail("x", f"(B, T, d_model={self.in_proj.in_features}) for this layer", tuple(x.shape))
         T = x.shape[1]
         u, z = self.in_proj(x).chunk(2, dim=-1)
         u = F.silu(self.conv(u.transpose(1, 2))[..., :T].transpose(1, 2))  # left padding only: causal
         dt, B, C = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         return u, z, F.softplus(self.dt_proj(dt)), B, C
 
-    def ssm_inputs(self, x):
+    @checked
+    def ssm_inputs(self, x: Float[Tensor, "B T d_model"]):
         """(a, b, C, u, z) of the recurrence h_t = a_t h_{t-1} + b_t, for tests and figures."""
         u, z, delta, B, C = self._gates(x)
         a = torch.exp(delta.unsqueeze(-1) * -torch.exp(self.A_log))            # (B, T, d_inner, N)
         b = (delta * u).unsqueeze(-1) * B.unsqueeze(2)                         # (B, T, d_inner, N)
         return a, b, C, u, z
 
-    def mixing_weights(self, x):
+    @checked
+    def mixing_weights(self, x: Float[Tensor, "B T d_model"]):
         """omega (B, d_inner, T, T): the unrolled weights, C_t . h_t = sum_s omega_ts u_s, with
         omega_ts = sum_n C_tn [prod_{r=s+1..t} exp(Delta_r A_n)] Delta_s B_sn  (0 for s > t).
         Attention's alpha_ts, for a selective SSM (chapter 8 compares the two)."""

@@ -421,16 +421,19 @@ def _run_grader(command, timeout, **kwargs):
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        for pid in [proc.pid, *_children(proc.pid)]:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGUSR1)
+        _signal_grader(proc.pid, signal.SIGUSR1)
         time.sleep(3)
-        for pid in [proc.pid, *_children(proc.pid)]:  # the workers too: they hold the grader's pipes
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        _signal_grader(proc.pid, signal.SIGKILL)  # the workers too: they hold the grader's pipes
         out, err = proc.communicate(timeout=30)
         pytest.fail(f"the grader ran past {timeout} s. Its output:\n{out[-3000:]}\nIts threads:\n{err[-12000:]}")
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def _signal_grader(pid, signum):
+    """Send ``signum`` to the grader ``pid`` and to its workers."""
+    for target in [pid, *_children(pid)]:
+        with contextlib.suppress(OSError):
+            os.kill(target, signum)
 
 
 def _children(pid):

@@ -151,6 +151,12 @@ def make_case(signature, inputs, expected, note):
 
 # ----------------------------------------------------------------------------- running a check
 
+def not_callable(name, arguments, given):
+    """None when ``given`` (or the learner's function it wraps) can be called, else ``not_a_function``'s verdict
+    (compare with None: a failed verdict is falsy)."""
+    return None if callable(getattr(given, "learner_function", given)) else not_a_function(name, arguments, given)
+
+
 def not_a_function(name, arguments, given):
     """The verdict when a check is given something else than the learner's function: most often its
     result, the function already called."""
@@ -162,9 +168,9 @@ def run(spec, fn):
     """The verdict on ``fn`` of the check ``spec``: call it on every problem, compare, name the mistake.
     A function wrapped by ``checks.until_written`` is checked as the learner wrote it, without the wrapper
     (which would answer with the reference)."""
+    if (verdict := not_callable(spec.name, spec.signature, fn)) is not None:
+        return verdict
     fn = getattr(fn, "learner_function", fn)
-    if not callable(fn):
-        return not_a_function(spec.name, spec.signature, fn)
     answers = []
     for case in spec.cases:
         try:  # copies: an in-place operation of the learner must not touch the check's data

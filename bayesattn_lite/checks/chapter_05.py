@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from .. import em
-from ._engine import DTYPE, Flaw, Output, Spec, generator, make_case, not_a_function, run
+from ._engine import DTYPE, Flaw, Output, Spec, generator, make_case, not_callable, run
 
 __all__ = ["check_mixture_m_step"]
 
@@ -107,6 +107,6 @@ def check_mixture_m_step(fn):
     """Check ``fn(x, resp) -> (means, variance, weights)``: the M-step of a spherical Gaussian mixture with
     one shared variance, from the points x (n, d) and the responsibilities resp (n, K), as ``em.m_step``:
     means (K, d), the variance (a number or a 0-d tensor) and the mixing weights (K,)."""
-    if not callable(getattr(fn, "learner_function", fn)):
-        return not_a_function("mixture_m_step", ["x", "resp"], fn)
+    if (verdict := not_callable("mixture_m_step", ["x", "resp"], fn)) is not None:
+        return verdict
     return run(_m_step_spec(), _numbers_as_tensors(fn))

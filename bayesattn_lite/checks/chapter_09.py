@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .. import attention, diagnostics, monitor
-from ._engine import DTYPE, Flaw, Output, Spec, generator, make_case, not_a_function, peaked_attention, run
+from ._engine import DTYPE, Flaw, Output, Spec, generator, make_case, not_callable, peaked_attention, run
 
 __all__ = ["check_advantage_share", "check_settle_step"]
 
@@ -178,9 +178,9 @@ def check_settle_step(fn):
     from which the rate stays below ``fraction`` x its peak to the end of the run, or None (nan) when there
     is none or when it comes later than ``steps[-1] - min_span * (steps[-1] - steps[0])``
     (``diagnostics.settle`` with ``window=1``, i.e. no smoothing)."""
+    if (verdict := not_callable("settle_step", ["steps", "rates", "fraction", "min_span"], fn)) is not None:
+        return verdict
     learner = getattr(fn, "learner_function", fn)
-    if not callable(learner):
-        return not_a_function("settle_step", ["steps", "rates", "fraction", "min_span"], fn)
     answers = []
 
     def none_is_nan(*args):  # "not settled" may be None, as diagnostics.settle says it

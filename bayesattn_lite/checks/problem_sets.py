@@ -15,7 +15,7 @@ import torch
 from .. import attention
 from . import _engine
 from ._engine import (DTYPE, SIZES, CheckResult, Flaw, Output, Spec, generator, input_note, is_causal, make_case,
-                      not_a_function, peaked_attention, rng, run, type_name, without_answer)
+                      not_callable, peaked_attention, rng, run, type_name, without_answer)
 
 
 # ----------------------------------------------------------------------------- forms of a question
@@ -191,8 +191,8 @@ def check_value_update_basis(fn):
     """Check ``fn(W_O) -> B``: an orthonormal basis (d_v, C - 1), as columns, of the subspace that holds every
     column of dW_V after one step, {W_O^T r : r_1 + ... + r_C = 0} (W_O stored (C, d_v))."""
     name = "value_update_basis"
-    if not callable(fn):
-        return not_a_function(name, ["W_O"], fn)
+    if (verdict := not_callable(name, ["W_O"], fn)) is not None:
+        return verdict
     for n, W_O in enumerate(_value_basis_cases()):
         C, d_v = W_O.shape
         where = f"(input {n + 1}: W_O of shape ({C}, {d_v}) = (C, d_v))"
@@ -668,8 +668,8 @@ def check_markov_floors(fn):
     """Check ``fn(P) -> (rate_bits, shuffled_bits)`` for a transition matrix P (n, n), rows 'from' states: the
     entropy rate sum_i pi_i H(P_i) and the entropy H(pi) of the stationary distribution, both in bits."""
     name = "markov_floors"
-    if not callable(fn):
-        return not_a_function(name, ["P"], fn)
+    if (verdict := not_callable(name, ["P"], fn)) is not None:
+        return verdict
     answers = []
     cases = _markov_cases()
     for n, P in enumerate(cases):

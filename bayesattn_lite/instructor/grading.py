@@ -64,17 +64,25 @@ import ast
 import concurrent.futures
 import contextlib
 import csv
+import faulthandler
 import functools
 import json
 import math
 import os
+import queue
 import re
+import resource
 import secrets
+import signal
+import socket
 import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import traceback
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from ..checks import _engine as check_engine
@@ -261,7 +269,6 @@ def _defined_names(nb):
 def _mentioned_names(nb):
     """Every identifier the code cells mention, also in strings: an unanswered stub such as
     ``raise NotImplementedError("results = ...")`` still shows which question its cell is."""
-    import re
     return {w for c in nb.cells if c.cell_type == "code" for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", c.source)}
 
 
@@ -838,9 +845,6 @@ class _Worker:
     it ends."""
 
     def __init__(self, options, jobs, memory, inbox):
-        import socket
-        import threading
-        from multiprocessing.connection import Connection
         self.folder = _worker_folder()
         ours, theirs = socket.socketpair()
         self.group = _cgroup.Group(memory * 2 ** 20, float(os.cpu_count() or 1))
@@ -874,7 +878,6 @@ class _Worker:
     def send(self, index, task, more, seconds):
         """Hand the worker a submission, from a thread: a worker that does not read (stuck while it
         starts, say) holds that thread, never the grader, and the deadline runs from now."""
-        import threading
         self.task, self.deadline = (index, task), time.monotonic() + seconds
         self.writer = threading.Thread(target=self._write, args=((task, more),), daemon=True)
         self.writer.start()
@@ -920,7 +923,6 @@ def _worker_folder():
     """A grading worker's temporary folder. As root, one the sandboxes' users can enter (their
     staging folders are made below it, so a killed worker leaves none behind): in TMPDIR when they can
     enter it, else in /tmp, /var/tmp or /dev/shm. As an ordinary user, on /dev/shm."""
-    import tempfile
     if _sandbox.privileged():
         folder = _sandbox.staging_folder("bal-worker-")
     else:
@@ -983,7 +985,6 @@ def _grade_tasks(tasks, options, jobs, guard=None, done=None):
 def in_workers(tasks, options, jobs, done=lambda report: None):
     """The reports of ``tasks`` (``_attempt``'s), graded by ``jobs`` workers, in the tasks' order; each
     is given to ``done`` as it arrives."""
-    import queue
     options = dict(options)
     memory = options.pop("grader_memory", DEFAULT_GRADER_MEMORY)
     per_task = options.get("notebook_timeout", DEFAULT_NOTEBOOK_TIMEOUT) * (MAX_RESTARTS + 2) + 120
@@ -1154,7 +1155,6 @@ def _peak_memory_mib():
         with open("/proc/self/status") as f:
             return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmHWM:"))
     except (OSError, StopIteration, ValueError):
-        import resource
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1024 if sys.platform != "darwin" else 2 ** 20)
 
 
@@ -1475,8 +1475,6 @@ def _regrade(args, options):
 
 
 if __name__ == "__main__":
-    import faulthandler
-    import signal
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where a grader that seems stuck is
     # the module under its own name, not __main__'s copy: what a worker sends back (Refused, reports) is
     # pickled by the name the worker imports
