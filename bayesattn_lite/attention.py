@@ -67,10 +67,10 @@ def _fit(x: Float[Tensor, "*B T d_x"], W_Q: Float[Tensor, "d_k d_x"], W_K: Float
         _fail("y", f"class indices in [0, {W_O.shape[0] - 1}]", f"values from {int(y.min())} to {int(y.max())}")
 
 
-def _check_inputs(x, params, y=None):
+def _check_inputs(x, params, y=None, name="params"):
     """Raise ValueError, naming what was expected, when x, the ``params`` mapping (W_Q, W_K, W_V,
-    W_O) and the targets ``y`` (when given) do not fit together."""
-    _validate.exact_keys("params", params, PARAM_NAMES)
+    W_O; called ``name`` in the caller's signature) and the targets ``y`` (when given) do not fit together."""
+    _validate.exact_keys(name, params, PARAM_NAMES)
     _fit(x, *(params[name] for name in PARAM_NAMES), y)
 
 

@@ -307,9 +307,10 @@ def _diverged(step, finite, names, lrs):
     bad = [m for m in range(len(names)) if not finite[m]]
     which = ", ".join(f"{names[m]} (lr " + ", ".join(f"{n}={float(lrs[n][m]):g}" for n in PARAM_NAMES) + ")"
                       for m in bad[:4])
+    cause = ("before any update: look for nan/inf in the data (x, y or what the sampler returns) or the weights"
+             if step == 0 else "their learning rates are too high: lower the base rate or the value/routing ratio")
     return TrainingDiverged(f"step {step}: the loss or gradient of {len(bad)} model(s) is nan/inf: {which}"
-                            f"{' ...' if len(bad) > 4 else ''}. Their learning rates are too high: "
-                            "lower the base rate or the value/routing ratio.")
+                            f"{' ...' if len(bad) > 4 else ''}. {cause[0].upper()}{cause[1:]}.")
 
 
 def _inputs(x, y, params, device, dtype):
@@ -388,6 +389,8 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
                 or drawn[0].shape != x.shape or drawn[1].shape != y.shape:
             _validate.fail("sampler", f"a function returning (x, y) of shapes {tuple(x.shape)} and {tuple(y.shape)}",
                            f"one returning {_validate.describe(drawn)} at step {step}", described=True)
+        if not bool(torch.isfinite(drawn[0]).all()):   # else the step would diverge and blame the rates
+            _validate.fail("sampler", "a function returning finite x", f"nan/inf in x at step {step}", described=True)
         return drawn[0].to(device, dtype), drawn[1].to(device)
 
     steps = _validate.integer("steps", steps, 1)

@@ -275,7 +275,7 @@ def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon"))
     rows sharing ``by``: a dict keyed by the tuple of those fields, in first-seen order."""
     if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) for r in rows):
         _validate.fail("rows", "a non-empty list of row dicts from compare", rows)
-    if metric not in rows[0]:
+    if not isinstance(rows[0].get(metric), (int, float)) or isinstance(rows[0].get(metric), bool):
         _validate.fail("metric", f"one of {sorted(k for k, v in rows[0].items() if isinstance(v, float))}", metric)
     if isinstance(by, str) or not all(k in rows[0] for k in by):
         _validate.fail("by", f"a tuple of fields of the rows, from {sorted(rows[0])}", by)

@@ -350,8 +350,9 @@ def drift_ratio(short, long, k):
     if short.ndim < 1 or short.shape[:-1] != long.shape[:-1] or short.shape[-1] != k * long.shape[-1]:
         _validate.fail("short, long", f"rates of shapes (..., {k} x m) and (..., m)",
                        f"{short.shape} and {long.shape}", described=True)
-    _sample("short", short)
-    _sample("long", long)
+    for name, rates in (("short", short), ("long", long)):
+        if (_sample(name, rates) < 0).any():   # distances: a negative one is not a rate of change
+            _validate.fail(name, "change rates >= 0 (distances)", f"a minimum of {rates.min():g}", described=True)
     spanned = short.reshape(*long.shape, k).sum(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(spanned > 0, long / spanned, np.nan)
@@ -520,6 +521,10 @@ def _logits_and_batch(logits: Float[Array, "B T C"], batch: WindTunnelBatch):
                        "rows of entries in [0, 1] that each sum to 1: probabilities", described=True)
     if not batch.mask.any():
         _validate.fail("batch", "at least one scored position", "none", described=True)
+    sums = batch.posterior[batch.mask].double().sum(-1)
+    if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):   # float32 posteriors
+        _validate.fail("batch.posterior", "a distribution over the classes at every scored position",
+                       f"sums from {sums.min():.4g} to {sums.max():.4g}", described=True)
     log_q = torch.log_softmax(logits.detach().double(), dim=-1)
     return log_q, batch.posterior.to(logits.device).double(), batch.mask.to(logits.device)
 

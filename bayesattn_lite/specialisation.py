@@ -911,8 +911,8 @@ def score_step(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], p0: Mapping
     decrease         -(dL/ds) . (first-order Delta s) / lr = grad_s L . K grad_s L, >= 0 (K is PSD)
     """
     lr = _validate.positive("lr", lr)  # the rate of the step p0 -> p1 (a training rate: > 0)
-    attention._check_inputs(x, p0, y)
-    attention._check_inputs(x, p1, y)
+    attention._check_inputs(x, p0, y, "p0")
+    attention._check_inputs(x, p1, y, "p1")
     for name in PARAM_NAMES:  # p1 is p0 after one step: the same matrices, of the same shapes
         _validate.shape(f"p1[{name!r}]", p1[name], p0[name].shape, f"the shape of p0[{name!r}]")
     g = attention.gradients(x, y, p0)

@@ -255,6 +255,13 @@ class SourcesTask:
     noise: float
     seq_len: int
 
+    def __post_init__(self):
+        """The numbers checked where they are set, also for a task built directly (not by ``sources_task``)."""
+        for name, value in (("signal_prob", _validate.real("signal_prob", self.signal_prob, 0.0, 1.0, low_open=True)),
+                            ("noise", _validate.positive("noise", self.noise)),
+                            ("seq_len", _validate.integer("seq_len", self.seq_len, 1))):
+            object.__setattr__(self, name, value)   # frozen: the checked value replaces the given one
+
     @property
     def n_sources(self):
         return self.means.shape[0]
@@ -348,9 +355,6 @@ def sources_task(n_sources=3, d_x=12, seq_len=16, signal_prob=0.4, noise=1.0, se
     """
     n_sources = _validate.integer("n_sources", n_sources, 2)
     d_x = _validate.integer("d_x", d_x, n_sources + 1)
-    seq_len = _validate.integer("seq_len", seq_len, 1)
-    signal_prob = _validate.real("signal_prob", signal_prob, 0.0, 1.0, low_open=True)
-    noise = _validate.positive("noise", noise)
     separation = _validate.positive("separation", separation)
     gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
     directions = torch.randn(n_sources + 1, d_x, generator=gen, dtype=torch.float64)

@@ -283,7 +283,10 @@ def snapshot_states(snapshots: Mapping, x: Float[Tensor, "T d_x"], y: Int[Tensor
     from . import attention, diagnostics
 
     if not snapshots or not all(isinstance(k, int) and isinstance(v, Mapping) for k, v in snapshots.items()):
-        _validate.fail("snapshots", "a non-empty {step: params} dict (specialisation.parameter_snapshots)", snapshots)
+        given = (f"a mapping with keys {list(snapshots)[:4]}, values {[type(v).__name__ for v in list(snapshots.values())[:4]]}"
+                 if isinstance(snapshots, Mapping) and snapshots else _validate.describe(snapshots))
+        _validate.fail("snapshots", "a non-empty {step: params} dict, int steps (specialisation.parameter_snapshots)",
+                       given, described=True)
     steps = sorted(snapshots)
     rows = []
     for step in steps:

@@ -84,6 +84,15 @@ class WindTunnelBatch:
     mask: torch.Tensor
     task: str = ""
 
+    def __post_init__(self):
+        """Checked once, where it is made (a hand-made batch too): four tensors whose (B, T) agree."""
+        for name, ndim in (("tokens", 2), ("targets", 2), ("posterior", 3), ("mask", 2)):
+            value = getattr(self, name)
+            if (not isinstance(value, torch.Tensor) or value.ndim != ndim or (name == "mask") != (value.dtype == torch.bool)
+                    or value.shape[:2] != getattr(self.tokens, "shape", (None,))[:2]):
+                _validate.fail(name, f"a{' bool' if name == 'mask' else ''} tensor with {ndim} axes, (B, T) as the "
+                                     f"tokens' {tuple(getattr(self.tokens, 'shape', ()))}", value)
+
     def to(self, device):
         """A new batch with every tensor on ``device``."""
         device = _validate.device("device", device)

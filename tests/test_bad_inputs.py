@@ -696,6 +696,23 @@ ROWS = [
         _axes(), [{"task": "recall", "n_params": 1000, "kl_bits": 0.1}], lambda r: r["kl_bits"], colors="red"), "colors"),
     ("plots.signal_attention_maps one map", lambda: __import__("bayesattn_lite.plots").plots.signal_attention_maps(
         _axes(), torch.eye(5), torch.ones(5, dtype=torch.bool), ["t"]), "alphas list"),
+    # the third held-out table's (issue 38) unclear and silent cases
+    ("diagnostics.drift_ratio negative rates", lambda: diagnostics.drift_ratio([0.5, -0.4, 0.3, -0.2], [0.3, 0.2], 2),
+     "short rates >= 0"),
+    ("tasks.SourcesTask built directly signal_prob 1.5", lambda: tasks.SourcesTask(
+        SRC.means, SRC.distractor, signal_prob=1.5, noise=1.0, seq_len=4), "signal_prob"),
+    ("wind_tunnels.WindTunnelBatch mask one position short", lambda: wind_tunnels.WindTunnelBatch(
+        HB.tokens, HB.targets, HB.posterior, HB.mask[:, :-1]), "mask (B, T)"),
+    ("diagnostics.kl_bits posterior rows summing to 4", lambda: diagnostics.kl_bits(torch.zeros_like(HB.posterior),
+        wind_tunnels.WindTunnelBatch(HB.tokens, HB.targets, 4 * HB.posterior, HB.mask)), "batch.posterior distribution"),
+    ("specialisation.score_step p1 without W_O", lambda: specialisation.score_step(
+        X, Y, P, {k: v for k, v in P.items() if k != "W_O"}, 0.1), "p1 W_O"),
+    ("comparison.summarise metric of text", lambda: comparison.summarise(
+        [{"arch": "lstm", "task": "hmm", "horizon": 12, "kl_bits": 0.1}], metric="arch"), "metric kl_bits"),
+    ("widgets.snapshot_states text steps", lambda: widgets.snapshot_states({"0": P}, X1, Y[0], torch.ones(6, dtype=torch.bool)),
+     "snapshots int steps '0'"),
+    ("batched.train sampler returning nan", lambda: batched.train(BX, BY, PST, LRS, 3,
+        sampler=lambda step: (torch.full((2, 6, 4), NAN), BY), progress=False), "sampler finite step"),
     ("widgets.advantage_explorer figsize", lambda: widgets.advantage_explorer(figsize="big"), "figsize"),
     ("widgets.snapshot_states snapshot without W_O", lambda: widgets.snapshot_states(
         {0: {k: v for k, v in P.items() if k != "W_O"}}, X1, Y[0], torch.ones(6, dtype=torch.bool)), "snapshots[0] W_O"),

@@ -158,6 +158,18 @@ def test_reports_are_read_back_in_name_order_with_their_path(tmp_path):
     assert json.loads((tmp_path / "a.json").read_text())["score"] == 3 and reports[0]["report"].endswith("a.json")
 
 
+@pytest.mark.parametrize("text, words", [('{"questions": [', "cannot be read"), ("[1, 2]", "list"),
+                                         ('{"score": 3}', "without questions")])
+def test_a_damaged_report_is_refused_with_its_file_name(tmp_path, text, words):
+    release.write_report(_report("a.ipynb"), tmp_path / "a.json")
+    (tmp_path / "b.json").write_text(text)
+    with pytest.raises(ValueError, match="b.json: expected a grader's report") as raised:
+        release.load_reports(tmp_path)
+    assert words in str(raised.value)
+    with pytest.raises(ValueError, match="expected a grader's report"):
+        release.total({})
+
+
 
 # ----------------------------------------------------------------------------- hostile text (issue 35, item 4)
 

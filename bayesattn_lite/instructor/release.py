@@ -289,7 +289,12 @@ def load_reports(folder):
     """Every report (``*.json``) of ``folder``, in name order, with where it lives."""
     reports = []
     for path in sorted(Path(folder).glob("*.json")):
-        report = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ValueError(f"{path}: expected a grader's report (JSON), got a file that cannot be read ({exc}): "
+                             "grade that submission again, or move the file out of the folder") from None
+        _check_report(report, str(path))
         report["report"] = str(path)
         reports.append(report)
     return reports
@@ -303,9 +308,16 @@ def points_number(x):
     return int(x) if x.is_integer() else x
 
 
+def _check_report(report, what="report"):
+    if not isinstance(report, dict) or not isinstance(report.get("questions"), list):
+        raise ValueError(f"{what}: expected a grader's report (a dict with a list of 'questions'), got "
+                         f"{type(report).__name__}{' without questions' if isinstance(report, dict) else ''}")
+
+
 def total(report):
     """The score from the questions' points (an instructor's points replace the automatic ones), the
     late policy applied; ``manual_pending`` counts the points of answered written questions not graded yet."""
+    _check_report(report)
     raw = 0.0
     for q in report["questions"]:
         mine = q.get("instructor_points")
