@@ -292,6 +292,11 @@ def test_reference_calls_are_found(assignment_id, source, expected):
      ["line 2: torch.nn.functional.torch.autograd.grad"]),
     ("ps2_dynamics", "import torch.nn.functional as F\nout = F.torch.func.vjp(f, x)", ["line 2: torch.nn.functional.torch.func.vjp"]),
     ("ps2_dynamics", "import torch\ntorch._C._ImperativeEngine().run_backward(t, g)", ["line 2: .run_backward", "line 2: torch._C._ImperativeEngine"]),
+    # a third hostile round: class patterns of a match statement read attributes by keyword
+    ("ps1_derivations", "import torch\nmatch torch:\n    case object(autograd=object(grad=g)):\n        pass",
+     ["line 3: torch.autograd.grad (autograd"]),
+    ("ps1_derivations", "from bayesattn_lite import attention\nmatch attention:\n    case object(gradients=G) | None:\n"
+     "        pass", ["line 3: attention.gradients"]),
 ])
 def test_the_scans_holes_are_closed(assignment_id, source, expected):
     test_reference_calls_are_found(assignment_id, source, expected)
@@ -391,6 +396,23 @@ def test_a_huge_cell_is_not_parsed_and_the_others_are_still_scanned():
     assert found == [f"cell 2, {alone[0]}", "cell 3, line 1: attention.gradients (answers q1/q3: every gradient of "
                      "the head)"], found
     assert seconds < 2 and peak < 64 * 2 ** 20, (seconds, peak)
+
+
+def test_the_scan_is_linear_in_a_long_attribute_chain_and_has_a_budget_per_notebook(monkeypatch):
+    """A cell of 2,900-part attribute chains (which IPython cannot compile, so the answer above it stands)
+    was read at every level of every chain: quadratic, 73 s of the grader's time for half a MB. Each
+    level now stops at MAX_NAME_PARTS, and past SCAN_SECONDS a notebook's remaining cells are noted."""
+    import time
+    chain = "def f():\n    return None\n" + "\n".join(["    x" + ".a" * 2900] * 10)
+    start = time.perf_counter()
+    found = assignments.reference_calls(chain, "ps1_derivations")   # Python's parser may give up on it first
+    assert found in ([], ["line 1: nested too deeply to read: not scanned"]), found
+    assert time.perf_counter() - start < 5
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from bayesattn_lite import attention"),
+                                         nbformat.v4.new_code_cell("g = attention.gradients(x, y, p)")])
+    monkeypatch.setattr(assignments, "SCAN_SECONDS", -1)
+    assert assignments.notebook_reference_calls(nb, "ps1_derivations") == [
+        "cell 1 onward: not scanned (the scan's -1 s per notebook ran out)"]
 
 
 def test_a_cell_nested_too_deeply_costs_the_scan_of_no_other_cell():

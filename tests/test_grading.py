@@ -475,7 +475,8 @@ def test_the_batch_finishes_with_a_row_and_a_report_for_every_submission(batch):
     # a name that is not UTF-8 is shown with U+FFFD for its bad bytes
     names = sorted(os.fsencode(p.stem).decode("utf-8", "replace") for p in batch["subs"].iterdir())
     assert sorted(Path(r["submission"]).stem for r in batch["rows"]) == names
-    assert len(batch["reports"]) == len(names) and batch["reports"]["f____name"]["status"] == "graded"
+    odd = [name for name in batch["reports"] if name.startswith("f____name-")]   # a plain name, and a hash
+    assert len(batch["reports"]) == len(names) and len(odd) == 1 and batch["reports"][odd[0]]["status"] == "graded"
     for row in batch["rows"]:
         report = batch["reports"][Path(row["report"]).stem]
         assert int(row["score"]) == report["score"] and int(row["max_score"]) == report["max_score"]
@@ -906,6 +907,48 @@ def test_no_sandbox_grades_with_a_warning_in_the_report(tmp_path, capsys):
     assert report["isolation"]["sandbox"] == "none (--no-sandbox)"
     assert report["isolation"]["warnings"] == [grading.NO_SANDBOX_WARNING] and "--no-sandbox" in md
     assert "--no-sandbox" in capsys.readouterr().err
+
+
+def test_report_names_stay_the_same_whatever_else_the_folder_holds(tmp_path):
+    """A file whose name cleans up like a classmate's (o brien, o'brien) cannot take that report's name, nor
+    the manual points filed under it: a plain name is its own, another gets a hash of the file's name."""
+    alone, crowded = set(), set()
+    own = grading._stem(tmp_path / "o'brien.ipynb", alone)
+    grading._stem(tmp_path / "o brien.ipynb", crowded)   # sorts first, and cleans up alike
+    assert grading._stem(tmp_path / "o'brien.ipynb", crowded) == own and own.startswith("o_brien-")
+    assert grading._stem(tmp_path / "alice.ipynb", set()) == "alice"
+
+
+def test_a_file_with_a_second_name_is_not_graded_rather_than_zeroed(tmp_path):
+    """A hard link to a classmate's notebook, made to zero it: neither name is opened, and both are
+    "not graded" for the instructor to decide, with a non-zero exit, never a 0."""
+    carol = tmp_path / "carol.ipynb"
+    carol.write_text(nbformat.writes(nbformat.v4.new_notebook()))
+    os.link(carol, tmp_path / "zz_mallory.ipynb")
+    for path in (carol, tmp_path / "zz_mallory.ipynb"):
+        source = grading._bytes_or_error(path)
+        assert isinstance(source, grading.SeveralNames)
+        report = grading._attempt((path.name, source, tmp_path / f"{path.stem}.json", None, path), {}, None)
+        assert report["status"] == "not graded" and report["score"] is None, report
+        assert "2 names" in report["problems"][0] and "you decide" in report["problems"][0]
+
+
+def test_an_output_nbformat_cannot_validate_is_dropped_not_a_grader_error():
+    """display({'text/plain': 1}, raw=True) from the learner's code made nbformat raise a schema error
+    that stopped the submission as "grader error": such an output is not kept, its bytes are counted."""
+    sandbox = object.__new__(_sandbox.Sandbox)
+    sandbox.kept_bytes, outputs = 0, []
+    msg = {"msg_type": "display_data", "header": {"msg_type": "display_data"},
+           "content": {"data": {"text/plain": 1}, "metadata": {}, "transient": {}}}
+    sandbox._keep(msg, outputs)
+    assert outputs == []
+
+
+def test_the_sandboxs_root_and_dev_are_read_only():
+    """Files can be written only on the scratch file systems and the writable folders: bubblewrap's own
+    root and /dev (tmpfs folders) are remounted read-only, after every mount below them."""
+    argv, _, _ = _sandbox.bubblewrap_argv("/tmp", [], ["/tmp", "/tmp", "/tmp"], [])
+    assert argv[-4:] == ["--remount-ro", "/", "--remount-ro", "/dev"]
 
 
 def test_a_report_path_planted_as_a_link_is_replaced_not_written_through(tmp_path):

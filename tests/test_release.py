@@ -320,3 +320,29 @@ def test_a_report_that_fails_to_render_costs_its_own_files_never_the_batch(tmp_p
     assert "could not be written" in (tmp_path / "feedback" / "broken.html").read_text()
     assert "Score: 3 / 7" in (tmp_path / "feedback" / "good.html").read_text()
     assert "broken.ipynb: its Markdown report could not be written" in capsys.readouterr().err
+
+
+def test_feedback_after_the_deadline_has_the_practice_words_and_no_instructor_notes(tmp_path):
+    """--release --practice shows the checks' practice words (kept in every report); a written answer the
+    instructor graded says so; a note meant for the instructor (no submission time) is not shown."""
+    from bayesattn_lite.instructor.course import NO_TIME
+    report = _report(late={"submitted": None, "kept": 1.0, "note": NO_TIME})
+    report["questions"][2]["feedback_practice"] = "wrong sign: the reference is -1/2 alpha c."
+    report["questions"][1]["instructor_points"] = 2
+    release.release([report], tmp_path / "graded")
+    release.release([report], tmp_path / "practice", practice=True)
+    graded = (tmp_path / "graded" / "alice_ps1.md").read_text()
+    practice = (tmp_path / "practice" / "alice_ps1.html").read_text()
+    assert "wrong sign." in graded and "the reference is" not in graded
+    assert "the reference is -1/2 alpha c." in practice
+    for text in (graded, practice):
+        assert "graded by your instructor" in text and "grades it with the rubric" not in text
+        assert "late policy" not in text and "submitted-times" not in text
+
+
+def test_a_gradebook_cell_the_learner_fills_is_capped():
+    report = _report()
+    report["reference_calls"] = [f"cell 4, line {n}: attention.gradients (answers q1/q3)" for n in range(12_000)]
+    header, rows = release.gradebook_rows([report])
+    cell = rows[0][header.index("reference_calls")]
+    assert len(cell) < release.MAX_CSV_CELL + 100 and "see the report" in cell

@@ -189,7 +189,8 @@ def _value_gradient_columns(W_O, seed):
 @_names_the_mistake
 def check_value_update_basis(fn):
     """Check ``fn(W_O) -> B``: an orthonormal basis (d_v, C - 1), as columns, of the subspace that holds every
-    column of dW_V after one step, {W_O^T r : r_1 + ... + r_C = 0} (W_O stored (C, d_v))."""
+    column of dW_V after one step (W_O stored (C, d_v)). Which subspace that is, the question asks: a graded
+    check's docstring, which ``help()`` shows the student, states the contract, never the answer."""
     name = "value_update_basis"
     if (verdict := not_callable(name, ["W_O"], fn)) is not None:
         return verdict
@@ -298,7 +299,7 @@ def _second_order_spec():
 @_names_the_mistake
 def check_second_order_attention_change(fn):
     """Check ``fn(alpha, delta_s) -> (T, T)``: the second-order term of softmax(s + delta_s) - softmax(s),
-    1/2 alpha (c^2 - Var_alpha(delta)) with c = delta - E_alpha[delta], row by row."""
+    row by row, which the question asks you to derive."""
     return run(_second_order_spec(), fn)
 
 
@@ -434,19 +435,19 @@ def _results_problem(results):
                 f"to compare, got {type(results).__name__} of length {len(results) if hasattr(results, '__len__') else '?'}.")
     for condition, by_seed in results.items():
         if not isinstance(by_seed, dict) or not by_seed:
-            return f"results[{condition!r}]: expected a non-empty dict {{seed: number}}, got {type(by_seed).__name__}."
+            return f"results[{_shown(condition)}]: expected a non-empty dict {{seed: number}}, got {type(by_seed).__name__}."
         for seed, value in by_seed.items():
             if not isinstance(seed, numbers.Integral) or isinstance(seed, (bool, np.bool_)):
                 what = "a string" if isinstance(seed, str) else f"a {type(seed).__name__}"
-                return (f"results[{condition!r}] has the seed {seed!r}, {what}: a seed is an integer (0, 1, 2, ...). "
+                return (f"results[{_shown(condition)}] has the seed {_shown(seed)}, {what}: a seed is an integer (0, 1, 2, ...). "
                         "Hint: the grader calls run_condition with integer seeds of its own, as "
                         "train.seed_everything(seed) and torch.manual_seed(seed) take them; use integer seeds in "
                         "`results` too.")
             number = _number(value)
             if number is None:
-                return f"results[{condition!r}][{seed!r}]: expected a number, got {type(value).__name__}."
+                return f"results[{_shown(condition)}][{_shown(seed)}]: expected a number, got {type(value).__name__}."
             if not math.isfinite(number):
-                return f"results[{condition!r}][{seed!r}] is {number}: a run diverged or a metric is undefined."
+                return f"results[{_shown(condition)}][{_shown(seed)}] is {number}: a run diverged or a metric is undefined."
     return None
 
 
@@ -456,7 +457,7 @@ def _same(a, b):
 
 def _call(run_condition, condition, seed):
     """(the number ``run_condition(condition, seed)`` returns, None), or (None, why there is none)."""
-    where = f"run_condition({condition!r}, {seed!r})"
+    where = f"run_condition({_shown(condition)}, {_shown(seed)})"
     try:
         got = run_condition(condition, seed)
     except Exception as exc:  # noqa: BLE001 - a verdict, never a traceback
@@ -503,14 +504,14 @@ def _run_experiment(run_condition, results):
         value, why = _call(run_condition, c, int(seed))
         recorded = _number(results[c][seed])
         if why is None and not math.isclose(value, recorded, rel_tol=1e-5, abs_tol=1e-8):
-            why, mistakes = (f"run_condition({c!r}, {seed!r}) gave {value:.6g} now and {recorded:.6g} in `results`: "
+            why, mistakes = (f"run_condition({_shown(c)}, {_shown(seed)}) gave {value:.6g} now and {recorded:.6g} in `results`: "
                              "the experiment is not reproducible. Hint: seed everything the run uses (the model's "
                              "initialisation, the data, the optimizer), e.g. with train.seed_everything(seed) or "
                              "explicit generators, and keep one thread."), ("not_reproducible",)
         if why:
             problem = why
             break
-        reproduced.append(f"{recorded:.6g} ({c!r}, seed {seed!r})")
+        reproduced.append(f"{recorded:.6g} ({_shown(c)}, seed {_shown(seed)})")
     unseen = "a seed `results` does not have"
     values = []
     for n, seed in enumerate(fresh):
@@ -527,21 +528,21 @@ def _run_experiment(run_condition, results):
                 if problem:  # it reproduces neither: an experiment that is not seeded
                     return _Experiment(problem=problem, mistakes=mistakes)
                 return _Experiment(fake=(
-                    f"run_condition({condition!r}, {seed}) ({unseen}) gave {value:.6g}, then "
+                    f"run_condition({_shown(condition)}, {seed}) ({unseen}) gave {value:.6g}, then "
                     f"{'an error' if why else f'{again:.6g}'}, while it gives back the numbers of `results` exactly: "
                     "a table read back, with made-up numbers for other seeds, is not an experiment."))
     seeds = ", ".join(str(s) for s in fresh[:len(values)])
     if all(_same(v, values[0]) for v in values):
         if not any(_same(values[0], _number(r)) for r in results[condition].values()):
             return _Experiment(fake=(
-                f"for {len(values)} seeds `results` does not have ({seeds}), run_condition({condition!r}, seed) gave "
+                f"for {len(values)} seeds `results` does not have ({seeds}), run_condition({_shown(condition)}, seed) gave "
                 f"the same number every time, {values[0]:.6g}, which is none of the numbers `results` has for "
-                f"{condition!r}: a lookup with a made-up default is not an experiment. Hint: run_condition must train "
+                f"{_shown(condition)}: a lookup with a made-up default is not an experiment. Hint: run_condition must train "
                 "and measure for any seed; the grader calls it with seeds of its own."))
         if all(_same(_number(v), _number(next(iter(by_seed.values())))) for by_seed in results.values()
                for v in by_seed.values()):
             return _Experiment(fake=(
-                f"run_condition({condition!r}, seed) gave {values[0]:.6g} for every seed tried ({seeds}, and those of "
+                f"run_condition({_shown(condition)}, seed) gave {values[0]:.6g} for every seed tried ({seeds}, and those of "
                 "`results`), and every condition of `results` has one number for all its seeds: a number that does "
                 "not change with the seed is not an experiment with several seeds. Hint: seed the initialisation "
                 "and the batches with `seed`; if your measure saturates (an accuracy of 1.0 for every seed), take a "
@@ -550,7 +551,7 @@ def _run_experiment(run_condition, results):
         return _Experiment(problem=problem, mistakes=mistakes)
     return _Experiment(summary=(
         "run_condition reproduces " + " and ".join(reproduced) + f", and runs for seeds `results` does not have "
-        f"({condition!r}: " + ", ".join(f"seed {s} {v:.6g}" for s, v in zip(fresh, values)) + ", the first twice the same)."))
+        f"({_shown(condition)}: " + ", ".join(f"seed {s} {v:.6g}" for s, v in zip(fresh, values)) + ", the first twice the same)."))
 
 
 # check_reproducible and check_seeds run the same experiment; in the grader a run trains a model in the
@@ -600,12 +601,12 @@ def check_seeds(results, run_condition=_NOT_GIVEN):
     seeds = [set(by_seed) for by_seed in results.values()]
     if any(len(s) < 3 for s in seeds):
         return CheckResult("seeds", False, "expected at least 3 seeds per condition, got "
-                           + ", ".join(f"{c!r}: {len(s)}" for c, s in zip(results, seeds))
+                           + ", ".join(f"{_shown(c)}: {len(s)}" for c, s in zip(results, seeds))
                            + ": with fewer than 3 seeds the spread between seeds is not measured (one pair of "
                            "seeds can agree or disagree by chance), so an effect cannot be told from it.")
     if any(s != seeds[0] for s in seeds):
         return CheckResult("seeds", False, "expected the same seeds in every condition (paired runs), got "
-                           + ", ".join(f"{c!r}: {sorted(s)}" for c, s in zip(results, seeds)) + ".")
+                           + ", ".join(f"{_shown(c)}: {sorted(s)}" for c, s in zip(results, seeds)) + ".")
     if run_condition is not _NOT_GIVEN:
         if not callable(run_condition):
             return CheckResult("seeds", False, "expected `run_condition` to be a function (condition, seed) -> number.")
@@ -663,10 +664,16 @@ def _markov_cases():
     return cases
 
 
+def _shown(value, limit=60):
+    """``repr(value)`` for a message, shortened: the learner's own names and keys can be megabytes long."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
+
+
 @_names_the_mistake
 def check_markov_floors(fn):
     """Check ``fn(P) -> (rate_bits, shuffled_bits)`` for a transition matrix P (n, n), rows 'from' states: the
-    entropy rate sum_i pi_i H(P_i) and the entropy H(pi) of the stationary distribution, both in bits."""
+    two floors the question asks for (the chain's, and that of its tokens shuffled), both in bits."""
     name = "markov_floors"
     if (verdict := not_callable(name, ["P"], fn)) is not None:
         return verdict

@@ -164,7 +164,8 @@ def bubblewrap_argv(root, writable, scratch, hide, stage_dir=None):
     New user, mount, PID, network, IPC and UTS namespaces; the kernel's user has no privileges. Its
     file system: the system's programs and libraries (/usr) and Python read-only; ``root`` read-only,
     with ``writable`` (its home, the answer and socket folders, the log) writable; private /tmp,
-    /var/tmp and /dev/shm on ``scratch``; a new /proc and a minimal /dev. Nothing else of the
+    /var/tmp and /dev/shm on ``scratch``; a new /proc and a minimal, read-only /dev; the root itself
+    read-only (nothing can be written but the scratch and ``writable`` folders). Nothing else of the
     machine: no checkout, no instructor folder, no other submission. ``hide`` and any installed copy
     of this package (the checks' reference code) are covered where they fall inside what is visible.
     The sandbox ends when the grader does (--die-with-parent) and takes every process it started with
@@ -223,6 +224,9 @@ def bubblewrap_argv(root, writable, scratch, hide, stage_dir=None):
             continue  # not mounted at all
         argv += (["--tmpfs", real] if os.path.isdir(real) else ["--ro-bind", "/dev/null", real])
         covered.append(path)
+    # the sandbox's own root and /dev are tmpfs folders bubblewrap makes: read-only, so that the only
+    # places the kernel can write files are the scratch file systems and the writable folders above
+    argv += ["--remount-ro", "/", "--remount-ro", "/dev"]
     return argv, stage, covered
 
 
@@ -1073,7 +1077,7 @@ class Sandbox:
                         replied = True
                         if msg["content"].get("status") == "error" and error is None:
                             error = _error_words(msg["content"])
-            except (ValueError, KeyError, TypeError, AttributeError, UnicodeError, RecursionError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any message the grader cannot process ends the kernel, never the grader
                 self.kill(f"the kernel sent a message the grader cannot read ({type(exc).__name__}: "
                           f"{str(exc)[:120]}): it was killed")
                 return ExecResult("dead", self.dead, time.monotonic() - start)
@@ -1102,7 +1106,7 @@ class Sandbox:
             from nbformat.v4 import output_from_msg
             outputs.append(output_from_msg(msg))
             self.kept_bytes += size
-        except (KeyError, ValueError, TypeError):  # a message nbformat cannot read is not kept
+        except Exception:  # noqa: BLE001 - a message nbformat cannot read or validate is not kept (its bytes are counted)
             pass
 
     # --------------------------------------------------------------------- data

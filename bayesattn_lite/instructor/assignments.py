@@ -36,6 +36,7 @@ import importlib.util
 import inspect
 import re
 import sys
+import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -196,6 +197,7 @@ _SMALL = 1e-2  # a constant this small that divides a difference is a step size
 
 MAX_CELL = 2 ** 18  # characters (grading.MAX_READ_CELL): a larger code cell is not parsed (its AST could take GBs)
 MAX_NAME_PARTS = 32   # attribute names in one dotted name the scan follows (SCAN_LIMITS.md)
+SCAN_SECONDS = 20     # the scan's budget per notebook: past it, the cells left are noted as not scanned
 # cell magics whose body IPython runs as Python in the kernel; another magic's body is scanned when it parses
 # (%%writefile of a module), noted when it does not, except the display magics, which run no code here
 _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
@@ -250,6 +252,8 @@ def _dotted(node, aliases):
         if value is None:
             break
         parts.append(attr)
+        if len(parts) >= MAX_NAME_PARTS:   # not followed (below); stopping here keeps the scan of an
+            return None                    # n-part chain, read at each of its n levels, linear in n
         node = value
     if isinstance(node, ast.Name):
         head = aliases.get(node.id)
@@ -702,11 +706,37 @@ def _uses(source, assignment_id, context, context_aliases, answer):
         elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and \
                 str(node.slice.value).startswith(PACKAGE) and ast.unparse(node.value) == "sys.modules":
             what = "sys.modules[...] of the package (a module looked up at run time: not scanned)"
+        elif isinstance(node, ast.Match):  # a class pattern reads attributes by keyword: case object(grad=g)
+            found += [(read.lineno, what) for read in _match_reads(node)
+                      if (what := _reference(read, aliases, assignment_id))]
+            what = None
         if what and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
             found.append((node.lineno, what))
     names = _answer_names(assignment_id)
     if names and (answer if answer is not None else bool(names & set(_definitions(tree)))):
         found += _numerical(tree, aliases, assignment_id)
+    return found
+
+
+def _match_reads(match):
+    """The attributes a ``match`` statement's class patterns read, as ``ast.Attribute`` nodes of its subject:
+    ``case object(grad=g)`` under ``match torch.autograd`` reads ``torch.autograd.grad`` as ``x.grad`` does."""
+    found = []
+
+    def visit(pattern, subject):
+        if isinstance(pattern, ast.MatchClass):
+            for attr, inner in zip(pattern.kwd_attrs, pattern.kwd_patterns):
+                read = ast.copy_location(ast.Attribute(value=subject, attr=attr, ctx=ast.Load()), pattern)
+                found.append(read)
+                visit(inner, read)
+        elif isinstance(pattern, ast.MatchAs) and pattern.pattern is not None:
+            visit(pattern.pattern, subject)
+        elif isinstance(pattern, ast.MatchOr):
+            for inner in pattern.patterns:
+                visit(inner, subject)
+
+    for case in match.cases:
+        visit(case.pattern, match.subject)
     return found
 
 
@@ -741,7 +771,14 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
     # the notebook's cells are read once for them, not once per cell (that was quadratic in the number of
     # cells), one cell's statements at a time (all of them at once could make a tree of gigabytes)
     cells = [(n, cell) for n, cell in enumerate(nb.cells, start=1) if cell.cell_type == "code"]
-    facts = {n: _cell_facts(cell.source) for n, cell in cells}
+    # a budget, so that a notebook built to be slow to read (cells the kernel never compiles) costs the
+    # grader a bounded time: the cells it leaves are reported, for the instructor to read
+    deadline = time.monotonic() + SCAN_SECONDS
+    facts = {}
+    for n, cell in cells:
+        if time.monotonic() > deadline:
+            return [f"cell {n} onward: not scanned (the scan's {SCAN_SECONDS} s per notebook ran out)"]
+        facts[n] = _cell_facts(cell.source)
     context_aliases = {}
     for binding in [f[0] for f in facts.values()] + [f[1] for f in facts.values()]:  # the imports first
         context_aliases = _aliases(ast.parse(binding), context_aliases) if binding else context_aliases
@@ -750,6 +787,8 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
     for n, cell in cells:
         if cell.source.strip() in given:
             continue
+        if time.monotonic() > deadline:
+            return found + [f"cell {n} onward: not scanned (the scan's {SCAN_SECONDS} s per notebook ran out)"]
         found += [f"cell {n}, {use}" for use in reference_calls(cell.source, assignment_id, answer=n in answers,
                                                                  context_aliases=context_aliases)]
     return found

@@ -66,6 +66,7 @@ import contextlib
 import csv
 import faulthandler
 import functools
+import hashlib
 import json
 import math
 import os
@@ -141,6 +142,11 @@ class Refused(ValueError):
     """A submitted file the grader does not open (a link, not a regular file): the sentence says why."""
 
 
+class SeveralNames(OSError):
+    """A submitted file that has other names too (a hard link): whose it is, the instructor decides, so it
+    is "not graded", never a 0 (the second name may be a classmate's, made to zero the first)."""
+
+
 def _read(source):
     """(notebook, None) or (None, a sentence saying why it is not a readable notebook). ``source`` is a
     path, the file's bytes or a ``Refused``. The file is learner data: its size and its number of JSON
@@ -150,6 +156,8 @@ def _read(source):
         return None, str(source)
     try:
         raw = source if isinstance(source, bytes) else _bytes_or_error(source, raising=True)
+    except SeveralNames:
+        raise   # not graded, for the instructor to decide (``_attempt``)
     except (OSError, Refused) as exc:
         return None, f"the file could not be read: {exc}"
     if len(raw) > MAX_NOTEBOOK:
@@ -645,6 +653,7 @@ def _question_entry(q, result, nb, mode, original):
     feedback = graded_feedback(result) if mode == "graded" else result.practice or result.message
     return {"id": q.id, "title": q.title, "manual": False, "points": partial_points(q, result),
             "max_points": q.points, "passed": result.passed, "feedback": feedback,
+            "feedback_practice": result.practice or result.message,   # for --release --practice, after the deadline
             "right_outputs": list(result.right), "mistakes": list(result.mistakes)}
 
 
@@ -746,13 +755,18 @@ def _write_executed(nb, path):
     _write_new(path, nbformat.writes(nb))
 
 
+MAX_REFERENCE_CALLS = 200   # uses listed per report: the learner's code can make them many
+
+
 def _reference_calls(nb, aid, folder=None):
     """Uses of the package's reference functions in the learner's cells (``assignments``, if it has them)."""
     scan = getattr(assignments, "notebook_reference_calls", None)
     if scan is None:
         return []
     try:
-        return list(scan(nb, aid, folder))
+        found = list(scan(nb, aid, folder))
+        return found if len(found) <= MAX_REFERENCE_CALLS else \
+            found[:MAX_REFERENCE_CALLS] + [f"... and {len(found) - MAX_REFERENCE_CALLS:,} more uses (not listed)"]
     except Exception as exc:  # noqa: BLE001 - a scan that fails must not cost the grade
         return [f"the scan for reference calls failed: {type(exc).__name__}: {str(exc)[:200]}"]
 
@@ -823,8 +837,15 @@ def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **option
 
 
 def _stem(path, used):
-    stem = re.sub(r"[^\w.-]", "_", Path(_printable(path)).stem)[:100] or "submission"
-    while stem in used:
+    """The report's name: the file's own stem where it is a plain name; else the stem made plain, with a
+    short hash of the file's name, so that each report keeps its name from one run to the next whatever
+    else the folder holds (a classmate's file whose name cleans up alike cannot take it, nor the manual
+    points filed under it)."""
+    original = Path(_printable(path)).stem
+    stem = re.sub(r"[^\w.-]", "_", original)[:100] or "submission"
+    if stem != original:
+        stem += "-" + hashlib.sha256(os.fsencode(Path(path).name)).hexdigest()[:8]
+    while stem in used:   # the same file name in two folders
         stem += "_"
     used.add(stem)
     return stem
@@ -1133,7 +1154,8 @@ def _internal_error(name, assignment_id, exc):
 def _not_graded(name, assignment_id, exc, attempts):
     report = _internal_error(name, assignment_id, exc)
     report["status"] = "not graded"
-    report["problems"] = [f"not graded (the grader's failure, not the submission's; tried {attempts} time(s)): "
+    report["problems"] = [f"not graded (for you to decide, not the submission's 0): {exc}" if isinstance(exc, SeveralNames)
+                          else f"not graded (the grader's failure, not the submission's; tried {attempts} time(s)): "
                           f"{type(exc).__name__}: {str(exc)[:300]}. Grade it again with --regrade."]
     return report
 
@@ -1172,6 +1194,8 @@ def _arguments():
     parser.add_argument("--manual", type=Path, help="the manual-points CSV (submission,question,points,comment) to "
                         "merge; a template is written beside the gradebook when there is none")
     parser.add_argument("--release", type=Path, help="write each student's feedback (Markdown and HTML) here")
+    parser.add_argument("--practice", action="store_true",
+                        help="with --release: the checks' practice-mode words (the formula), for after the deadline")
     parser.add_argument("--regrade", type=Path, help="a report (.json): grade its submission again on the same "
                         "check inputs, keep the instructor's points, update the report and the gradebook")
     parser.add_argument("--submitted-times", type=Path, help="a CSV (submission,submitted_at in ISO 8601) of "
@@ -1184,6 +1208,8 @@ def _arguments():
                         "answers have no manual points yet (refused otherwise: Canvas takes the score as final)")
     parser.add_argument("--canvas-column", help="Canvas: the assignment's column, e.g. 'Problem set 1 (12345)'")
     parser.add_argument("--gradescope-bundle", type=Path, help="write a Gradescope autograder zip for --assignment")
+    parser.add_argument("--wheel", type=Path, help="with --gradescope-bundle: the course's wheel to ship in the zip and "
+                        "install (your own questions' code included); else setup.sh installs this version's release")
     parser.add_argument("--timeout", type=_positive, default=DEFAULT_TIMEOUT, help="seconds allowed per cell")
     parser.add_argument("--notebook-timeout", type=_positive, default=DEFAULT_NOTEBOOK_TIMEOUT,
                         help="seconds allowed per submission, checks included")
@@ -1277,7 +1303,7 @@ def _after_grading(args, reports, csv_path):
     if csv_path is not None:
         release.write_gradebook(reports, csv_path)
     if args.release is not None:
-        print(f"feedback: {release.release(reports, args.release)}")
+        print(f"feedback: {release.release(reports, args.release, practice=args.practice)}")
     _warn_late(reports)
     if args.canvas_csv is not None:
         from . import lms
@@ -1296,7 +1322,8 @@ def main(argv=None):
             parser.error("--gradescope-bundle needs --assignment")
         from . import lms
         try:
-            lms.gradescope_bundle(args.gradescope_bundle, args.assignment, course_file=args.course, folder=args.folder)
+            lms.gradescope_bundle(args.gradescope_bundle, args.assignment, course_file=args.course, folder=args.folder,
+                                  wheel=args.wheel)
         except ValueError as exc:
             parser.error(f"--gradescope-bundle: {exc}")
         print(f"Gradescope autograder: {args.gradescope_bundle}")
@@ -1426,9 +1453,13 @@ def _bytes_or_error(path, raising=False):
         return failure
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
-        why = ("the submission is not a regular file: not opened" if not stat.S_ISREG(info.st_mode) else
-               "the submission is a second name (hard link) of another file: not opened" if info.st_nlink > 1
-               else None)
+        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+            several = SeveralNames(f"the file has {info.st_nlink} names (hard links; another may be a classmate's): "
+                                   "not opened. Whose it is, you decide: keep one name and grade it with --regrade")
+            if raising:
+                raise several
+            return several
+        why = "the submission is not a regular file: not opened" if not stat.S_ISREG(info.st_mode) else None
         if why is None:
             return f.read(MAX_NOTEBOOK + 1)
     if raising:

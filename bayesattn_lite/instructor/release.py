@@ -28,6 +28,8 @@ import secrets
 import sys
 from pathlib import Path
 
+from .course import NO_TIME
+
 MANUAL_COLUMNS = ("submission", "question", "points", "comment")
 NOT_GRADED = ("grader error", "not graded")  # the statuses of the grader's own failures: never a score
 
@@ -37,7 +39,7 @@ NOT_GRADED = ("grader error", "not graded")  # the statuses of the grader's own 
 # what a terminal, a spreadsheet or a reader may act on instead of showing it: control characters but tab
 # and newline (an ESC sequence rewrites a terminal, a CR overwrites its line), the bidirectional overrides
 # (they reorder what is shown) and lone surrogates (UTF-8 cannot encode one: the write would fail)
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet runs as a formula at a cell's start (OWASP)
 
 
@@ -153,14 +155,33 @@ def _points(q):
     return q["points"]
 
 
-def markdown(report):
+def _feedback(q, practice=False):
+    """A question's words for the learner: the check's (its practice-mode words with ``practice``, after the
+    deadline) or, for a written answer, whether it is graded yet; then the instructor's comment."""
+    if q.get("manual"):
+        words = ("a written answer, graded by your instructor" if q.get("instructor_points") is not None
+                 else q["feedback"])
+    else:
+        words = q.get("feedback_practice", q["feedback"]) if practice else q["feedback"]
+    return words, q.get("comment") or ""
+
+
+def _late_note(report):
+    """The late policy's note, for the learner: none where it says the policy was not applied (that is
+    the instructor's to act on, in the gradebook)."""
+    note = (report.get("late") or {}).get("note") or ""
+    return "" if note == NO_TIME else note
+
+
+def markdown(report, practice=False):
     """The report in words, for the learner. Every text in it is escaped (``_md``) or fenced (``_fenced``):
-    what a submission wrote is shown as written, never rendered."""
+    what a submission wrote is shown as written, never rendered. ``practice``: the checks' practice-mode
+    words (the formula), for feedback released after the deadline."""
     lines = [f"# Grading report: {_md(report.get('title') or report['submission'])}", "",
              f"**Score: {_md(report['score'])} / {_md(report['max_score'])}**"]
     late = report.get("late") or {}
-    if late.get("note"):
-        lines.append(f"(late: {_md(late['note'])})")
+    if _late_note(report):
+        lines.append(f"(late: {_md(_late_note(report))})")
     if report.get("manual_pending"):
         lines.append(f"({_md(report['manual_pending'])} more points are written answers your instructor grades"
                      + ("; the late penalty applies to them too" if late.get("kept", 1.0) < 1 else "") + ".)")
@@ -169,7 +190,8 @@ def markdown(report):
         lines += ["| Question | Points | Feedback |", "|---|---|---|"]
         for q in report["questions"]:
             mark = "📝" if q.get("manual") else "✅" if q["passed"] else "❌"
-            feedback = q["feedback"] + (f" Your instructor: {q['comment']}" if q.get("comment") else "")
+            words, comment = _feedback(q, practice)
+            feedback = words + (f" Your instructor: {comment}" if comment else "")
             lines.append(f"| {mark} {_md(q['id'])}: {_md(q['title'])} | {_md(_points(q))} / {_md(q['max_points'])} "
                          f"| {_md(feedback)} |")
         lines.append("")
@@ -193,14 +215,14 @@ def markdown(report):
     return "\n".join(lines)
 
 
-def feedback_html(report):
+def feedback_html(report, practice=False):
     """The feedback as a standalone HTML page; every text from the submission or the grader is escaped."""
     e = _html
     rows = "".join(
         f"<tr><td>{e(q['id'])}: {e(q['title'])}</td><td>{e(_points(q))} / {e(q['max_points'])}</td>"
-        f"<td>{e(q['feedback'])}{'<br><b>Your instructor:</b> ' + e(q['comment']) if q.get('comment') else ''}</td></tr>"
-        for q in report["questions"])
-    late = (report.get("late") or {}).get("note")
+        f"<td>{e(words)}{'<br><b>Your instructor:</b> ' + e(comment) if comment else ''}</td></tr>"
+        for q in report["questions"] for words, comment in [_feedback(q, practice)])
+    late = _late_note(report)
     problems = "".join(f"<li>{e(p)}</li>" for p in report["problems"])
     answers = "".join(f"<h3>{e(q['id'])}: {e(q['title'])}</h3><pre>{e(q.get('answer') or '(no answer found)')}</pre>"
                       for q in report["questions"] if q.get("manual"))
@@ -259,6 +281,14 @@ def gradebook_rows(reports):
     return header, [[row.get(h, "") for h in header] for row in rows]
 
 
+MAX_CSV_CELL = 10_000   # characters of a gradebook cell the learner's text fills (csv's own field limit is 131,072)
+
+
+def _capped(text):
+    """A cell's text within MAX_CSV_CELL; the rest is in the report."""
+    return text if len(text) <= MAX_CSV_CELL else text[:MAX_CSV_CELL] + f" ... ({len(text):,} characters: see the report)"
+
+
 def _gradebook_row(r, ids, manual):
     """One report's row, by column; its question ids are added to ``ids`` (and to ``manual``, written ones)."""
     row = {"submission": r["submission"], "assignment": r["assignment"] or "", "status": r.get("status", ""),
@@ -266,7 +296,7 @@ def _gradebook_row(r, ids, manual):
            "late": (r.get("late") or {}).get("note", ""),
            "warnings": " | ".join(f"{q['id']}: {q['warning']}" for q in r["questions"] if q.get("warning")),
            "problems": " | ".join(p.replace("\n", " ")[:500] for p in r["problems"]),
-           "reference_calls": " | ".join(r.get("reference_calls", [])), "report": r.get("report", "")}
+           "reference_calls": _capped(" | ".join(r.get("reference_calls", []))), "report": r.get("report", "")}
     for q in r["questions"]:
         qid, mine = q["id"], q.get("instructor_points")
         if qid not in ids:
@@ -415,13 +445,15 @@ def merge_manual(reports, marks, notes=None):
     return reports
 
 
-def release(reports, folder):
+def release(reports, folder, practice=False):
     """One feedback file per report in ``folder``: ``<report name>.md`` and ``.html``; one that fails to
-    render says why in its place (``_guarded``), and the others are still written."""
+    render says why in its place (``_guarded``), and the others are still written. ``practice``: the
+    checks' practice-mode words (the formula, the factor), whatever mode the reports were graded in:
+    for feedback released after the deadline."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for r in reports:
         stem = Path(r.get("report") or r["submission"]).stem
-        _write_new(folder / f"{stem}.md", _guarded("feedback", markdown, r, _md))
-        _write_new(folder / f"{stem}.html", _guarded("feedback page", feedback_html, r, _html))
+        _write_new(folder / f"{stem}.md", _guarded("feedback", lambda r: markdown(r, practice), r, _md))
+        _write_new(folder / f"{stem}.html", _guarded("feedback page", lambda r: feedback_html(r, practice), r, _html))
     return folder
