@@ -143,6 +143,7 @@ class ScheduleRun:
 
     def held_out_data(self, T=None, offset=HELD_OUT_OFFSET):
         """(x, y) of every seed's held-out sequence ``chain.sample(T, seed + offset)``, stacked."""
+        offset = _validate.integer("offset", offset, 0)   # >= 0: seed + offset must be a seed too
         data = [self.chain.sample(T or self.T, s + offset, dtype=torch.float64) for s in self.seeds]
         return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
 
@@ -793,8 +794,9 @@ class LongRunConfig:
 
     @classmethod
     def paper(cls):
-        """The main run: the paper's head, rates and seeds, 8000 steps on a pool of 64 sequences."""
-        return cls()
+        """The main run: the paper's head, rates and seeds, 8000 steps on a pool of 64 sequences; its
+        rates also at snapshots 100 and 200 updates apart, to see whether its settle order holds at both."""
+        return cls(intervals=(100, 200))
 
     @classmethod
     def small(cls, **changes):

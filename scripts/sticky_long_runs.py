@@ -72,6 +72,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     overrides = {**({"steps": args.steps} if args.steps else {}), **({"seeds": tuple(args.seeds)} if args.seeds else {})}
     configs = [replace(c, **overrides) for c in experiments.LONG_RUNS if not args.only or c.name in args.only]
+    # a quick try shorter than a run's extra snapshot intervals keeps those that fit in it
+    configs = [replace(c, intervals=tuple(n for n in c.intervals if n <= c.steps)) for c in configs]
     names = [c.name for c in experiments.LONG_RUNS] + [experiments.CONTROLS_NAME]
     unknown = set(args.only or ()) - set(names)
     if unknown:
