@@ -774,10 +774,14 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
     # a budget, so that a notebook built to be slow to read (cells the kernel never compiles) costs the
     # grader a bounded time: the cells it leaves are reported, for the instructor to read
     deadline = time.monotonic() + SCAN_SECONDS
+
+    def out_of_time(n):
+        return f"cell {n} onward: not scanned (the scan's {SCAN_SECONDS} s per notebook ran out)"
+
     facts = {}
     for n, cell in cells:
         if time.monotonic() > deadline:
-            return [f"cell {n} onward: not scanned (the scan's {SCAN_SECONDS} s per notebook ran out)"]
+            return [out_of_time(n)]
         facts[n] = _cell_facts(cell.source)
     context_aliases = {}
     for binding in [f[0] for f in facts.values()] + [f[1] for f in facts.values()]:  # the imports first
@@ -788,7 +792,7 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
         if cell.source.strip() in given:
             continue
         if time.monotonic() > deadline:
-            return found + [f"cell {n} onward: not scanned (the scan's {SCAN_SECONDS} s per notebook ran out)"]
+            return found + [out_of_time(n)]
         found += [f"cell {n}, {use}" for use in reference_calls(cell.source, assignment_id, answer=n in answers,
                                                                  context_aliases=context_aliases)]
     return found

@@ -1453,18 +1453,16 @@ def _bytes_or_error(path, raising=False):
         return failure
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
-        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-            several = SeveralNames(f"the file has {info.st_nlink} names (hard links; another may be a classmate's): "
+        if not stat.S_ISREG(info.st_mode):
+            failure = Refused("the submission is not a regular file: not opened")
+        elif info.st_nlink > 1:
+            failure = SeveralNames(f"the file has {info.st_nlink} names (hard links; another may be a classmate's): "
                                    "not opened. Whose it is, you decide: keep one name and grade it with --regrade")
-            if raising:
-                raise several
-            return several
-        why = "the submission is not a regular file: not opened" if not stat.S_ISREG(info.st_mode) else None
-        if why is None:
+        else:
             return f.read(MAX_NOTEBOOK + 1)
     if raising:
-        raise Refused(why)
-    return Refused(why)
+        raise failure
+    return failure
 
 
 def _release_reports(folder):

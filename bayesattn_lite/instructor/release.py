@@ -179,9 +179,9 @@ def markdown(report, practice=False):
     words (the formula), for feedback released after the deadline."""
     lines = [f"# Grading report: {_md(report.get('title') or report['submission'])}", "",
              f"**Score: {_md(report['score'])} / {_md(report['max_score'])}**"]
-    late = report.get("late") or {}
-    if _late_note(report):
-        lines.append(f"(late: {_md(_late_note(report))})")
+    late, late_note = report.get("late") or {}, _late_note(report)
+    if late_note:
+        lines.append(f"(late: {_md(late_note)})")
     if report.get("manual_pending"):
         lines.append(f"({_md(report['manual_pending'])} more points are written answers your instructor grades"
                      + ("; the late penalty applies to them too" if late.get("kept", 1.0) < 1 else "") + ".)")
