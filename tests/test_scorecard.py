@@ -204,3 +204,11 @@ def test_the_summary_tally_counts_the_verdicts_of_the_table():
     expected = (f"Of the {len(rows())} claims, {counts['holds']} hold, {counts['partly']} hold partly (the verdict "
                 f"*partly*), {counts['does not hold']} does not hold and {counts['not established']} are not established.")
     assert expected in text, expected
+
+
+def test_the_five_minute_summary_reads_in_five_minutes():
+    """About 200 words a minute: the summary, table included, stays near a thousand words; numbers and
+    settings belong to the detailed table."""
+    text = PAGE.read_text().split("## In five minutes", 1)[1].split("## The verdict words", 1)[0]
+    words = len(re.sub(r"\{[\w:-]+\}`[^`<]*(<[^>]*>)?`", "term", text).split())
+    assert words <= 1100, f"the five-minute summary has {words} words"
