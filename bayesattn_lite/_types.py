@@ -226,7 +226,9 @@ def _word(hint):
         return f"{words(base)} ({note})"
     origin = typing.get_origin(hint) or hint
     if origin in (dict, typing.Mapping) or getattr(origin, "__name__", "") == "Mapping":
-        return "a mapping (a dict)"
+        args = typing.get_args(hint)
+        return f"a mapping (a dict) of {words(args[1]).removeprefix('a ').removeprefix('an ')} values" if args \
+            else "a mapping (a dict)"
     if getattr(origin, "__name__", "") == "Sequence" and typing.get_args(hint):
         return f"a list, each {words(typing.get_args(hint)[0])}"
     if callable(hint) and getattr(origin, "__name__", "") == "Callable":

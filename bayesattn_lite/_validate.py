@@ -259,8 +259,11 @@ def distributions(what, probs, dim=-1, sum_tol=1e-3, entry_tol=1e-6, expected=No
     sums = probs.sum(dim)
     if probs.numel() and ((probs < 0).any() or (probs > 1 + entry_tol).any()
                           or (((sums - 1).abs() > sum_tol) & (sums != 0)).any()):
+        got = (f"entries from {probs.min().item():.4g} to {probs.max().item():.4g}"   # the entry that is wrong,
+               if (probs < 0).any() or (probs > 1 + entry_tol).any() else                 # else the sums
+               f"sums from {sums.min().item():.4g} to {sums.max().item():.4g}")
         fail(what, expected or f"probability distributions along dim {dim} (entries in [0, 1] summing to 1)",
-             f"sums from {sums.min().item():.4g} to {sums.max().item():.4g}", described=True)
+             got, described=True)
     return probs
 
 

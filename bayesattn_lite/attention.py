@@ -54,8 +54,8 @@ def _fit(x: Float[Tensor, "*B T d_x"], W_Q: Float[Tensor, "d_k d_x"], W_K: Float
          W_V: Float[Tensor, "d_v d_x"], W_O: Float[Tensor, "C d_v"], y: Int[Tensor, "*B T"] | None = None):
     """The head's inputs, checked against each other: the annotations say how the shapes fit (queries
     and keys share d_k, W_O reads the d_v values, one target per position); below, what they cannot say."""
-    if x.shape[-2] == 0 or W_Q.shape[0] == 0:
-        _fail("x, W_Q", "at least one position and d_k >= 1", f"x {tuple(x.shape)}, W_Q {tuple(W_Q.shape)}")
+    if x.shape[:-1].numel() == 0 or W_Q.shape[0] == 0:   # an empty batch would average over nothing: NaN
+        _fail("x, W_Q", "at least one sequence, one position and d_k >= 1", f"x {tuple(x.shape)}, W_Q {tuple(W_Q.shape)}")
     for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V), ("W_O", W_O), ("y", y)):
         if W is not None and W.device != x.device:
             _fail(f"{name}.device", f"{x.device} (the device of x)", W.device)
@@ -109,7 +109,8 @@ def scores(q: Float[Tensor, "*B Tq d_k"], k: Float[Tensor, "*B Tk d_k"], causal:
            positions: Int[Tensor, " Tq"] | None = None) -> Float[Tensor, "*B Tq Tk"]:
     """s_ij = q_i . k_j / sqrt(d_k), (..., T_q, T_k), -inf where the causal mask forbids j > i
     (``forward``'s convention). ``positions`` are the sequence positions of the rows of q (default
-    0, 1, ...: every query), so that the scores of a few queries can be computed alone.
+    0, 1, ...: every query), so that the scores of a few queries can be computed alone; a position past
+    the last key sees every key.
 
     The one home of the scores for a single head: ``forward`` and the chapter experiments
     (``specialisation``, ``experiments.frame_rate``) use it. Three places keep their own line, for
@@ -324,7 +325,8 @@ def predicted_score_change(x: Float[Tensor, "T d_x"], q: Float[Tensor, "T d_k"],
                            ds: Float[Tensor, "T T"], lr) -> Float[Tensor, "T T"]:
     """Delta s_{i'j'} = -lr sum_ij K[i', j', i, j] dL/ds_ij: the first-order score change of one step.
 
-    ds is dL/ds of the sequence, (T, T) (0 where the causal mask forbids a pair); lr the step size,
+    ds is dL/ds of the sequence, (T, T) (0 where a causal mask forbids a pair; a head without the mask
+    has a gradient there, so what ds holds is used as given); lr the step size,
     any finite number (the prediction is linear in it: a negative one predicts a step uphill).
     """
     _one_sequence(x, q, k)

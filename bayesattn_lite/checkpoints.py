@@ -73,6 +73,8 @@ def load_weights(model, path, what, advice="delete it and train it again", trans
     if not isinstance(model, torch.nn.Module):   # the caller's mistake, not the file's
         _validate.fail("model", "a torch.nn.Module to load the weights into", model)
     _validate.file_path("path", path)
+    if transform is not None:
+        _validate.function("transform", transform, "None or a function: what the file holds -> a state dict")
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
         state = transform(saved) if transform else saved
@@ -158,7 +160,7 @@ def load(path, kind, device="cpu", required=()):
         raise CheckpointMismatch(f"checkpoint {path}: expected a checkpoint written by bayesattn_lite, but it "
                                  f"cannot be read ({type(exc).__name__}: {str(exc)[:120]}); it may be damaged "
                                  f"or another kind of file: {advice}") from exc
-    if not isinstance(ckpt, dict) or ckpt.get("kind", kind) != kind or not all(k in ckpt for k in required):
+    if not isinstance(ckpt, dict) or ckpt.get("kind") != kind or not all(k in ckpt for k in required):
         found = ckpt.get("kind", "a dict without 'kind'") if isinstance(ckpt, dict) else type(ckpt).__name__
         raise CheckpointMismatch(f"checkpoint {path}: expected a checkpoint of {kind} with {list(required)}, "
                                  f"got {found!s}: {advice}")

@@ -296,8 +296,8 @@ def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon"))
 
 def format_table(rows, metric="entropy_error_bits", horizon="trained", digits=3):
     """A text table, architectures down, tasks across, 'mean ± std' of ``metric`` over seeds."""
-    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) and "horizon" in r for r in rows):
-        _validate.fail("rows", "a list of rows from compare (dicts with 'arch', 'task', 'horizon')", rows)
+    if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) and "horizon" in r for r in rows):
+        _validate.fail("rows", "a non-empty list of rows from compare (dicts with 'arch', 'task', 'horizon')", rows)
     digits = _validate.integer("digits", digits, 0)
     horizons = list(dict.fromkeys(r["horizon"] for r in rows))
     if horizon not in horizons:

@@ -444,7 +444,10 @@ def pca(points, n_components=2):
     var, vecs = np.linalg.eigh(centred.T @ centred)
     order = np.argsort(var)[::-1][:min(p.shape)]
     var, vecs = np.clip(var[order], 0, None), vecs[:, order]
-    explained = var / var.sum() if var.sum() > 0 else np.full_like(var, np.nan)
+    if var.sum() <= 0:
+        _validate.fail("points", "points that are not all the same (with no variance, no direction explains any)",
+                       f"{p.shape[0]} identical points", described=True)
+    explained = var / var.sum()
     components = vecs.T[:n_components]
     return {"mean": mean, "components": components, "explained": explained,
             "projected": (p - mean) @ components.T}
@@ -630,7 +633,7 @@ def orthogonality_floor(n, d, centred=False, starts=8, steps=1500, seed=0):
     be a bug, one near it is as orthogonal as n vectors in d dimensions get. Cached per arguments."""
     n, d = _validate.integer("n", n, 2), _validate.integer("d", d, 1)
     centred = _validate.boolean("centred", centred)
-    starts, steps = _validate.integer("starts", starts, 1), _validate.integer("steps", steps, 0)
+    starts, steps = _validate.integer("starts", starts, 1), _validate.integer("steps", steps, 1)   # 0: no floor found
     seed = _validate.seed("seed", seed)
     if not centred and n <= d:
         return 0.0  # exactly: n orthonormal vectors exist

@@ -30,8 +30,8 @@ def _float64(name, t, device=None):
 
 
 def _points(x):
-    if x.shape[0] < 1:
-        _validate.fail("x", "a tensor of shape (n, d) with n >= 1 points", x)
+    if x.shape[0] < 1 or x.shape[1] < 1:
+        _validate.fail("x", "a tensor of shape (n, d) with n >= 1 points of d >= 1 dimensions", x)
     return _float64("x", x)
 
 

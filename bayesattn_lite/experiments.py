@@ -446,7 +446,11 @@ def value_pca(trajectories, n_components=2):
         if t.shape[-1] != first.shape[-1]:   # one PCA basis: the same value space for every schedule
             _validate.fail(f"trajectories[{name!r}]", f"values of d_v = {first.shape[-1]}, as the first schedule's",
                            f"d_v = {t.shape[-1]}", described=True)
-    fit = diagnostics.pca(np.concatenate([t.reshape(-1, t.shape[-1]) for t in arrays.values()]), n_components)
+    points = np.concatenate([t.reshape(-1, t.shape[-1]) for t in arrays.values()])
+    if np.ptp(points, axis=0).max() == 0:
+        _validate.fail("trajectories", "values that are not all one point (then no direction explains any)",
+                       "every value of every snapshot equal", described=True)
+    fit = diagnostics.pca(points, n_components)
     out = {"projections": {}, "path_length": {}, "displacement": {}, "straightness": {},
            "explained": fit["explained"][:n_components]}
     for name, t in arrays.items():

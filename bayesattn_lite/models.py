@@ -447,7 +447,7 @@ def sizes(name, scale="small", **overrides):
 def build(name, vocab_size, n_classes, **sizes_):
     """The ``name`` model at the CPU scale (``sizes(name)``), any of its sizes overridden by ``sizes_``."""
     kwargs = sizes(name, "small", **sizes_)  # checks the name first
-    vocab_size, n_classes = _validate.integer("vocab_size", vocab_size, 1), _validate.integer("n_classes", n_classes, 1)
+    vocab_size, n_classes = _validate.integer("vocab_size", vocab_size, 2), _validate.integer("n_classes", n_classes, 2)
     return REGISTRY[name].cls(vocab_size, n_classes, **kwargs)
 
 

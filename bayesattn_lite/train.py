@@ -150,7 +150,15 @@ def lr_factor(step, steps, schedule="constant", warmup=0):
     _validate.choice("schedule", schedule, SCHEDULES)
     steps = _validate.integer("steps", steps, 1)
     step = _validate.integer("step", step, 0, steps)
-    return _factor(step, steps, schedule, _validate.integer("warmup", warmup, 0))
+    return _factor(step, steps, schedule, _warmup(warmup, steps))
+
+
+def _warmup(warmup, steps):
+    """The warm-up, checked against the run: the ramp may fill it, not outlast it."""
+    warmup = _validate.integer("warmup", warmup, 0)
+    if steps and warmup > steps:
+        _validate.fail("warmup", f"at most steps={steps} (the rate would never reach lr)", warmup)
+    return warmup
 
 
 def _factor(step, steps, schedule, warmup):
@@ -344,15 +352,13 @@ class Recipe:
                    "lr": _validate.positive("lr", self.lr),
                    "lr_multipliers": _multipliers(self.lr_multipliers),
                    "schedule": _validate.choice("schedule", self.schedule, SCHEDULES),
-                   "warmup": _validate.integer("warmup", self.warmup, 0),   # below steps under a schedule (below)
+                   "warmup": _warmup(self.warmup, _validate.integer("steps", self.steps, 0)),
                    "clip_grad_norm": None if self.clip_grad_norm is None else
                    _validate.positive("clip_grad_norm", self.clip_grad_norm),
                    "weight_decay": _validate.real("weight_decay", self.weight_decay, 0)}
         if checked["schedule"] != "constant" and checked["steps"] and checked["warmup"] >= checked["steps"]:
             _validate.fail("warmup", f"fewer steps than steps={checked['steps']} (the {checked['schedule']} schedule "
                            "would never run)", self.warmup)
-        if checked["steps"] and checked["warmup"] > checked["steps"]:   # a constant rate: the ramp may fill the run
-            _validate.fail("warmup", f"at most steps={checked['steps']} (the rate would never reach lr)", self.warmup)
         for name, value in checked.items():  # plain floats and ints: what the fingerprint hashes
             object.__setattr__(self, name, value)
 

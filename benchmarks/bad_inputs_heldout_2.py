@@ -54,6 +54,9 @@ BY_DESIGN = {
     "TR.train(lstm, lossfn, TR.Recipe(2, lr=1e30), progress=False)": "the loss stayed finite in 2 steps: no divergence to report",
     "CV.save_pretrained(lstm, CV.load_record('lstm', 'bijection', 0), directory=tmp('sp6'))":
         "the model has the record's architecture and sizes: saving it is valid",
+    "CK.save(tmp('ok.pt'), {'a': torch.zeros(2), 'b': [1, 'x', {'c': 2.0}]}); CK.load(tmp('ok.pt'), 'k')":
+        "refused since the fourth held-out table: a dict without a 'kind' is not a checkpoint of kind 'k' "
+        "(it had loaded any dict as any kind)",
 }
 
 ROWS = []

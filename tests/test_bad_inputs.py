@@ -716,7 +716,31 @@ ROWS = [
     ("widgets.advantage_explorer figsize", lambda: widgets.advantage_explorer(figsize="big"), "figsize"),
     ("widgets.snapshot_states snapshot without W_O", lambda: widgets.snapshot_states(
         {0: {k: v for k, v in P.items() if k != "W_O"}}, X1, Y[0], torch.ones(6, dtype=torch.bool)), "snapshots[0] W_O"),
+    # the fourth held-out table's (issue 38) silent and unclear cases
+    ("checkpoints.load a dict without kind", lambda: checkpoints.load(_saved({"x": 1}), "train.train"), "kind"),
+    ("attention.loss empty batch", lambda: attention.loss(torch.randn(0, 6, 4), torch.zeros(0, 6, dtype=torch.long), P),
+     "one sequence"),
+    ("experiments.value_pca values that never move", lambda: experiments.value_pca({"a": np.zeros((3, 4, 2))}),
+     "trajectories"),
+    ("diagnostics.pca identical points", lambda: diagnostics.pca(np.zeros((4, 3))), "points identical"),
+    ("diagnostics.orthogonality_floor steps 0", lambda: diagnostics.orthogonality_floor(3, 2, steps=0), "steps >= 1"),
+    ("train.lr_factor warmup past the run", lambda: train.lr_factor(5, 10, warmup=20), "warmup steps=10"),
+    ("attention.forward params of lists", lambda: attention.forward(X, {k: v.tolist() for k, v in P.items()}),
+     "params tensor"),
+    ("checkpoints.load_weights transform str", lambda: checkpoints.load_weights(
+        models.build("lstm", 5, 3), _saved(models.build("lstm", 5, 3).state_dict()), "weights", transform="x"),
+     "transform function"),
+    ("em.fit points of no dimension", lambda: em.fit(torch.zeros(20, 0, dtype=torch.float64), 2), "x d >= 1"),
+    ("comparison.format_table no rows", lambda: comparison.format_table([], metric="x"), "rows non-empty"),
+    ("diagnostics.entropy a negative entry", lambda: diagnostics.entropy(torch.tensor([-0.5, 1.5])), "entries -0.5"),
 ]
+
+
+def _saved(obj):
+    """The path of a fresh file holding ``obj``, saved with torch.save."""
+    path = tempfile.mktemp(dir=_TMP, suffix=".pt")
+    torch.save(obj, path)
+    return path
 
 
 def _axes():
