@@ -73,7 +73,9 @@ def write_class(folder, assignment, size):
         nbformat.write(makers[kind](), folder / name)
         rows.append([f"Student {n:02d}", user, f"sis{n}", login, "A"])
         times.append([name, "2027-02-03T12:00:00+00:00" if late else "2027-02-01T12:00:00+00:00"])
-        manual += [[name, q.id, q.points / 2, "half marks"] for q in assignment.questions if q.written and n % 3 == 0]
+        # every written answer graded (Canvas refuses an import while some are not): half marks for every third
+        manual += [[name, q.id, q.points / 2 if n % 3 == 0 else q.points, "half marks" if n % 3 == 0 else "full marks"]
+                   for q in assignment.questions if q.written]
     _csv(folder.parent / "roster.csv", ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"],
          [["Points Possible", "", "", "", ""]] + rows)
     _csv(folder.parent / "times.csv", ["submission", "submitted_at"], times)

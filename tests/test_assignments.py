@@ -217,7 +217,17 @@ def test_the_notebooks_themselves_call_no_reference(assignment):
      ["line 2: vars() on the package"]),
     ("ps1_derivations", "import bayesattn_lite.attention as a\nf = a.__dict__['score_gradient']",
      ["line 2: .__dict__ of the package"]),
-    ("ps1_derivations", "import torch\ng = getattr(torch, 'auto' + 'grad').grad", ["line 2: getattr() on autograd"]),
+    ("ps1_derivations", "import torch\ng = getattr(torch, 'auto' + 'grad').grad",
+     ["line 2: .grad (autograd", "line 2: getattr() on autograd"]),
+    # the fourth hostile round: code run through another name, and autograd reached around the names
+    ("ps1_derivations", "import builtins\nbuiltins.exec('x = 1')", ["line 2: exec() (code built at run time"]),
+    ("ps1_derivations", "c = compile('1', 'f', 'eval')", ["line 1: compile() (code built at run time"]),
+    ("ps1_derivations", "get_ipython().run_cell('x = 1')", ["line 1: run_cell() (code built at run time"]),
+    ("ps1_derivations", "import sys\ng = sys.modules['torch.autograd'].grad",
+     ["line 2: .grad (autograd", "line 2: sys.modules[...]"]),
+    ("ps1_derivations", "import torch\nb = vars(torch.Tensor)['back' 'ward']", ["line 2: vars() on autograd"]),
+    ("ps1_derivations", "get_ipython().input_transformers_post.append(f)", ["line 1: .input_transformers_post"]),
+    ("ps1_derivations", "def f(m):\n    return m.q.grad", ["line 2: .grad (autograd"]),
     ("ps1_derivations", "import sys\nm = sys.modules['bayesattn_lite.attention']", ["line 2: sys.modules[...]"]),
     ("ps3_experiment", "chain = tasks.StickyMarkovChain()\nrate = chain.h_min / 0.693", ["line 2: .h_min"]),
     ("ps3_experiment", "%time x = 1\ny = torch.autograd.grad(x, x)", []),  # autograd is no shortcut in set 3
@@ -511,3 +521,28 @@ def test_a_long_chain_of_aliases_is_not_followed_and_costs_little():
     assert time.perf_counter() - start < 10
     aliases = assignments._aliases(ast.parse(source))
     assert max(name.count(".") for name in aliases.values()) < assignments.MAX_NAME_PARTS
+
+
+def test_a_cell_of_many_shell_lines_is_read_in_bounded_time_and_keeps_its_magics_code():
+    """IPython's transform reads a cell again for each magic or shell line: 500 of them in a large cell
+    held a grading worker for minutes (the fourth hostile round). Past a bound the cell is read in one
+    pass, and the code a %time runs is still scanned."""
+    import time
+    source = "!true\n" * 400 + "x = 1\n" * 20_000 + "%time loss.backward()\n"
+    start = time.perf_counter()
+    found = assignments.reference_calls(source, "ps1_derivations")
+    assert time.perf_counter() - start < 10
+    assert any(".backward()" in f for f in found), found
+
+
+def test_the_uses_in_answer_cells_are_listed_before_a_scratch_cells_many():
+    """Decoys before the answer cannot push its use past the report's limit: answer cells come first."""
+    assignment = ASSIGNMENTS["ps1_derivations"]
+    nb = nbformat.read(assignment.student_path, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("def biased_qk_gradients"))
+    cell.source = ("def biased_qk_gradients(q, k, v, u, tau, slope):\n"
+                   "    return torch.autograd.grad((q * k).sum(), (q, k))")
+    at = nb.cells.index(cell)
+    nb.cells.insert(at, nbformat.v4.new_code_cell("import torch\n" + "torch.autograd.grad\n" * 300))
+    found = assignments.notebook_reference_calls(nb, "ps1_derivations")
+    assert found[0].startswith(f"cell {at + 2}, line 2: torch.autograd.grad"), found[:2]

@@ -917,6 +917,27 @@ def test_report_names_stay_the_same_whatever_else_the_folder_holds(tmp_path):
     grading._stem(tmp_path / "o brien.ipynb", crowded)   # sorts first, and cleans up alike
     assert grading._stem(tmp_path / "o'brien.ipynb", crowded) == own and own.startswith("o_brien-")
     assert grading._stem(tmp_path / "alice.ipynb", set()) == "alice"
+    # nor can a plain name that copies the hashed one (the fourth hostile round): it is hashed in turn
+    taken = set()
+    assert grading._stem(tmp_path / f"{own}.ipynb", taken) != own and grading._stem(tmp_path / "o'brien.ipynb", taken) == own
+
+
+def test_the_sandbox_starts_without_the_instructors_environment(monkeypatch):
+    """bubblewrap is process 1 of the sandbox, as the kernel's user: its /proc/1/environ is readable from
+    inside, so it gets what starting Python needs and nothing else (a token in the instructor's shell)."""
+    monkeypatch.setenv("CANVAS_TOKEN", "secret-123")
+    env = _sandbox.launcher_environment()
+    assert "CANVAS_TOKEN" not in env and set(env) <= set(_sandbox.LAUNCHER_VARIABLES) and "PATH" in env
+
+
+def test_reading_a_notebooks_size_is_linear_in_its_length():
+    """The count of JSON values before parsing: a megabyte of an unterminated string of escaped quotes
+    took minutes (the pattern retried from every quote); now it is one pass."""
+    import time
+    start = time.perf_counter()
+    grading._json_values('"' + '\\"' * 500_000)
+    assert time.perf_counter() - start < 2
+    assert grading._json_values('{"a": "x,y", "b": [1, 2]}') == grading._json_values('{"a": "", "b": [1, 2]}')
 
 
 def test_a_file_with_a_second_name_is_not_graded_rather_than_zeroed(tmp_path):
@@ -1031,6 +1052,9 @@ def test_gradescope_results_and_the_learners_report_from_a_report():
     gs = grading.gradescope_results(report)
     assert gs["score"] == 3 and [t["name"] for t in gs["tests"]] == ["q1: a"]  # written answers: graded by hand
     assert gs["tests"][0]["max_score"] == 3 and "code cell 2 raised" in gs["output"]
+    assert "reference functions" not in gs["output"]
+    report["reference_calls"] = ["cell 4, line 2: attention.gradients (answers q1)"]   # on Gradescope too
+    assert "cell 4, line 2: attention.gradients" in grading.gradescope_results(report)["output"]
     md = grading.markdown(report)
     assert "Because **x**." in md and "secret criterion" not in md and "to grade / 2" in md
     header, rows = grading.gradebook_rows([report])
@@ -1148,11 +1172,16 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
         assert any(c.get("outputs") for c in executed.cells if c.cell_type == "code")
     assert "clear" in (out / "feedback" / f"{Path(rows['smithjane']['report']).stem}.md").read_text()
 
-    # a regrade replays the same check inputs, keeps the instructor's points and updates the gradebook row
+    # a regrade replays the same check inputs, keeps the instructor's points and updates the gradebook row;
+    # without --course it grades with the course file the report records (the default's would change the grade)
     report = Path(rows["smithjane"]["report"])
     offset = reports["smithjane"]["isolation"]["input_seed_offset"]
-    assert grading.main(["--regrade", str(report), "--csv", str(csv_path), "--course", str(course)]) == 0
+    assert reports["smithjane"]["graded_with"]["course"] == str(course.resolve())
+    capsys.readouterr()
+    assert grading.main(["--regrade", str(report), "--csv", str(csv_path)]) == 0
+    assert f"--course {course.resolve()}, as the report was graded" in capsys.readouterr().out
     again = json.loads(report.read_text())
+    assert again["score"] == reports["smithjane"]["score"] and again["graded_with"] == reports["smithjane"]["graded_with"]
     assert again["isolation"]["input_seed_offset"] == offset and again["questions"][1]["instructor_points"] == 2
     assert len(list(csv.DictReader(csv_path.open()))) == len(wanted)
 

@@ -346,3 +346,6 @@ def test_a_gradebook_cell_the_learner_fills_is_capped():
     header, rows = release.gradebook_rows([report])
     cell = rows[0][header.index("reference_calls")]
     assert len(cell) < release.MAX_CSV_CELL + 100 and "see the report" in cell
+    report["problems"] = [f"code cell {n} raised ValueError: " + "x" * 400 for n in range(2_000)]   # the same for
+    header, rows = release.gradebook_rows([report])                                                 # problems
+    assert len(rows[0][header.index("problems")]) < release.MAX_CSV_CELL + 100

@@ -282,6 +282,16 @@ def launch_argv(argv, stage, uid, cgroup=()):
     return [sys.executable, "-I", "-S", "-c", LAUNCHER, json.dumps(config)]
 
 
+LAUNCHER_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "TZ")
+
+
+def launcher_environment():
+    """The environment of the launcher, bubblewrap and the supervisor: what starting Python needs, nothing
+    of the instructor's (a token, a password). bubblewrap is process 1 of the sandbox and runs as the
+    kernel's user, so its /proc/1/environ is readable from inside; the kernel gets its own ``env``."""
+    return {k: os.environ[k] for k in LAUNCHER_VARIABLES if k in os.environ}
+
+
 def privileged():
     """True when the grader can give the kernel a user of its own (root on Linux). The environment
     variable BAYESATTN_GRADER_NO_ROOT=1 makes root behave as a plain user (to test that mode)."""
@@ -808,7 +818,7 @@ class Sandbox:
             self.info.update(sandbox="none (--no-sandbox)", kernel_user="the grader's user", namespaces="none")
         with open(self.root / "sandbox.err", "wb") as err:  # what bubblewrap says if it cannot start
             self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                         start_new_session=True, cwd=str(self.root))
+                                         start_new_session=True, cwd=str(self.root), env=launcher_environment())
         os.set_blocking(self.proc.stdin.fileno(), False)  # a stopped supervisor never blocks the grader
         try:
             self._read_line("ready", 30)

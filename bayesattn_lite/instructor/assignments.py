@@ -184,7 +184,8 @@ _REFERENCE_ATTRIBUTES = {aid: {name.rsplit(".", 1)[1] for name in refs} for aid,
 # the parts of a dotted name that reach autograd by another path (torch.nn.functional.torch.autograd.grad,
 # torch._C._ImperativeEngine().run_backward, torch._functorch), and autograd's attributes on any object
 _AUTOGRAD_PARTS = {"autograd", "func", "functorch", "_functorch", "_ImperativeEngine", "_EngineBase"}
-_AUTOGRAD_ATTRIBUTES = {"run_backward", "_execution_engine", "grad_fn", "vjp", "jvp", "jacrev", "jacfwd", "hessian"}
+_AUTOGRAD_ATTRIBUTES = {"run_backward", "_execution_engine", "grad_fn", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
+                        "grad"}   # .grad: what a backward pass, anyone's (a training loop's too), left behind
 # Where numerical differentiation (finite differences, a complex step) answers a derivation question, it is
 # no answer (book/assignments/instructors.md): flagged in the cells that define a checked question's function
 # and the functions those use. Not in set 2, whose written questions measure changes under small steps.
@@ -369,14 +370,25 @@ def _aliases(tree, known=None):
     return aliases
 
 
+# IPython's transform reads the whole cell again for each magic or shell line it turns into a call (up to
+# 500 times): a large cell of many such lines took minutes. Past this many characters read, a cell is read
+# as _neutral makes it (a magic that runs Python keeps its code), which is one pass.
+MAX_TRANSFORM_READ = 2_000_000
+
+
 def _parse(source):
-    """The AST of a cell's source (IPython magics turned into calls), or the SyntaxError."""
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-        source = TransformerManager().transform_cell(source)
-    except ImportError:  # pragma: no cover - IPython is a dependency of the notebooks
-        pass
-    return ast.parse(source)
+    """The AST of a cell's source (IPython magics turned into calls), or the SyntaxError. A cell that
+    IPython would read too often (MAX_TRANSFORM_READ), or cannot transform, is read as ``_neutral`` makes it."""
+    magic_lines = sum(1 for line in source.split("\n") if _SHELL_OR_MAGIC.match(line))
+    if magic_lines * len(source) <= MAX_TRANSFORM_READ:
+        try:
+            from IPython.core.inputtransformer2 import TransformerManager
+            return ast.parse(TransformerManager().transform_cell(source))
+        except (SyntaxError, ValueError):
+            raise
+        except Exception:  # noqa: BLE001 - e.g. "Input transformation still changing after 500 iterations"
+            pass
+    return ast.parse(_neutral(source))
 
 
 def _parses(text):
@@ -692,20 +704,21 @@ def _uses(source, assignment_id, context, context_aliases, answer):
     aliases = _aliases(tree, aliases)
     for node in ast.walk(tree):
         what = None
-        if isinstance(node, (ast.Attribute, ast.Name)) or _getattr_constant(node):
+        if isinstance(node, ast.Attribute) and node.attr in _IPYTHON_REWRITERS:
+            what = f".{node.attr} (rewrites the cells that follow: not scanned)"
+        elif isinstance(node, (ast.Attribute, ast.Name)) or _getattr_constant(node):
             what = _reference(node, aliases, assignment_id)
         elif _importer(node, aliases):
             what = _dynamic_import(node, aliases, assignment_id)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                node.func.id in ("exec", "eval", "globals"):
-            what = f"{node.func.id}() (code built at run time: not scanned)"
+        elif isinstance(node, ast.Call) and _called(node) in _RUN_TIME_CODE:   # builtins.exec, ip.run_cell too
+            what = f"{_called(node)}() (code built at run time: not scanned)"
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars") \
                 and node.args and _looked_up(node.args[0], aliases, assignment_id):
             what = f"{node.func.id}() on {_looked_up(node.args[0], aliases, assignment_id)} (a name looked up at run " \
                    "time: not scanned)"
-        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and \
-                str(node.slice.value).startswith(PACKAGE) and ast.unparse(node.value) == "sys.modules":
-            what = "sys.modules[...] of the package (a module looked up at run time: not scanned)"
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("sys.modules") and \
+                _module_looked_up(node.slice, assignment_id):
+            what = "sys.modules[...] (a module looked up at run time: not scanned)"
         elif isinstance(node, ast.Match):  # a class pattern reads attributes by keyword: case object(grad=g)
             found += [(read.lineno, what) for read in _match_reads(node)
                       if (what := _reference(read, aliases, assignment_id))]
@@ -742,13 +755,35 @@ def _match_reads(match):
 
 def _looked_up(node, aliases, assignment_id):
     """"the package", or "autograd" where the assignment asks for a derivation, when ``node`` names a
-    module whose attributes could answer a question; None otherwise."""
+    module or class whose attributes could answer a question (torch and anything in it: vars(torch.Tensor)
+    holds backward); None otherwise."""
     name = _canonical(_dotted(node, aliases), assignment_id) or ""
     if name.split(".")[0] == PACKAGE:
         return "the package"
-    if assignment_id in _AUTOGRAD_ASSIGNMENTS and (name == "torch" or name.startswith(_AUTOGRAD)):
+    if assignment_id in _AUTOGRAD_ASSIGNMENTS and name.split(".")[0] == "torch":
         return "autograd"
     return None
+
+
+# calls that run code the scan cannot read, under any receiver (exec, builtins.exec, get_ipython().run_cell)
+_RUN_TIME_CODE = {"exec", "eval", "globals", "compile", "run_cell", "run_cell_magic", "FunctionType", "CodeType",
+                  "__import__"}
+# IPython's hooks that rewrite the cells after them before they run
+_IPYTHON_REWRITERS = {"input_transformers_cleanup", "input_transformers_post", "ast_transformers"}
+
+
+def _called(call):
+    """The name a call calls: ``f`` for ``f(...)`` and for ``x.y.f(...)``."""
+    return call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+
+
+def _module_looked_up(key, assignment_id):
+    """True when ``sys.modules[key]`` may be the package or (where a derivation is asked) torch: a key
+    computed at run time may be either."""
+    if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+        return True
+    root = key.value.split(".")[0]
+    return root == PACKAGE or (root == "torch" and assignment_id in _AUTOGRAD_ASSIGNMENTS)
 
 
 def notebook_reference_calls(nb, assignment_id, folder=None):
@@ -765,8 +800,8 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
                                                  (assignment.instructor_path, assignment.student_path)]
     source = next((p for p in handed_out if p.exists()), None)   # a Gradescope bundle ships the student's only
     if source is not None:
-        given = {c.source.strip() for c in nbformat.read(source, as_version=4).cells
-                 if c.cell_type == "code" and SOLUTION_TAG not in c.get("metadata", {}).get("tags", [])}
+        given = {c.source.strip() for c in nbformat.read(source, as_version=4).cells   # not the instructor's own
+                 if c.cell_type == "code" and not {SOLUTION_TAG, INSTRUCTOR_TAG} & set(c.get("metadata", {}).get("tags", []))}
     # the names may come from an import or a renaming in any cell (the install cell imports the package):
     # the notebook's cells are read once for them, not once per cell (that was quadratic in the number of
     # cells), one cell's statements at a time (all of them at once could make a tree of gigabytes)
@@ -786,20 +821,36 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
     context_aliases = {}
     for binding in [f[0] for f in facts.values()] + [f[1] for f in facts.values()]:  # the imports first
         context_aliases = _aliases(ast.parse(binding), context_aliases) if binding else context_aliases
-    answers = _answer_cells(facts, _answer_names(assignment_id))
-    found = []
+    answers, reached = _answer_cells(facts, _answer_names(assignment_id))
+    found = {}   # cell -> its uses
     for n, cell in cells:
-        if cell.source.strip() in given:
-            continue
+        if cell.source.strip() in given and not (n in answers and _defines_function(cell.source, reached)):
+            continue   # a given cell is the course's: read only where it defines a function an answer calls
         if time.monotonic() > deadline:
-            return found + [out_of_time(n)]
-        found += [f"cell {n}, {use}" for use in reference_calls(cell.source, assignment_id, answer=n in answers,
-                                                                 context_aliases=context_aliases)]
-    return found
+            return _in_order(found, answers) + [out_of_time(n)]
+        found[n] = [f"cell {n}, {use}" for use in reference_calls(cell.source, assignment_id, answer=n in answers,
+                                                                  context_aliases=context_aliases)]
+    return _in_order(found, answers)
+
+
+def _in_order(found, answers):
+    """The uses, those of the answer cells first, then each other cell's first use, then the rest: where a
+    report lists only the first of many (a notebook can make thousands), decoys cannot push out the answer's."""
+    answer = [u for n in found if n in answers for u in found[n]]
+    first = [uses[0] for n, uses in found.items() if n not in answers and uses]
+    rest = [u for n, uses in found.items() if n not in answers for u in uses[1:]]
+    return answer + first + rest
+
+
+def _defines_function(source, names):
+    """True when the cell defines, at its top level, a function (or class) of ``names``."""
+    tree, _ = _tree(source)
+    return tree is not None and any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                                    and node.name in names for node in tree.body)
 
 
 def _answer_cells(facts, names):
-    """The cells that define one of ``names`` or a function their definitions use, transitively."""
+    """(the cells that define one of ``names`` or a name their definitions use, transitively; those names)."""
     defined = {}
     for n, (_, _, definitions) in facts.items():
         for name, used in definitions.items():
@@ -813,7 +864,7 @@ def _answer_cells(facts, names):
         for n, used in defined.get(name, ()):
             cells.add(n)
             todo += used
-    return cells
+    return cells, seen
 
 
 def _renaming(node):
@@ -1033,6 +1084,9 @@ def main(argv=None):
         except ValueError as exc:  # a bad course.toml or a notebook without a points table
             parser.error(str(exc))
         out.mkdir(parents=True, exist_ok=True)
+        forms = {q.id: q.form for q in configured(aid, folder, args.course).questions if q.form}
+        if forms:   # which form each varied question takes: the instructor reads it here, not in the metadata
+            print(f"{aid}: class forms " + ", ".join(f"{qid} = {form}" for qid, form in forms.items()))
         for path, text in texts:
             current = path.read_text(encoding="utf-8") if path.exists() else None
             if current == text:

@@ -180,7 +180,11 @@ def _read(source):
     return nb, None
 
 
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+# a string to its closing quote, or to the end of the text when it has none: every match succeeds where it
+# starts, so the scan is linear (a pattern that must find the closing quote retries from every quote of an
+# unterminated string, and a file of '"\\"\\"...' took minutes per megabyte); possessive, so that a long
+# string keeps no backtracking state (a character at a time, a 15 MB string took 1.7 GB)
+_JSON_STRING = re.compile(r'"[^"\\]*+(?:\\[\s\S]?[^"\\]*+)*+(?:"|\Z)')   # possessive: no backtracking state
 
 
 def _json_values(text):
@@ -255,13 +259,12 @@ def _answer_tag(question):
 
 def _defined_names(nb):
     """Names the code cells define (functions, classes, assignments, imports), by reading them."""
-    from IPython.core.inputtransformer2 import TransformerManager
     names = set()
     for cell in nb.cells:
         if cell.cell_type != "code" or len(cell.source) > MAX_READ_CELL:
             continue
         try:
-            tree = ast.parse(TransformerManager().transform_cell(cell.source))
+            tree = assignments._parse(cell.source)   # as the scan reads it, in bounded time
         except (SyntaxError, ValueError, RecursionError):   # RecursionError: an expression nested too deep
             continue
         for node in ast.walk(tree):
@@ -843,7 +846,7 @@ def _stem(path, used):
     points filed under it)."""
     original = Path(_printable(path)).stem
     stem = re.sub(r"[^\w.-]", "_", original)[:100] or "submission"
-    if stem != original:
+    if stem != original or re.search(r"-[0-9a-f]{8}$", stem):   # a plain name cannot pass for a hashed one
         stem += "-" + hashlib.sha256(os.fsencode(Path(path).name)).hexdigest()[:8]
     while stem in used:   # the same file name in two folders
         stem += "_"
@@ -1105,6 +1108,9 @@ def _attempt(task, options, next_sandbox):
             report = _internal_error(name, options.get("assignment_id"), exc)
             break
     report["report"], report["source"] = str(out), _printable(where)  # the file, for --regrade from anywhere
+    # what it was graded against, so that --regrade uses the same course file and instructor versions
+    report["graded_with"] = {"course": str(Path(course_file).resolve()) if course_file else None,
+                             "folder": str(options["folder"]) if options.get("folder") else None}
     return report
 
 
@@ -1287,12 +1293,13 @@ def _after_grading(args, reports, csv_path):
         release.merge_manual(reports, release.read_manual(args.manual), notes)
         for note in notes:
             print(f"manual points: {note}")
+        print(f"manual points: {args.manual} merged into {len(reports)} report(s)")
     pending = [r for r in reports if r.get("manual_pending")]
     if args.canvas_csv is not None and pending and not args.allow_pending:   # an LMS takes the number as final:
         # refused before feedback is released or the import written (the reports and the template are kept)
         raise PendingPoints(f"{len(pending)} submission(s) have written answers not graded yet (e.g. "
                             f"{release.report_name(pending[0])}: {pending[0]['manual_pending']} points), so no feedback "
-                            "was released and no Canvas import written: fill in the manual-points file and pass it with "
+                            "was released by this command and no Canvas import written: fill in the manual-points file and pass it with "
                             "--manual, or pass --allow-pending to export the scores without them")
     if args.manual is not None:
         for r in reports:
@@ -1303,6 +1310,10 @@ def _after_grading(args, reports, csv_path):
     if csv_path is not None:
         release.write_gradebook(reports, csv_path)
     if args.release is not None:
+        if pending:   # released all the same: the feedback says "to grade" for those answers
+            print(f"warning: {len(pending)} submission(s) have written answers not graded yet (e.g. "
+                  f"{release.report_name(pending[0])}): their feedback says 'to grade'; merge --manual first "
+                  "to release final feedback", file=sys.stderr)
         print(f"feedback: {release.release(reports, args.release, practice=args.practice)}")
     _warn_late(reports)
     if args.canvas_csv is not None:
@@ -1317,6 +1328,8 @@ def main(argv=None):
             stream.reconfigure(errors="backslashreplace")
     parser = _arguments()
     args = parser.parse_args(argv)
+    if args.regrade is not None:
+        _regrade_settings(args)
     if args.gradescope_bundle:
         if not args.assignment:
             parser.error("--gradescope-bundle needs --assignment")
@@ -1388,9 +1401,8 @@ def main(argv=None):
     if batch:
         reports_dir = args.reports or args.csv.with_name(args.csv.stem + "_reports")
         hide = [folder, args.submission, reports_dir, args.csv]
-        # links and other files that are not notebooks of their own get a row saying so, not a grade
-        paths = sorted(p for p in args.submission.iterdir() if p.suffix == ".ipynb" and not
-                       (p.is_dir() and not p.is_symlink()))
+        # links, folders and other things that are not notebooks of their own get a row saying so, not a grade
+        paths = sorted(p for p in args.submission.iterdir() if p.suffix == ".ipynb")
         try:
             reports = grade_many(paths, reports_dir, args.csv, hide=hide, jobs=args.jobs,
                                  submitted=_submitted_times(args, paths), **options)
@@ -1472,6 +1484,27 @@ def _release_reports(folder):
     if not reports:
         raise ValueError(f"no reports (*.json) in {folder}")
     return reports
+
+
+def _regrade_settings(args):
+    """--regrade with the course file and instructor folder the report was graded with, unless given:
+    grading again under another course file (the default's practice mode, the published forms) would
+    change the grade without a word."""
+    try:
+        used = json.loads(args.regrade.read_text(encoding="utf-8")).get("graded_with") or {}
+    except (OSError, ValueError):
+        return   # _regrade says what is wrong with the file
+    for name, given in (("course", args.course), ("folder", args.folder)):
+        if used.get(name) is None:
+            continue
+        if given is None:
+            setattr(args, name, Path(used[name]))
+            print(f"--regrade: --{name} {used[name]}, as the report was graded")
+        elif Path(given).resolve() != Path(used[name]):
+            print(f"warning: the report was graded with --{name} {used[name]}; grading it again with {given}",
+                  file=sys.stderr)
+    if args.csv is None:
+        print("--regrade: the gradebook is not rebuilt without --csv", file=sys.stderr)
 
 
 def _regrade(args, options):

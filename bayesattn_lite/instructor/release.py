@@ -163,6 +163,10 @@ def _feedback(q, practice=False):
                  else q["feedback"])
     else:
         words = q.get("feedback_practice", q["feedback"]) if practice else q["feedback"]
+        if q.get("instructor_points") is not None:   # a checked question's points set by hand
+            words = f"points set by your instructor (the automatic check said: {words.rstrip('.')})"
+        elif q["points"] and not q.get("passed"):
+            words = f"{words} Partial credit: a right output or a named slip earns part of the points."
     return words, q.get("comment") or ""
 
 
@@ -189,9 +193,9 @@ def markdown(report, practice=False):
     if report["questions"]:
         lines += ["| Question | Points | Feedback |", "|---|---|---|"]
         for q in report["questions"]:
-            mark = "📝" if q.get("manual") else "✅" if q["passed"] else "❌"
+            mark = "📝" if q.get("manual") or q.get("instructor_points") is not None else "✅" if q["passed"] else "❌"
             words, comment = _feedback(q, practice)
-            feedback = words + (f" Your instructor: {comment}" if comment else "")
+            feedback = f"{words.rstrip('.')}. Your instructor: {comment}" if comment else words
             lines.append(f"| {mark} {_md(q['id'])}: {_md(q['title'])} | {_md(_points(q))} / {_md(q['max_points'])} "
                          f"| {_md(feedback)} |")
         lines.append("")
@@ -244,9 +248,13 @@ def gradescope_results(report):
     tests = [{"name": _safe(f"{q['id']}: {q['title']}"), "score": q["points"], "max_score": q["max_points"],
               "output": _safe(q["feedback"]), "visibility": "visible"}
              for q in report["questions"] if not q.get("manual")]
-    output = "\n".join(["Problems while running your notebook:"] + [f"- {p}" for p in report["problems"]]
-                       ) if report["problems"] else ""
-    return {"score": report["score"], "output": _safe(output), "tests": tests}
+    parts = []
+    if report["problems"]:
+        parts += ["Problems while running your notebook:"] + [f"- {p}" for p in report["problems"]]
+    if report.get("reference_calls"):   # as in the released feedback: the instructor looks at these
+        parts += ["Uses of the course's reference functions (your instructor will look at these):"] + \
+                 [f"- {c}" for c in report["reference_calls"]]
+    return {"score": report["score"], "output": _safe(_capped("\n".join(parts))), "tests": tests}
 
 
 def summary_line(report):
@@ -295,7 +303,7 @@ def _gradebook_row(r, ids, manual):
            "score": r["score"], "max_score": r["max_score"], "manual_pending": r.get("manual_pending", 0),
            "late": (r.get("late") or {}).get("note", ""),
            "warnings": " | ".join(f"{q['id']}: {q['warning']}" for q in r["questions"] if q.get("warning")),
-           "problems": " | ".join(p.replace("\n", " ")[:500] for p in r["problems"]),
+           "problems": _capped(" | ".join(p.replace("\n", " ")[:500] for p in r["problems"])),
            "reference_calls": _capped(" | ".join(r.get("reference_calls", []))), "report": r.get("report", "")}
     for q in r["questions"]:
         qid, mine = q["id"], q.get("instructor_points")

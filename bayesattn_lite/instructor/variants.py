@@ -60,6 +60,7 @@ EDITS = {
         ("    scale = tau * d_k ** 0.5\n", "    scale = tau * d_k\n"),
         (_BIASED_CHECK, _BIASED_CHECK[:-1] + ', form="mup")'),
         ("k_j/(\\tau\\sqrt{d_k})$ exactly as without it", "k_j/(\\tau d_k)$ exactly as without it"),
+        ("content part $q_i\\cdot k_j/\\sqrt{d_k}$ of the score", "content part $q_i\\cdot k_j/d_k$ of the score"),
     ),
     ("ps2_dynamics", "q3", "frozen_keys"): (
         (_PS2_HEAD, _PS2_HEAD.removesuffix(". Unbatched") + " whose key projection $W_K$ is frozen. Unbatched"),
