@@ -55,6 +55,9 @@ def test_manual_points_are_merged_totalled_and_can_override_a_checked_question(t
     header, rows = release.gradebook_rows([report])
     row = dict(zip(header, rows[0]))
     assert row["q2_manual"] == 1.5 and row["q3"] == 1 and row["q2_answered"] == "yes"
+    assert row["q3_manual"] == 1 and "q1_manual" not in row   # a checked question set by hand shows as such
+    words = release.markdown(report)
+    assert "points set by your instructor (the automatic check said: wrong sign). Your instructor: a sign slip" in words
 
 
 def test_an_unanswered_written_question_is_0_not_pending():

@@ -279,12 +279,13 @@ def gradebook_rows(reports):
     """The CSV header and one row per report: totals, each question's points (a written answer has a
     ``<id>_manual`` column with the instructor's points and ``<id>_answered``), late, warnings, problems.
     A report whose row cannot be made gets a row that says why, with no score."""
-    ids, manual = [], []
-    rows = [_guarded("gradebook row", lambda report: _gradebook_row(report, ids, manual), r,
+    ids, manual, overridden = [], [], []
+    rows = [_guarded("gradebook row", lambda report: _gradebook_row(report, ids, manual, overridden), r,
                      lambda why: {"submission": r.get("submission", ""), "status": "report error", "problems": why})
             for r in reports]
     header = (["submission", "assignment", "status", "score", "max_score", "manual_pending", "late"]
-              + [c for qid in ids for c in ([qid, f"{qid}_manual", f"{qid}_answered"] if qid in manual else [qid])]
+              + [c for qid in ids for c in ([qid, f"{qid}_manual", f"{qid}_answered"] if qid in manual
+                                            else [qid, f"{qid}_manual"] if qid in overridden else [qid])]
               + ["warnings", "problems", "reference_calls", "report"])
     return header, [[row.get(h, "") for h in header] for row in rows]
 
@@ -297,8 +298,9 @@ def _capped(text):
     return text if len(text) <= MAX_CSV_CELL else text[:MAX_CSV_CELL] + f" ... ({len(text):,} characters: see the report)"
 
 
-def _gradebook_row(r, ids, manual):
-    """One report's row, by column; its question ids are added to ``ids`` (and to ``manual``, written ones)."""
+def _gradebook_row(r, ids, manual, overridden):
+    """One report's row, by column; its question ids are added to ``ids`` (and to ``manual``, written ones;
+    to ``overridden``, checked ones whose points an instructor set by hand)."""
     row = {"submission": r["submission"], "assignment": r["assignment"] or "", "status": r.get("status", ""),
            "score": r["score"], "max_score": r["max_score"], "manual_pending": r.get("manual_pending", 0),
            "late": (r.get("late") or {}).get("note", ""),
@@ -311,6 +313,8 @@ def _gradebook_row(r, ids, manual):
             ids.append(qid)
         if q.get("manual") and qid not in manual:
             manual.append(qid)
+        if not q.get("manual") and mine is not None and qid not in overridden:
+            overridden.append(qid)
         row[qid] = mine if mine is not None and not q.get("manual") else "" if q.get("points") is None else q["points"]
         row[f"{qid}_manual"] = "" if mine is None else mine  # columns only where some report has it written
         row[f"{qid}_answered"] = "yes" if q.get("answered") else "unanswered"
