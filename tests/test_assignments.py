@@ -421,8 +421,8 @@ def test_the_scan_is_linear_in_a_long_attribute_chain_and_has_a_budget_per_noteb
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from bayesattn_lite import attention"),
                                          nbformat.v4.new_code_cell("g = attention.gradients(x, y, p)")])
     monkeypatch.setattr(assignments, "SCAN_SECONDS", -1)
-    assert assignments.notebook_reference_calls(nb, "ps1_derivations") == [
-        "cell 1 onward: not scanned (the scan's -1 s per notebook ran out)"]
+    found = assignments.notebook_reference_calls(nb, "ps1_derivations")   # out of time before any use is read:
+    assert len(found) == 1 and found[0].startswith("no cell scanned: the scan's -1 s")   # it says none is listed
 
 
 def test_a_cell_nested_too_deeply_costs_the_scan_of_no_other_cell():

@@ -1179,7 +1179,10 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     assert reports["smithjane"]["graded_with"]["course"] == str(course.resolve())
     capsys.readouterr()
     assert grading.main(["--regrade", str(report), "--csv", str(csv_path)]) == 0
-    assert f"--course {course.resolve()}, as the report was graded" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"--course {course.resolve()}, as the report was graded" in said
+    assert "--assignment ps1_derivations, as the report was graded" in said   # not what the notebook says now
+    assert len(reports["smithjane"]["sha256"]) == 64 and reports["smithjane"]["source_bytes"]
     again = json.loads(report.read_text())
     assert again["score"] == reports["smithjane"]["score"] and again["graded_with"] == reports["smithjane"]["graded_with"]
     assert again["isolation"]["input_seed_offset"] == offset and again["questions"][1]["instructor_points"] == 2

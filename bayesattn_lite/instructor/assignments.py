@@ -185,7 +185,7 @@ _REFERENCE_ATTRIBUTES = {aid: {name.rsplit(".", 1)[1] for name in refs} for aid,
 # torch._C._ImperativeEngine().run_backward, torch._functorch), and autograd's attributes on any object
 _AUTOGRAD_PARTS = {"autograd", "func", "functorch", "_functorch", "_ImperativeEngine", "_EngineBase"}
 _AUTOGRAD_ATTRIBUTES = {"run_backward", "_execution_engine", "grad_fn", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
-                        "grad"}   # .grad: what a backward pass, anyone's (a training loop's too), left behind
+                        "grad", "_grad"}   # .grad: what a backward pass, anyone's (a training loop's too), left behind
 # Where numerical differentiation (finite differences, a complex step) answers a derivation question, it is
 # no answer (book/assignments/instructors.md): flagged in the cells that define a checked question's function
 # and the functions those use. Not in set 2, whose written questions measure changes under small steps.
@@ -373,13 +373,22 @@ def _aliases(tree, known=None):
 # IPython's transform reads the whole cell again for each magic or shell line it turns into a call (up to
 # 500 times): a large cell of many such lines took minutes. Past this many characters read, a cell is read
 # as _neutral makes it (a magic that runs Python keeps its code), which is one pass.
-MAX_TRANSFORM_READ = 2_000_000
+MAX_TRANSFORM_READ = 500_000
+# a line IPython rewrites before Python reads it: a magic, a shell line, help (?id, id?) and the autocall
+# escapes (/f x, ;f x, ,f x)
+_IPYTHON_LINE = re.compile(r"^[ \t]*[%!?/;,]|\?[ \t]*$")
+
+
+def _lines(source):
+    """``source`` with every line break as Python and IPython read it (\r\n, \r, \n) written as \n."""
+    return source.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _parse(source):
     """The AST of a cell's source (IPython magics turned into calls), or the SyntaxError. A cell that
     IPython would read too often (MAX_TRANSFORM_READ), or cannot transform, is read as ``_neutral`` makes it."""
-    magic_lines = sum(1 for line in source.split("\n") if _SHELL_OR_MAGIC.match(line))
+    source = _lines(source)
+    magic_lines = sum(1 for line in source.split("\n") if _IPYTHON_LINE.search(line))
     if magic_lines * len(source) <= MAX_TRANSFORM_READ:
         try:
             from IPython.core.inputtransformer2 import TransformerManager
@@ -441,7 +450,11 @@ def _neutral(source):
         if match["target"]:
             return f"{match['indent']}{match['target']}{code or 'None'}"
         return f"{match['indent']}{code or 'pass'}"
-    return "\n".join(_SHELL_OR_MAGIC.sub(line, text) for text in source.split("\n"))
+    return "\n".join(_SHELL_OR_MAGIC.sub(line, text) if not _AUTOCALL.match(text) else _AUTOCALL.sub(r"\1pass", text)
+                     for text in _lines(source).split("\n"))
+
+
+_AUTOCALL = re.compile(r"^([ \t]*)[/;,].*$")   # IPython's autocall escapes: /f x runs f(x)
 
 
 def _line_magic_code(tree):
@@ -471,7 +484,7 @@ def _tree(source):
     if len(source) > MAX_CELL:
         return None, [(1, f"a cell of {len(source):,} characters, over the {MAX_CELL:,} the grader parses: "
                           "not scanned")]
-    source, magics = _strip_cell_magics(source)
+    source, magics = _strip_cell_magics(_lines(source))
     lines = source.split("\n")
     blank = next((n for n, line in enumerate(lines) if line.strip()), len(lines))
     source = "\n".join(lines[blank:])  # IPython drops the leading blank lines: count them here
@@ -653,6 +666,13 @@ def _reference(node, aliases, assignment_id):
         return ".backward() (autograd: the question asks for a derivation)"
     if attr in ("__dict__", "__getattribute__") and _looked_up(base, aliases, assignment_id):
         return f".{attr} of {_looked_up(base, aliases, assignment_id)} (a name looked up at run time: not scanned)"
+    if name == "sys.modules":   # under any alias (import sys as s), read by [...] or .get
+        return "sys.modules[...] (a module looked up at run time: not scanned)"
+    if attr in _RUN_TIME_LOOKUPS and assignment_id in _AUTOGRAD_ASSIGNMENTS:
+        return f".{attr} (a name looked up at run time: not scanned)"   # type(x).__dict__, ip.user_ns
+    called = attr or (node.id if isinstance(node, ast.Name) else None)
+    if called in _RUN_TIME_CODE - {"globals"} and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
+        return f"{called}() (code built at run time: not scanned)"   # run = builtins.exec: the name, not only a call
     return None
 
 
@@ -767,9 +787,13 @@ def _looked_up(node, aliases, assignment_id):
 
 # calls that run code the scan cannot read, under any receiver (exec, builtins.exec, get_ipython().run_cell)
 _RUN_TIME_CODE = {"exec", "eval", "globals", "compile", "run_cell", "run_cell_magic", "FunctionType", "CodeType",
-                  "__import__"}
+                  "ex", "ev", "run_code", "run_ast_nodes", "run_path", "run_module", "runctx",
+                  "safe_execfile", "safe_run_module"}
+# attributes that look a name up at run time: flagged wherever they are read in a derivation set
+_RUN_TIME_LOOKUPS = {"__dict__", "__getattribute__", "user_ns", "user_global_ns"}
 # IPython's hooks that rewrite the cells after them before they run
-_IPYTHON_REWRITERS = {"input_transformers_cleanup", "input_transformers_post", "ast_transformers"}
+_IPYTHON_REWRITERS = {"input_transformers_cleanup", "input_transformers_post", "ast_transformers",
+                      "input_transformer_manager", "line_transforms", "cleanup_transforms", "token_transformers"}
 
 
 def _called(call):
@@ -815,8 +839,9 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
 
     facts = {}
     for n, cell in cells:
-        if time.monotonic() > deadline:
-            return [out_of_time(n)]
+        if time.monotonic() > deadline:   # before any cell's uses are read: say that none is listed
+            return [f"no cell scanned: the scan's {SCAN_SECONDS} s per notebook ran out reading the names of "
+                    f"cell {n} and before (a notebook built to be slow to read; read its cells yourself)"]
         facts[n] = _cell_facts(cell.source)
     context_aliases = {}
     for binding in [f[0] for f in facts.values()] + [f[1] for f in facts.values()]:  # the imports first
@@ -836,10 +861,20 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
 def _in_order(found, answers):
     """The uses, those of the answer cells first, then each other cell's first use, then the rest: where a
     report lists only the first of many (a notebook can make thousands), decoys cannot push out the answer's."""
+    found = {n: _grouped(uses) for n, uses in found.items()}
     answer = [u for n in found if n in answers for u in found[n]]
     first = [uses[0] for n, uses in found.items() if n not in answers and uses]
     rest = [u for n, uses in found.items() if n not in answers for u in uses[1:]]
     return answer + first + rest
+
+
+def _grouped(uses):
+    """A cell's uses with each kind listed once, at its first line, and how many more the cell has: a
+    cell of many copies of one use (decoys) takes one line of the report."""
+    kinds = {}
+    for use in uses:
+        kinds.setdefault(use.split(": ", 1)[-1], []).append(use)
+    return [same[0] + (f" (and {len(same) - 1} more in this cell)" if len(same) > 1 else "") for same in kinds.values()]
 
 
 def _defines_function(source, names):

@@ -260,12 +260,15 @@ def _answer_tag(question):
 def _defined_names(nb):
     """Names the code cells define (functions, classes, assignments, imports), by reading them."""
     names = set()
+    deadline = time.monotonic() + assignments.SCAN_SECONDS   # a budget, as the scan's: the rest are mentioned names
     for cell in nb.cells:
         if cell.cell_type != "code" or len(cell.source) > MAX_READ_CELL:
             continue
+        if time.monotonic() > deadline:
+            break
         try:
             tree = assignments._parse(cell.source)   # as the scan reads it, in bounded time
-        except (SyntaxError, ValueError, RecursionError):   # RecursionError: an expression nested too deep
+        except (SyntaxError, ValueError, RecursionError, MemoryError):   # an expression nested too deep
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -1108,6 +1111,9 @@ def _attempt(task, options, next_sandbox):
             report = _internal_error(name, options.get("assignment_id"), exc)
             break
     report["report"], report["source"] = str(out), _printable(where)  # the file, for --regrade from anywhere
+    report["source_bytes"] = os.fsencode(str(where)).hex()   # exactly: a printable name may stand for two files
+    if isinstance(source, bytes):
+        report["sha256"] = hashlib.sha256(source).hexdigest()   # what was graded, for --regrade to compare
     # what it was graded against, so that --regrade uses the same course file and instructor versions
     report["graded_with"] = {"course": str(Path(course_file).resolve()) if course_file else None,
                              "folder": str(options["folder"]) if options.get("folder") else None}
@@ -1491,8 +1497,9 @@ def _regrade_settings(args):
     grading again under another course file (the default's practice mode, the published forms) would
     change the grade without a word."""
     try:
-        used = json.loads(args.regrade.read_text(encoding="utf-8")).get("graded_with") or {}
-    except (OSError, ValueError):
+        old = json.loads(args.regrade.read_text(encoding="utf-8"))
+        used, used_assignment = old.get("graded_with") or {}, old.get("assignment")
+    except (OSError, ValueError, AttributeError):
         return   # _regrade says what is wrong with the file
     for name, given in (("course", args.course), ("folder", args.folder)):
         if used.get(name) is None:
@@ -1503,6 +1510,9 @@ def _regrade_settings(args):
         elif Path(given).resolve() != Path(used[name]):
             print(f"warning: the report was graded with --{name} {used[name]}; grading it again with {given}",
                   file=sys.stderr)
+    if args.assignment is None and used_assignment:   # not what the notebook says of itself now
+        args.assignment = used_assignment
+        print(f"--regrade: --assignment {used_assignment}, as the report was graded")
     if args.csv is None:
         print("--regrade: the gradebook is not rebuilt without --csv", file=sys.stderr)
 
@@ -1511,13 +1521,18 @@ def _regrade(args, options):
     """Grade one report's submission again on the check inputs it had, keep the instructor's points and
     comments, rewrite the report, and rebuild the gradebook from its folder's reports."""
     old = json.loads(args.regrade.read_text(encoding="utf-8"))
-    path = Path(old.get("source") or old["submission"])
+    path = Path(os.fsdecode(bytes.fromhex(old["source_bytes"]))) if old.get("source_bytes") else \
+        Path(old.get("source") or old["submission"])
     offset = (old.get("isolation") or {}).get("input_seed_offset")
     submitted = old.get("late", {}).get("submitted")
     if submitted:
         from datetime import datetime
         submitted = datetime.fromisoformat(submitted)
-    task = (old["submission"], _bytes_or_error(path), args.regrade, submitted, path)
+    source = _bytes_or_error(path)
+    if isinstance(source, bytes) and old.get("sha256") not in (None, hashlib.sha256(source).hexdigest()):
+        print(f"warning: {path} changed since it was graded (a new file, with the old submission time): "
+              "graded again as it is now", file=sys.stderr)
+    task = (old["submission"], source, args.regrade, submitted, path)
     hide = [options["folder"], path.parent, args.regrade.parent]
     options = {**options, "hide": hide, "seed_offset": offset}
     report = _grade_tasks([task], options, 1)[0]
