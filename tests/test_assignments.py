@@ -546,3 +546,11 @@ def test_the_uses_in_answer_cells_are_listed_before_a_scratch_cells_many():
     nb.cells.insert(at, nbformat.v4.new_code_cell("import torch\n" + "torch.autograd.grad\n" * 300))
     found = assignments.notebook_reference_calls(nb, "ps1_derivations")
     assert found[0].startswith(f"cell {at + 2}, line 2: torch.autograd.grad"), found[:2]
+
+
+@pytest.mark.parametrize("source", ["import re\np = re.compile('a')", "for ex in range(3):\n    print(ex)",
+                                    "import torch\nm = torch.nn.Linear(2, 2)\nn = len(list(m.modules()))"])
+def test_ordinary_code_that_shares_a_name_with_a_code_runner_is_not_reported(source):
+    """compile, ex and modules are also re.compile, a loop variable and nn.Module.modules: only the builtins
+    (bare or from builtins), IPython's executors and sys.modules are reported."""
+    assert assignments.reference_calls(source, "ps1_derivations") == []

@@ -670,9 +670,24 @@ def _reference(node, aliases, assignment_id):
         return "sys.modules[...] (a module looked up at run time: not scanned)"
     if attr in _RUN_TIME_LOOKUPS and assignment_id in _AUTOGRAD_ASSIGNMENTS:
         return f".{attr} (a name looked up at run time: not scanned)"   # type(x).__dict__, ip.user_ns
-    called = attr or (node.id if isinstance(node, ast.Name) else None)
-    if called in _RUN_TIME_CODE - {"globals"} and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
-        return f"{called}() (code built at run time: not scanned)"   # run = builtins.exec: the name, not only a call
+    runs = _runs_code(node)
+    if runs:   # run = builtins.exec: the name, called or not
+        return f"{runs}() (code built at run time: not scanned)"
+    return None
+
+
+def _runs_code(node):
+    """The name of what runs code the scan cannot read, when ``node`` names it: a builtin (exec, eval,
+    compile, globals) bare or read from builtins; IPython's executors and a code object's makers on any
+    receiver. re.compile or a variable called ex is not one."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in _BUILTIN_CODE:
+        return node.id
+    if isinstance(node, ast.Attribute):
+        receiver = node.value.id if isinstance(node.value, ast.Name) else ""
+        if node.attr in _BUILTIN_CODE and receiver in ("builtins", "__builtins__"):
+            return node.attr
+        if node.attr in _RUN_TIME_CODE:
+            return node.attr
     return None
 
 
@@ -730,8 +745,6 @@ def _uses(source, assignment_id, context, context_aliases, answer):
             what = _reference(node, aliases, assignment_id)
         elif _importer(node, aliases):
             what = _dynamic_import(node, aliases, assignment_id)
-        elif isinstance(node, ast.Call) and _called(node) in _RUN_TIME_CODE:   # builtins.exec, ip.run_cell too
-            what = f"{_called(node)}() (code built at run time: not scanned)"
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars") \
                 and node.args and _looked_up(node.args[0], aliases, assignment_id):
             what = f"{node.func.id}() on {_looked_up(node.args[0], aliases, assignment_id)} (a name looked up at run " \
@@ -786,19 +799,14 @@ def _looked_up(node, aliases, assignment_id):
 
 
 # calls that run code the scan cannot read, under any receiver (exec, builtins.exec, get_ipython().run_cell)
-_RUN_TIME_CODE = {"exec", "eval", "globals", "compile", "run_cell", "run_cell_magic", "FunctionType", "CodeType",
-                  "ex", "ev", "run_code", "run_ast_nodes", "run_path", "run_module", "runctx",
-                  "safe_execfile", "safe_run_module"}
+_BUILTIN_CODE = {"exec", "eval", "compile", "globals"}
+_RUN_TIME_CODE = {"run_cell", "run_cell_magic", "FunctionType", "CodeType", "ex", "ev", "run_code", "run_ast_nodes",
+                  "run_path", "run_module", "runctx", "safe_execfile", "safe_run_module"}
 # attributes that look a name up at run time: flagged wherever they are read in a derivation set
 _RUN_TIME_LOOKUPS = {"__dict__", "__getattribute__", "user_ns", "user_global_ns"}
 # IPython's hooks that rewrite the cells after them before they run
 _IPYTHON_REWRITERS = {"input_transformers_cleanup", "input_transformers_post", "ast_transformers",
                       "input_transformer_manager", "line_transforms", "cleanup_transforms", "token_transformers"}
-
-
-def _called(call):
-    """The name a call calls: ``f`` for ``f(...)`` and for ``x.y.f(...)``."""
-    return call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
 
 
 def _module_looked_up(key, assignment_id):
