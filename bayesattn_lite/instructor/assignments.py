@@ -800,8 +800,9 @@ def _looked_up(node, aliases, assignment_id):
 
 # calls that run code the scan cannot read, under any receiver (exec, builtins.exec, get_ipython().run_cell)
 _BUILTIN_CODE = {"exec", "eval", "compile", "globals"}
-_RUN_TIME_CODE = {"run_cell", "run_cell_magic", "FunctionType", "CodeType", "ex", "ev", "run_code", "run_ast_nodes",
-                  "run_path", "run_module", "runctx", "safe_execfile", "safe_run_module"}
+_RUN_TIME_CODE = {"run_cell", "run_cell_async", "run_cell_magic", "FunctionType", "LambdaType", "CodeType", "ex", "ev",
+                  "run_code", "run_ast_nodes", "run_path", "run_module", "runctx", "safe_execfile", "safe_run_module",
+                  "runsource", "runcode", "InteractiveInterpreter", "InteractiveConsole"}
 # attributes that look a name up at run time: flagged wherever they are read in a derivation set
 _RUN_TIME_LOOKUPS = {"__dict__", "__getattribute__", "user_ns", "user_global_ns"}
 # IPython's hooks that rewrite the cells after them before they run
