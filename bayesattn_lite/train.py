@@ -347,12 +347,13 @@ class Recipe:
     weight_decay: float = 0.0
 
     def __post_init__(self):
-        checked = {"steps": _validate.integer("steps", self.steps, 0),
+        steps = _validate.integer("steps", self.steps, 0)
+        checked = {"steps": steps,
                    "optimizer": _validate.choice("optimizer", self.optimizer, OPTIMIZERS),
                    "lr": _validate.positive("lr", self.lr),
                    "lr_multipliers": _multipliers(self.lr_multipliers),
                    "schedule": _validate.choice("schedule", self.schedule, SCHEDULES),
-                   "warmup": _warmup(self.warmup, _validate.integer("steps", self.steps, 0)),
+                   "warmup": _warmup(self.warmup, steps),
                    "clip_grad_norm": None if self.clip_grad_norm is None else
                    _validate.positive("clip_grad_norm", self.clip_grad_norm),
                    "weight_decay": _validate.real("weight_decay", self.weight_decay, 0)}
