@@ -319,7 +319,7 @@ CHAPTERS = sorted((ROOT / "book").glob("0[0-9]*_*.ipynb"))  # 04b_feedback_loop 
 LAB_NOTES = "## Lab notes"      # the heading that ends a chapter's core path; the evidence follows it
 READING_SPEED = 75              # words of prose a minute, with the formulas and code around them: what a
                                 # first-year graduate student took on chapters 1-9 (63-103; outside review, Dec 2026)
-MINUTES_BY_STARS = {1: 5, 2: 10, 3: 25}   # an exercise with its check or prediction, by its difficulty: around
+MINUTES_BY_STARS = {1: 5, 2: 12, 3: 25}   # an exercise with its check or prediction, by its difficulty: around
                                 # the same review's 7-12 minutes an exercise, and a ★★★ one a small project
 CORE_PATH_WORDS = 2500          # at most, in the core path of chapters 4-9: about 33 minutes of reading
 

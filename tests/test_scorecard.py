@@ -11,7 +11,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from bayesattn_lite import experiments
+from bayesattn_lite import diagnostics, experiments
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "book" / "scorecard.md"
@@ -128,14 +128,24 @@ def test_every_row_has_the_five_columns_and_states_its_setting():
 
 
 def runs_named(setting):
-    """The long runs a setting names: "run `pool64-std0.1` (em; SGD, lr 0.1)" -> [(record, [schedules])]."""
-    return [(name, [s.strip() for s in schedules.split(";")])
-            for name, schedules in re.findall(r"run `([\w.-]+)` \(([^)]*)\)", setting)]
+    """The long runs a setting names: "run `pool64-std0.1` (em; SGD, lr 0.1) read every 100 and 200 updates"
+    -> [(record, [schedules], [snapshot intervals])]; no intervals named: the record's own (empty list)."""
+    return [(name, [s.strip() for s in schedules.split(";")], [int(n) for n in re.findall(r"\d+", every)])
+            for name, schedules, every in re.findall(r"run `([\w.-]+)` \(([^)]*)\)((?: read every [\d, and]+ updates)?)",
+                                                     setting)]
 
 
-def unsettled(record, schedules, claim, fixed_windows=False):
+def settle_orders(m, n):
+    """Each seed's settle order from a long-run record's rates between snapshots ``n`` updates apart."""
+    steps = np.asarray(m[f"rate_steps_{n}"])
+    return [diagnostics.settle_order(diagnostics.settle(steps, f), diagnostics.settle(steps, v))
+            for f, v in zip(np.asarray(m[f"frame_rate_{n}"], float), np.asarray(m[f"precision_rate_{n}"], float))]
+
+
+def unsettled(record, schedules, claim, fixed_windows=False, intervals=()):
     """What keeps the named schedules of a long-run record from showing that ``claim`` does not hold:
-    a two-timescale claim needs both pathways settled on every seed; a dissociation claim (what comes
+    a two-timescale claim needs both pathways settled on every seed (read at each of ``intervals``
+    updates where the setting names them); a dissociation claim (what comes
     late in training) needs the held-out loss levelled off, and the frame settled unless the verdict
     is measured over fixed windows (``experiments.bought_after``), which need no settle step; it needs
     ``experiments.late_gate`` met as well."""
@@ -149,6 +159,11 @@ def unsettled(record, schedules, claim, fixed_windows=False):
             if not gate["meets"]:
                 out.append(f"{schedule}: does not meet row 8's gate (learned {gate['learned']}, plateau from "
                            f"{gate['plateau_step']}, memorised {gate['gap_mean']:.4f} ± {gate['gap_se']:.4f})")
+        elif intervals:
+            for n in intervals:
+                orders = settle_orders(record["schedules"][schedule], n)
+                if any("settled" in o for o in orders):
+                    out.append(f"{schedule}, read every {n} updates: a pathway did not settle ({orders})")
         elif not fp.settled.all():
             out.append(f"{schedule}: a pathway did not settle ({fp.order()})")
     return out
@@ -161,13 +176,15 @@ def test_a_dynamics_verdict_of_does_not_hold_rests_on_settled_runs():
             continue
         named = runs_named(setting)
         assert named, f"{cells[0]}: 'does not hold' names no run whose pathways settled"
-        for name, schedules in named:
-            problems = unsettled(experiments.load_long_run(name), schedules, claim, "fixed windows" in setting)
+        for name, schedules, intervals in named:
+            problems = unsettled(experiments.load_long_run(name), schedules, claim, "fixed windows" in setting,
+                                 intervals)
             assert not problems, f"{cells[0]}: run {name} cannot show that the claim does not hold: {problems}"
 
 
 def test_the_settle_check_itself_can_fail():
-    assert runs_named("run `pool64-std0.1` (sgd; SGD, lr 0.1)") == [("pool64-std0.1", ["sgd", "SGD, lr 0.1"])]
+    assert runs_named("run `pool64-std0.1` (sgd; SGD, lr 0.1)") == [("pool64-std0.1", ["sgd", "SGD, lr 0.1"], [])]
+    assert runs_named("run `pool64-std0.1` (em) read every 100 and 200 updates") == [("pool64-std0.1", ["em"], [100, 200])]
     record = copy.deepcopy(experiments.load_long_run("pool64-std0.1"))
     m = record["schedules"]["SGD, lr 0.1"]
     rising = np.tile(np.linspace(0.1, 1.0, len(m["rate_steps"])), (len(m["frame_rate"]), 1)).tolist()
@@ -179,6 +196,10 @@ def test_the_settle_check_itself_can_fail():
     assert unsettled(record, ["SGD, lr 0.1"], "dissociation", fixed_windows=True), "a loss still falling has no late phase"
     # SGD at 0.01 has not settled on every seed even after 8000 steps: no run to rest a "does not hold" on
     assert unsettled(experiments.load_long_run("pool64-std0.1"), ["sgd"], "two timescales")
+    assert unsettled(experiments.load_long_run("pool64-std0.1"), ["sgd"], "two timescales", intervals=[100])
+    # SGD at 0.1 read every 25 updates leaves the values unsettled (their noise floor); every 100 and 200, both settle
+    assert unsettled(experiments.load_long_run("pool64-std0.1"), ["SGD, lr 0.1"], "two timescales")
+    assert not unsettled(experiments.load_long_run("pool64-std0.1"), ["SGD, lr 0.1"], "two timescales", intervals=[100, 200])
 
 
 def summary():
@@ -202,7 +223,8 @@ def test_the_summary_tally_counts_the_verdicts_of_the_table():
     counts = {v: sum(r[1] == v for r in rows()) for v in VERDICTS}
     text = " ".join(PAGE.read_text().split("## In five minutes", 1)[1].split())
     expected = (f"Of the {len(rows())} claims, {counts['holds']} hold, {counts['partly']} hold partly (the verdict "
-                f"*partly*), {counts['does not hold']} does not hold and {counts['not established']} are not established.")
+                f"*partly*), {counts['does not hold']} {'does' if counts['does not hold'] == 1 else 'do'} not hold and "
+                f"{counts['not established']} are not established.")
     assert expected in text, expected
 
 
