@@ -35,7 +35,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from bayesattn_lite.instructor import _sandbox, assignments, grading
+from bayesattn_lite.instructor import _sandbox, assignments, grading, release
 from bayesattn_lite.instructor.assignments import ASSIGNMENTS
 
 PS1 = ASSIGNMENTS["ps1_derivations"]
@@ -1198,6 +1198,37 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     assert "written answers not graded yet" in capsys.readouterr().err
     assert not (out / "early").exists()   # refused before any feedback went out saying "to grade"
     assert grading.main(canvas + ["--allow-pending"]) == 0 and (out / "canvas.csv").exists()
+
+    # the course file edited since: a regrade says this student alone gets the new policy
+    course.write_text(course.read_text() + "\n# edited after grading\n")
+    capsys.readouterr()
+    assert grading.main(["--regrade", str(report)]) == 0
+    assert "has changed since the report was graded" in capsys.readouterr().err
+    # the folder graded again into the same reports: the instructor's points are kept, and it says so
+    again_subs = tmp_path / "again"
+    again_subs.mkdir()
+    nbformat.write(wanted["smithjane_12345_678901_ps1_derivations_student"],
+                   again_subs / "smithjane_12345_678901_ps1_derivations_student.ipynb")
+    assert grading.main([str(again_subs), "--csv", str(csv_path), "--assignment", "ps1_derivations", "--course",
+                         str(course), "--timeout", str(TIMEOUT)]) == 0
+    assert "instructor's points and comments kept from the earlier reports" in capsys.readouterr().out
+    assert json.loads(report.read_text())["questions"][1]["instructor_points"] == 2
+
+
+def test_a_written_answer_whose_tag_was_lost_is_left_to_grade_not_scored_0():
+    q2, nb = PS1.questions[1], _student()
+    cell = next(c for c in nb.cells if grading._answer_tag(q2) in grading._tags(c))
+    cell.metadata["tags"] = []
+    cell.source = "The bias is the same for every key of a row."
+    entry = grading._question_entry(q2, None, nb, "graded", grading.original_cells(assignments.FOLDER, PS1.id))
+    assert entry["answered"] and entry["tag_missing"] and "same for every key" in entry["answer"]
+    assert "no Markdown cell is tagged" in entry["warning"]
+    report = {"questions": [entry]}
+    release.total(report)
+    assert report["manual_pending"] == q2.points   # waits for the instructor: the Canvas export is held back
+    header, rows = release.gradebook_rows([{**report, "submission": "s", "status": "graded", "assignment": PS1.id,
+                                            "max_score": q2.points, "problems": []}])
+    assert dict(zip(header, rows[0]))[f"{q2.id}_answered"] == "tag missing"
 
 
 def test_a_sandbox_that_cannot_start_is_not_graded_and_the_exit_status_says_so(tmp_path, monkeypatch):

@@ -120,8 +120,8 @@ def test_a_report_name_that_is_also_another_submissions_file_name_means_its_own_
     assert reports[1]["questions"][1]["instructor_points"] == 0.5
     notes = []   # an instructor who typed the first one's file name is told where the points went
     release.merge_manual(reports, {(names[1], "q2"): (2.0, "")}, notes)
-    assert notes == ["x.ipynb q2: given to the report named x.ipynb ('x.ipynb.ipynb'); 'x.ipynb' is a file of that "
-                     "name too: its report is x"]
+    assert notes[0] == ("x.ipynb q2: given to the report named x.ipynb ('x.ipynb.ipynb'); 'x.ipynb' is a file of that "
+                        "name too: its report is x")
 
 
 def test_a_manual_file_with_bad_columns_or_points_is_refused_with_its_line(tmp_path):
@@ -352,3 +352,22 @@ def test_a_gradebook_cell_the_learner_fills_is_capped():
     report["problems"] = [f"code cell {n} raised ValueError: " + "x" * 400 for n in range(2_000)]   # the same for
     header, rows = release.gradebook_rows([report])                                                 # problems
     assert len(rows[0][header.index("problems")]) < release.MAX_CSV_CELL + 100
+
+
+def test_an_empty_cell_changes_nothing_and_clear_takes_points_back(tmp_path):
+    # two TAs, one file each: the second's empty q2 cells must not erase the first's q2 points
+    report = _report()
+    release.merge_manual([report], release.read_manual(_write_manual(tmp_path / "ta1.csv", [
+        ["alice_ps1.ipynb", "q2", "1.5", "good"], ["alice_ps1.ipynb", "q3", "", ""]])))
+    notes = []
+    release.merge_manual([report], release.read_manual(_write_manual(tmp_path / "ta2.csv", [
+        ["alice_ps1.ipynb", "q2", "", ""], ["alice_ps1.ipynb", "q3", "1", "sign"]])), notes)
+    q = {q["id"]: q for q in report["questions"]}
+    assert q["q2"]["instructor_points"] == 1.5 and q["q2"]["comment"] == "good" and q["q3"]["instructor_points"] == 1
+    assert notes == ["points set 1, changed 0, cleared 0, left as they were 1 (an empty cell changes nothing; "
+                     "'clear' takes points back)"]
+    release.merge_manual([report], release.read_manual(_write_manual(tmp_path / "undo.csv", [
+        ["alice_ps1.ipynb", "q3", "CLEAR", ""]])))
+    assert q["q3"]["instructor_points"] is None and q["q3"]["comment"] == ""   # back to the automatic points
+    with pytest.raises(ValueError, match="empty \\(no change\\) or 'clear'"):
+        release.read_manual(_write_manual(tmp_path / "bad.csv", [["alice_ps1.ipynb", "q2", "none", ""]]))

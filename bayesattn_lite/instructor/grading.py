@@ -653,6 +653,14 @@ def _question_entry(q, result, nb, mode, original):
                  "passed": None, "rubric": getattr(q, "rubric", ""), "answer": answer, "answered": bool(answer.strip()),
                  "instructor_points": None, "comment": "",
                  "feedback": "a written answer: your instructor grades it with the rubric"}
+        if nb is not None and not any(c.cell_type == "markdown" and _answer_tag(q) in _tags(c) for c in nb.cells):
+            # the tag was lost (a cell deleted and written anew): not a 0 the grader decides, a question to read
+            added = [c.source for c in nb.cells if c.cell_type == "markdown" and c.source.strip()
+                     and original and not _is_original(c, original)]
+            entry.update(answered=True, tag_missing=True, answer="\n\n".join(added)[:MAX_ANSWER_TEXT])
+            warning = (f"no Markdown cell is tagged {_answer_tag(q)!r} (its tag was removed, or the cell replaced): "
+                       + ("shown are all the Markdown cells the student added, which may hold it" if entry["answer"]
+                          else "read the notebook as it ran, beside the report") + "; grade it by hand")
         if warning:
             entry["warning"] = warning
         return entry
@@ -821,18 +829,28 @@ def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **option
     if guard is not None and jobs > 1:
         raise ValueError("--jobs above 1 needs the sandbox: without it submissions would share the package on disk")
     reports_dir.mkdir(parents=True, exist_ok=True)
-    tasks, used = [], set()
+    tasks, used, earlier = [], set(), {}
     for path in paths:
         source = _bytes_or_error(path)
         name, out = _printable(path), reports_dir / f"{_stem(path, used)}.json"
         tasks.append((name, source, out, (submitted or {}).get(path), os.path.abspath(path)))
+        earlier[str(out)] = _earlier_report(out)
     graded = []  # each report is written and said as soon as it is ready: a batch stopped halfway keeps them
 
     def finished(report):
         graded.append(report)
+        _keep_instructor_marks(earlier.get(report.get("report")), report)
         _finish(report, f"[{len(graded)}/{len(tasks)}] ")
 
     reports = _grade_tasks(tasks, options, jobs, guard, finished)
+    kept = [r for r in reports if _keep_instructor_marks(earlier.get(r.get("report")), r)]
+    if kept:
+        print(f"instructor's points and comments kept from the earlier reports in {reports_dir}: {len(kept)} report(s) "
+              "(take one back with 'clear' in a manual-points file)")
+    changed = [r for r in kept if earlier[r["report"]].get("sha256") not in (None, r.get("sha256"))]
+    if changed:
+        print(f"warning: {len(changed)} of them are new files since (e.g. {Path(changed[0]['report']).stem}): "
+              "look at the points you kept for them", file=sys.stderr)
     for report in reports:  # again, now that no kernel is left: what a submission wrote is overwritten
         try:
             write_report(report, Path(report["report"]))
@@ -840,6 +858,30 @@ def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **option
             report["problems"].append(f"its report could not be written: {exc}")
     write_gradebook(reports, csv_path)
     return reports
+
+
+def _earlier_report(path):
+    """The report a submission had before in this folder (None if none or unreadable): grading a folder
+    again keeps what the instructor decided in it."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _keep_instructor_marks(old, report):
+    """The instructor's points and comments of ``old`` (an earlier report of the same submission) carried
+    into ``report``, totalled again; how many questions had any. Grading again never drops what a person
+    decided, and a question whose points come back shows in the feedback as the instructor's."""
+    mine = {q.get("id"): q for q in (old or {}).get("questions", []) if isinstance(q, dict)}
+    n = 0
+    for q in report.get("questions", []):
+        kept = mine.get(q["id"], {})
+        q["instructor_points"], q["comment"] = kept.get("instructor_points"), kept.get("comment", "")
+        n += q["instructor_points"] is not None or bool(q["comment"])
+    if report.get("status") not in NOT_GRADED:
+        total(report)
+    return n
 
 
 def _stem(path, used):
@@ -1116,8 +1158,18 @@ def _attempt(task, options, next_sandbox):
         report["sha256"] = hashlib.sha256(source).hexdigest()   # what was graded, for --regrade to compare
     # what it was graded against, so that --regrade uses the same course file and instructor versions
     report["graded_with"] = {"course": str(Path(course_file).resolve()) if course_file else None,
+                             "course_sha256": _file_sha256(course_file),
                              "folder": str(options["folder"]) if options.get("folder") else None}
     return report
+
+
+def _file_sha256(path):
+    """The SHA-256 of a file's contents (None without a file, or if it cannot be read): a course file edited
+    since a report was graded is told apart from the same file."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+    except OSError:
+        return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -1348,7 +1400,12 @@ def main(argv=None):
         print(f"Gradescope autograder: {args.gradescope_bundle}")
         if args.course is not None and _course.load(args.course).deadline(args.assignment) is not None:
             print(f"warning: {args.assignment} has a deadline in {args.course}, but on Gradescope the grader is given no "
-                  "submission time, so the course's late policy is not applied there: use Gradescope's own", file=sys.stderr)
+                  "submission time, so the course's late policy is not applied there: use Gradescope's own late policy",
+                  file=sys.stderr)
+        if args.course is not None and re.search(r"^\s*rubric\s*=", Path(args.course).read_text(encoding="utf-8"), re.M):
+            print(f"warning: {args.course} goes into the zip as it is, its rubrics included; on Gradescope a submission "
+                  "runs without the sandbox and could read them: keep model answers out of the rubrics you ship",
+                  file=sys.stderr)
         if args.submission is None:
             return 0
     if args.canvas_csv and not (args.roster and args.canvas_column):
@@ -1510,6 +1567,11 @@ def _regrade_settings(args):
         elif Path(given).resolve() != Path(used[name]):
             print(f"warning: the report was graded with --{name} {used[name]}; grading it again with {given}",
                   file=sys.stderr)
+    if args.course is not None and used.get("course") and Path(args.course).resolve() == Path(used["course"]) \
+            and used.get("course_sha256") not in (None, _file_sha256(args.course)):
+        print(f"warning: {used['course']} has changed since the report was graded: this submission is graded under the "
+              "new points and partial credit, the others keep the old until graded again (grade the folder again to "
+              "treat every student alike; your manual points are kept)", file=sys.stderr)
     if args.assignment is None and used_assignment:   # not what the notebook says of itself now
         args.assignment = used_assignment
         print(f"--regrade: --assignment {used_assignment}, as the report was graded")
@@ -1536,12 +1598,7 @@ def _regrade(args, options):
     hide = [options["folder"], path.parent, args.regrade.parent]
     options = {**options, "hide": hide, "seed_offset": offset}
     report = _grade_tasks([task], options, 1)[0]
-    kept = {q["id"]: q for q in old.get("questions", [])}
-    for q in report["questions"]:
-        mine = kept.get(q["id"], {})
-        q["instructor_points"], q["comment"] = mine.get("instructor_points"), mine.get("comment", "")
-    if report.get("status") not in NOT_GRADED:
-        total(report)
+    _keep_instructor_marks(old, report)
     write_report(report, args.regrade)
     print(summary_line(report))
     csv_path = args.csv

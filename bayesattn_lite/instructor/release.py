@@ -210,6 +210,7 @@ def markdown(report, practice=False):
             if q.get("warning"):
                 lines += [f"*Note: {_md(q['warning'])}.*", ""]
             lines += [_fenced(q["answer"]) if q.get("answer") else
+                      f"*(no answer found: no cell is tagged answer-{_md(q['id'])})*" if q.get("tag_missing") else
                       f"*(no answer found: the cell tagged answer-{_md(q['id'])} holds the stub)*", ""]
     if report.get("reference_calls"):
         lines += ["## Uses of the course's reference functions (your instructor will look at these)", ""]
@@ -317,7 +318,7 @@ def _gradebook_row(r, ids, manual, overridden):
             overridden.append(qid)
         row[qid] = mine if mine is not None and not q.get("manual") else "" if q.get("points") is None else q["points"]
         row[f"{qid}_manual"] = "" if mine is None else mine  # columns only where some report has it written
-        row[f"{qid}_answered"] = "yes" if q.get("answered") else "unanswered"
+        row[f"{qid}_answered"] = "tag missing" if q.get("tag_missing") else "yes" if q.get("answered") else "unanswered"
     return row
 
 
@@ -391,9 +392,13 @@ def manual_template(reports, path):
     return True
 
 
+CLEAR = "clear"   # in a manual-points file's points cell: take back the points set before (an empty cell changes nothing)
+
+
 def read_manual(path):
-    """The manual points: {(submission, question): (points or None, comment)}. Raises ValueError naming
-    the file, the line and what was expected."""
+    """The manual points: {(submission, question): (points, comment)}, points a number, None (an empty
+    cell: no change) or CLEAR, the comment "" where empty (no change). Raises ValueError naming the file,
+    the line and what was expected."""
     path = Path(path)
     with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
@@ -404,9 +409,10 @@ def read_manual(path):
         for line, row in enumerate(reader, start=2):
             text = (row["points"] or "").strip()
             try:
-                points = float(text) if text else None
+                points = CLEAR if text.lower() == CLEAR else float(text) if text else None
             except ValueError:
-                raise ValueError(f"{path}, line {line}: points must be a number or empty, got {text!r}") from None
+                raise ValueError(f"{path}, line {line}: points must be a number, empty (no change) or "
+                                 f"{CLEAR!r} (take back the points set before), got {text!r}") from None
             key = row["submission"].strip(), row["question"].strip()
             if key in lines:   # a second row would silently replace the first's points
                 raise ValueError(f"{path}, line {line}: {key[0]} {key[1]} has a row already, on line {lines[key]}; "
@@ -417,10 +423,12 @@ def read_manual(path):
 
 
 def merge_manual(reports, marks, notes=None):
-    """Put the instructor's points and comments into ``reports`` (in place) and total them again.
-    Raises ValueError for a row that names no report or question, or points outside 0..max. A row whose
-    name is one report's name and another submission's file name goes to the report, and a line in
-    ``notes`` (a list, if given) says so."""
+    """Put the instructor's points and comments into ``reports`` (in place) and total them again. An empty
+    cell changes nothing (two TAs' files, each filling in its own questions, merge one after the other);
+    CLEAR takes back a question's points and comment. Raises ValueError for a row that names no report or
+    question, or points outside 0..max. A row whose name is one report's name and another submission's
+    file name goes to the report, and a line in ``notes`` (a list, if given) says so; another says how
+    many points were set, changed, cleared and left as they were."""
     # A report name (what the template writes; unique in a batch) means its own report first, even where
     # it is also another submission's file name: x.ipynb's report is "x", x.ipynb.ipynb's is "x.ipynb".
     by_report, by_name = {}, {}   # every name a row may use -> the reports it could mean
@@ -429,7 +437,7 @@ def merge_manual(reports, marks, notes=None):
             by_report.setdefault(name, []).append(r)
         for name in {r["submission"], _cell(r["submission"]), Path(r["submission"]).name}:
             by_name.setdefault(name, []).append(r)
-    problems = []
+    problems, counts = [], dict.fromkeys(("set", "changed", "cleared", "left as they were"), 0)
     for (submission, qid), (points, comment) in marks.items():
         candidates = (by_report.get(submission) or by_name.get(submission)
                       or by_name.get(Path(submission).name) or [])
@@ -446,12 +454,23 @@ def merge_manual(reports, marks, notes=None):
         q = next((q for q in (report or {}).get("questions", []) if q["id"] == qid), None)
         if q is None:
             problems.append(f"{submission} {qid}: no such " + ("question" if report else "submission"))
-        elif points is not None and not 0 <= points <= q["max_points"]:
+        elif points not in (None, CLEAR) and not 0 <= points <= q["max_points"]:
             problems.append(f"{submission} {qid}: points must be between 0 and {q['max_points']}, got {points:g}")
+        elif points == CLEAR:
+            counts["cleared"] += q.get("instructor_points") is not None
+            q["instructor_points"], q["comment"] = None, comment
         else:
-            q["instructor_points"], q["comment"] = None if points is None else points_number(points), comment
+            before = q.get("instructor_points")
+            if points is not None:
+                counts["set" if before is None else "changed"] += before != points_number(points)
+                q["instructor_points"] = points_number(points)
+            counts["left as they were"] += points is None or before == points_number(points)
+            q["comment"] = comment or q.get("comment", "")
     if problems:
         raise ValueError("the manual-points file does not match the reports: " + "; ".join(problems))
+    if notes is not None:
+        notes.append("points " + ", ".join(f"{what} {n}" for what, n in counts.items()) + " (an empty cell changes "
+                     f"nothing; {CLEAR!r} takes points back)")
     for r in reports:
         total(r)
     return reports
