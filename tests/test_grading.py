@@ -1154,6 +1154,7 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     args = [str(subs), "--csv", str(csv_path), "--assignment", "ps1_derivations", "--jobs", "2", "--course", str(course), "--submitted-times", str(times),
             "--manual", str(manual), "--release", str(out / "feedback"), "--timeout", str(TIMEOUT)]
     assert grading.main(args) == 0
+    assert "to look at: " in (said := capsys.readouterr().out) and "1 late" in said   # the rows to read first
     rows = {r["submission"].rsplit("/", 1)[-1].split("_")[0]: r for r in csv.DictReader(csv_path.open())}
     reports = {k: json.loads(Path(r["report"]).read_text()) for k, r in rows.items()}
     checked = sum(q.points for q in PS1.questions if not q.written)

@@ -103,6 +103,10 @@ def test_two_files_of_one_student_count_once_with_the_higher_score(tmp_path):
                _report("smithjane_12345_111_c.ipynb", 0)]
     unmatched, rows, _ = _import(tmp_path, reports)
     assert unmatched == [] and rows[1][-1] == "8"
+    notes = []   # and the console says which, so that an instructor can look at the other files
+    lms.canvas_import_csv(reports, lms.read_roster(_roster(tmp_path, EXPORT)), "PS1", tmp_path / "again.csv", notes)
+    assert notes == ["Canvas user 12345 has 3 graded files, smithjane_12345_111_a.ipynb (3), smithjane_12345_111_b.ipynb "
+                     "(8), smithjane_12345_111_c.ipynb (0): the higher score, 8, is exported"]
 
 
 def test_a_formula_in_the_import_is_text_and_a_hostile_name_is_listed_on_one_line(tmp_path):

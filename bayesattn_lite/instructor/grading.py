@@ -1376,7 +1376,11 @@ def _after_grading(args, reports, csv_path):
     _warn_late(reports)
     if args.canvas_csv is not None:
         from . import lms
-        unmatched = lms.canvas_import_csv(reports, lms.read_roster(args.roster), args.canvas_column, args.canvas_csv)
+        notes = []
+        unmatched = lms.canvas_import_csv(reports, lms.read_roster(args.roster), args.canvas_column, args.canvas_csv,
+                                          notes)
+        for note in notes:
+            print(f"Canvas import: {note}")
         print(f"Canvas import: {args.canvas_csv}" + (f"; not on the roster: {', '.join(unmatched)}" if unmatched else ""))
 
 
@@ -1487,6 +1491,12 @@ def main(argv=None):
         if failed:
             print(f"{failed} submission(s) could not be graded: see their rows (status 'not graded' or "
                   "'grader error') and grade them again with --regrade", file=sys.stderr)
+        flags = {"with uses of reference functions or autograd": sum(bool(r.get("reference_calls")) for r in reports),
+                 "late": sum((r.get("late") or {}).get("kept", 1) < 1 for r in reports),
+                 "with problems (a cell's error, another handout, a missing question)": sum(bool(r.get("problems"))
+                                                                                          for r in reports)}
+        if any(flags.values()):   # the rows to read first, out of a class's
+            print("to look at: " + "; ".join(f"{n} {what}" for what, n in flags.items() if n) + f" (columns of {args.csv})")
         print(f"{len(reports)} submission(s); gradebook: {args.csv}; reports: {reports_dir}; "
               f"grader peak memory: {max(_peak_memory_mib(), _WORKER_PEAK.get('mib', 0))} MiB")
         return 1 if failed else 0

@@ -151,23 +151,29 @@ def _score_text(score):
     return f"{float(score):g}"  # 7.5 -> "7.5", 10.0 -> "10"
 
 
-def canvas_import_csv(reports, roster, column, path):
+def canvas_import_csv(reports, roster, column, path, notes=None):
     """Write Canvas's gradebook import CSV to ``path``: the roster's identity columns and ``column`` with
     each student's score, matched by the Canvas user id in the report's submission file name. A student
-    with two graded files (two notebooks in one submission) gets the higher score. Returns the reports'
+    with two graded files (two notebooks in one submission) gets the higher score, and a line in ``notes``
+    (a list, if given) says which. Returns the reports'
     submission names that name no student of the roster (not Canvas names, or not on the roster), each on
     one line (``_one_line``), for the console. Every cell goes through ``_cell``, the roster's too: its names come
     from outside the grader."""
     if not isinstance(column, str) or not column.strip():
         raise ValueError(f"expected the Canvas assignment column, e.g. 'Problem set 1 (12345)', got {column!r}")
     on_roster = {s.user_id for s in roster}
-    scores, unmatched = {}, []
+    scores, files, unmatched = {}, {}, []
     for r in reports:
         parsed = parse_canvas_name(r["submission"])
         if parsed is None or parsed.user_id not in on_roster:
             unmatched.append(_one_line(r["submission"]))
         elif r.get("status") not in NOT_GRADED and r.get("score") is not None:
             scores[parsed.user_id] = max(scores.get(parsed.user_id, r["score"]), r["score"])
+            files.setdefault(parsed.user_id, []).append(f"{_one_line(r['submission'])} ({_score_text(r['score'])})")
+    for uid, graded in files.items():
+        if len(graded) > 1 and notes is not None:
+            notes.append(f"Canvas user {uid} has {len(graded)} graded files, {', '.join(graded)}: the higher score, "
+                         f"{_score_text(scores[uid])}, is exported")
     rows = [s.row() + [_score_text(scores[s.user_id]) if s.user_id in scores else ""] for s in roster]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     _write_new(path, _csv_text([*ROSTER_COLUMNS, column], rows))  # a temporary file renamed over path (os.replace)
