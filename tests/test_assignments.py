@@ -311,6 +311,27 @@ def test_reference_calls_are_found(assignment_id, source, expected):
      ["line 3: torch.autograd.grad (autograd"]),
     ("ps1_derivations", "from bayesattn_lite import attention\nmatch attention:\n    case object(gradients=G) | None:\n"
      "        pass", ["line 3: attention.gradients"]),
+    # a sixth hostile round: the builtins under an alias, hooks and names as strings, more ways to run a string
+    ("ps1_derivations", "import builtins as B\nB.exec('x = 1')", ["line 2: builtins.exec (the builtins as a module"]),
+    ("ps1_derivations", "from builtins import exec as run_it\nrun_it('x = 1')", ["line 2: builtins.exec"]),
+    ("ps3_experiment", "vars()['__builtins__'].exec('x = 1')", ["line 1: '__builtins__'"]),
+    ("ps1_derivations", "import torch\nfrom builtins import getattr as ga\nA = ga(torch, 'autograd')",
+     ["line 3: 'autograd' (an autograd name as a string", "line 3: builtins.getattr"]),
+    ("ps1_derivations", "import operator\nq.register_hook(f)\noperator.methodcaller('backward')(L)",
+     ["line 2: .register_hook (autograd", "line 3: 'backward'", "line 3: operator.methodcaller()"]),
+    ("ps2_dynamics", "import pydoc\nK = pydoc.locate('bayesattn_lite.attention.score_kernel')",
+     ["line 2: 'bayesattn_lite.attention.score_kernel' (names attention.score_kernel", "line 2: pydoc.locate()"]),
+    ("ps1_derivations", "import ctypes\nctypes.pythonapi.PyRun_SimpleString(b'x = 1')",
+     ["line 2: PyRun_SimpleString()", "line 2: pythonapi()"]),
+    ("ps3_experiment", "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'x = 1'])", ["line 2: subprocess.run()"]),
+    ("ps1_derivations", "import sympy, torch\nd = sympy.diff(e)\nds = torch.ops.aten._softmax_backward_data(g, a, -1, t)",
+     ["line 2: sympy.diff (symbolic", "line 3: ._softmax_backward_data (a backward kernel"]),
+    ("ps1_derivations", "def biased_qk_gradients(q, k, v, u, tau, slope):\n    inv = 5e4\n    return (a - b) * inv",
+     ["line 3: (a - b) * inv (a finite difference"]),
+    ("ps1_derivations", "if True:\n    def helper(loss, h=1e-5):\n        return (loss(1 + h) - loss(1 - h)) / (2 * h)\n"
+     "def biased_qk_gradients(q, k, v, u, tau, slope):\n    return helper(q)",
+     ["line 3: (loss(1 + h) - loss(1 - h)) / (2 * h) (a finite difference"]),
+    ("ps1_derivations", "T = 1000\nx = (a - b) * T\nimport re\nr = re.compile('x')\nprint('grad')", []),  # counts, text
 ])
 def test_the_scans_holes_are_closed(assignment_id, source, expected):
     test_reference_calls_are_found(assignment_id, source, expected)
@@ -558,3 +579,12 @@ def test_ordinary_code_that_shares_a_name_with_a_code_runner_is_not_reported(sou
     """compile, ex and modules are also re.compile, a loop variable and nn.Module.modules: only the builtins
     (bare or from builtins), IPython's executors and sys.modules are reported."""
     assert assignments.reference_calls(source, "ps1_derivations") == []
+
+
+def test_a_helper_defined_under_an_if_is_the_cells_definition():
+    """A finite-difference helper under ``if True:`` (or in a ``try``) in its own cell: the answer that calls
+    it makes that cell an answer cell, as a helper at the cell's top level does."""
+    import ast as python_ast
+    tree = python_ast.parse("if True:\n    def central(f, h=1e-5):\n        return f\ntry:\n    g = 1\nexcept Exception:\n"
+                            "    pass\ndef outer():\n    def inner():\n        pass")
+    assert set(assignments._definitions(tree)) == {"central", "g", "outer"}   # not what a function defines inside

@@ -185,7 +185,11 @@ _REFERENCE_ATTRIBUTES = {aid: {name.rsplit(".", 1)[1] for name in refs} for aid,
 # torch._C._ImperativeEngine().run_backward, torch._functorch), and autograd's attributes on any object
 _AUTOGRAD_PARTS = {"autograd", "func", "functorch", "_functorch", "_ImperativeEngine", "_EngineBase"}
 _AUTOGRAD_ATTRIBUTES = {"run_backward", "_execution_engine", "grad_fn", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
-                        "grad", "_grad"}   # .grad: what a backward pass, anyone's (a training loop's too), left behind
+                        "grad", "_grad",   # .grad: what a backward pass, anyone's (a training loop's too), left behind
+                        # the steps of a backward pass that hand the gradient over without .grad (a hook's argument)
+                        "register_hook", "register_post_accumulate_grad_hook", "retain_grad", "requires_grad_"}
+# names of autograd, written as strings (operator.methodcaller("backward"), getattr(x, name) with name = "grad")
+_AUTOGRAD_STRINGS = {"backward", "autograd", "register_hook", "retain_grad", "requires_grad_"}
 # Where numerical differentiation (finite differences, a complex step) answers a derivation question, it is
 # no answer (book/assignments/instructors.md): flagged in the cells that define a checked question's function
 # and the functions those use. Not in set 2, whose written questions measure changes under small steps.
@@ -534,10 +538,22 @@ def _answer_names(assignment_id):
     return {name for q in assignment.questions if not q.written for name in q.names}
 
 
+def _statements(body):
+    """The statements of a cell outside any function or class: those nested in an ``if``, ``for``, ``with``
+    or ``try`` too (a helper defined under ``if True:`` is the cell's as much as one at its top)."""
+    for node in body:
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody"):
+                yield from _statements(getattr(node, field, None) or [])
+            for handler in getattr(node, "handlers", None) or []:
+                yield from _statements(handler.body)
+
+
 def _definitions(tree):
-    """{a name the cell defines at the top level (def, class, assignment): the names its definition uses}."""
+    """{a name the cell defines outside any function (def, class, assignment): the names its definition uses}."""
     defined = {}
-    for node in tree.body:
+    for node in _statements(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names = {node.name}
         elif isinstance(node, ast.Assign):
@@ -608,6 +624,8 @@ def _numerical(tree, aliases, assignment_id):
     """[(line, what)]: numerical differentiation in a cell: a complex step (``1j``, ``complex(...)``, a
     complex dtype), a finite difference ``(f(x + h) - f(x)) / h`` or a library's finite differences."""
     steps, found = _step_names(tree), []
+    inverses = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _inverse_step(node.value, steps, set())
+                for t in node.targets if isinstance(t, ast.Name)}   # inv = 5e4, inv = 1 / (2 * h)
     for node in ast.walk(tree):
         used, kind = None, "a complex step"
         if isinstance(node, ast.Constant) and isinstance(node.value, complex):
@@ -621,7 +639,7 @@ def _numerical(tree, aliases, assignment_id):
             name = _canonical(_dotted(node, aliases), assignment_id) or ""
             if name.startswith(_COMPLEX + _FINITE_DIFFERENCES):
                 used, kind = name, "a complex step" if name.startswith(_COMPLEX) else "finite differences"
-        elif _finite_difference(node, steps):
+        elif _finite_difference(node, steps, inverses):
             used, kind = ast.unparse(node)[:80], "a finite difference"
         if used:
             found.append((getattr(node, "lineno", 1), f"{used} ({kind}: numerical differentiation, the question "
@@ -629,9 +647,26 @@ def _numerical(tree, aliases, assignment_id):
     return found
 
 
-def _finite_difference(node, steps):
+def _inverse_step(node, steps, inverses):
+    """True when ``node`` is one over a step: a float constant of at least 1 / _SMALL, a name bound to one
+    (``inv = 5e4``) or ``1 / h`` (an int such as ``T = 1000`` is a count, not a step's inverse)."""
+    if isinstance(node, ast.Name):
+        return node.id in inverses
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return any(_small(factor, steps) for factor in _factors(node.right))
+    return isinstance(node, ast.Constant) and isinstance(node.value, float) and abs(node.value) >= 1 / _SMALL
+
+
+def _finite_difference(node, steps, inverses=frozenset()):
     """True for ``(A - B) / D`` where D is a step (``h``, ``2 * eps``, ``1e-6``) or A and B call one function
-    at two points that a name of D moves apart (``(f(x + h) - f(x - h)) / (2 * h)``)."""
+    at two points that a name of D moves apart (``(f(x + h) - f(x - h)) / (2 * h)``); and for ``(A - B) * C``
+    where C is one over a step (``(a - b) * inv``, ``inv = 1 / (2 * h)``)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        for difference, other in ((node.left, node.right), (node.right, node.left)):
+            if isinstance(difference, ast.BinOp) and isinstance(difference.op, ast.Sub) and \
+                    any(_inverse_step(factor, steps, inverses) for factor in _factors(other)):
+                return True
+        return False
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.BinOp)
             and isinstance(node.left.op, ast.Sub)):
         return False
@@ -655,6 +690,10 @@ def _reference(node, aliases, assignment_id):
     if name in references:
         via = "" if written == name else f", reached as {written.removeprefix(PACKAGE + '.')}"
         return f"{name.removeprefix(PACKAGE + '.')} (answers {references[name]}{via})"
+    if assignment_id in _AUTOGRAD_ASSIGNMENTS and name and name.split(".")[0] == "sympy":
+        return f"{name} (symbolic differentiation: the question asks for a derivation)"
+    if assignment_id in _AUTOGRAD_ASSIGNMENTS and attr and attr.endswith(("_backward", "_backward_data")):
+        return f".{attr} (a backward kernel: the question asks for a derivation)"
     if name and assignment_id in _AUTOGRAD_ASSIGNMENTS and (name.startswith(_AUTOGRAD) or (
             name.split(".")[0] == "torch" and _AUTOGRAD_PARTS & set(name.split(".")))):
         return f"{name} (autograd: the question asks for a derivation)"
@@ -670,18 +709,21 @@ def _reference(node, aliases, assignment_id):
         return "sys.modules[...] (a module looked up at run time: not scanned)"
     if attr in _RUN_TIME_LOOKUPS and assignment_id in _AUTOGRAD_ASSIGNMENTS:
         return f".{attr} (a name looked up at run time: not scanned)"   # type(x).__dict__, ip.user_ns
-    runs = _runs_code(node)
+    runs = _runs_code(node, aliases)
     if runs:   # run = builtins.exec: the name, called or not
         return f"{runs}() (code built at run time: not scanned)"
     return None
 
 
-def _runs_code(node):
+def _runs_code(node, aliases):
     """The name of what runs code the scan cannot read, when ``node`` names it: a builtin (exec, eval,
     compile, globals) bare or read from builtins; IPython's executors and a code object's makers on any
-    receiver. re.compile or a variable called ex is not one."""
+    receiver; a module's function that runs a string or looks a name up (under any alias), or starts
+    another Python. re.compile or a variable called ex is not one."""
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in _BUILTIN_CODE:
         return node.id
+    if _dotted(node, aliases) in _RUN_TIME_NAMES:
+        return _dotted(node, aliases)
     if isinstance(node, ast.Attribute):
         receiver = node.value.id if isinstance(node.value, ast.Name) else ""
         if node.attr in _BUILTIN_CODE and receiver in ("builtins", "__builtins__"):
@@ -737,12 +779,16 @@ def _uses(source, assignment_id, context, context_aliases, answer):
         context_tree, _ = _tree(context)
         aliases = _aliases(context_tree, aliases) if context_tree is not None else aliases
     aliases = _aliases(tree, aliases)
+    # a receiver (builtins in builtins.exec) is said with what is read from it; a string that getattr, an import
+    # or a subscript reads as a name is said as that name
+    said_elsewhere = _said_elsewhere(tree, aliases)
     for node in ast.walk(tree):
         what = None
         if isinstance(node, ast.Attribute) and node.attr in _IPYTHON_REWRITERS:
             what = f".{node.attr} (rewrites the cells that follow: not scanned)"
         elif isinstance(node, (ast.Attribute, ast.Name)) or _getattr_constant(node):
-            what = _reference(node, aliases, assignment_id)
+            what = _reference(node, aliases, assignment_id) or (
+                None if id(node) in said_elsewhere else _builtins_use(node, aliases))
         elif _importer(node, aliases):
             what = _dynamic_import(node, aliases, assignment_id)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars") \
@@ -752,6 +798,9 @@ def _uses(source, assignment_id, context, context_aliases, answer):
         elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("sys.modules") and \
                 _module_looked_up(node.slice, assignment_id):
             what = "sys.modules[...] (a module looked up at run time: not scanned)"
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 200 and \
+                (id(node) not in said_elsewhere or node.value == "__builtins__"):
+            what = _named_by_string(node.value, assignment_id)
         elif isinstance(node, ast.Match):  # a class pattern reads attributes by keyword: case object(grad=g)
             found += [(read.lineno, what) for read in _match_reads(node)
                       if (what := _reference(read, aliases, assignment_id))]
@@ -762,6 +811,48 @@ def _uses(source, assignment_id, context, context_aliases, answer):
     if names and (answer if answer is not None else bool(names & set(_definitions(tree)))):
         found += _numerical(tree, aliases, assignment_id)
     return found
+
+
+def _said_elsewhere(tree, aliases):
+    """ids of the nodes another rule speaks for: a receiver (``builtins`` in ``builtins.exec``) is said with
+    what is read from it; a string that getattr, a dynamic import or a subscript reads as a name, as that name."""
+    ids = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute):
+            ids.add(id(n.value))
+        elif isinstance(n, ast.Subscript):
+            ids |= {id(n.value), id(n.slice)}
+        elif _getattr_constant(n) or _importer(n, aliases):
+            ids |= {id(a) for a in n.args[:2]}
+    return ids
+
+
+def _builtins_use(node, aliases):
+    """The builtins read as a module (``import builtins as B; B.exec``, ``from builtins import getattr as ga``,
+    ``vars(builtins)``, ``__builtins__``): what they run or look up, the scan does not read."""
+    written = _dotted(node, aliases) or ""
+    if written.split(".")[0] in ("builtins", "__builtins__") or isinstance(node, ast.Name) and node.id == "__builtins__":
+        return f"{written or '__builtins__'} (the builtins as a module: what it runs or looks up is not scanned)"
+    return None
+
+
+def _named_by_string(text, assignment_id):
+    """What a string names that the scan would report written as code: the builtins, a reference
+    (``pydoc.locate("bayesattn_lite.attention.score_kernel")``, ``"module:name"``) or, where a derivation
+    is asked, autograd (``operator.methodcaller("backward")``)."""
+    if text == "__builtins__":
+        return "'__builtins__' (the builtins by name: what they run or look up is not scanned)"
+    if assignment_id in _AUTOGRAD_ASSIGNMENTS and text in _AUTOGRAD_STRINGS:
+        return f"{text!r} (an autograd name as a string, looked up at run time: the question asks for a derivation)"
+    dotted = text.replace(":", ".")
+    if not all(part.isidentifier() for part in dotted.split(".")) or "." not in dotted:
+        return None
+    name = _canonical(dotted, assignment_id)
+    if name in REFERENCES.get(assignment_id, {}):
+        return f"{text!r} (names {name.removeprefix(PACKAGE + '.')}, which answers {REFERENCES[assignment_id][name]})"
+    if assignment_id in _AUTOGRAD_ASSIGNMENTS and dotted.startswith(_AUTOGRAD):
+        return f"{text!r} (names autograd: the question asks for a derivation)"
+    return None
 
 
 def _match_reads(match):
@@ -802,7 +893,14 @@ def _looked_up(node, aliases, assignment_id):
 _BUILTIN_CODE = {"exec", "eval", "compile", "globals"}
 _RUN_TIME_CODE = {"run_cell", "run_cell_async", "run_cell_magic", "FunctionType", "LambdaType", "CodeType", "ex", "ev",
                   "run_code", "run_ast_nodes", "run_path", "run_module", "runctx", "safe_execfile", "safe_run_module",
-                  "runsource", "runcode", "InteractiveInterpreter", "InteractiveConsole"}
+                  "runsource", "runcode", "InteractiveInterpreter", "InteractiveConsole",
+                  "PyRun_SimpleString", "PyRun_String", "pythonapi", "exec_module", "load_module", "_gcd_import",
+                  "getattr_static", "resolve_name", "methodcaller", "attrgetter"}
+# the same under their modules' names (from operator import methodcaller), and what starts another Python
+_RUN_TIME_NAMES = {"operator.methodcaller", "operator.attrgetter", "pydoc.locate", "pkgutil.resolve_name",
+                   "inspect.getattr_static", "importlib.util.spec_from_file_location", "subprocess.run",
+                   "subprocess.Popen", "subprocess.call", "subprocess.check_call", "subprocess.check_output",
+                   "os.system", "os.popen", "os.execv", "os.execl", "os.spawnv", "multiprocessing.Process"}
 # attributes that look a name up at run time: flagged wherever they are read in a derivation set
 _RUN_TIME_LOOKUPS = {"__dict__", "__getattribute__", "user_ns", "user_global_ns"}
 # IPython's hooks that rewrite the cells after them before they run
@@ -887,10 +985,10 @@ def _grouped(uses):
 
 
 def _defines_function(source, names):
-    """True when the cell defines, at its top level, a function (or class) of ``names``."""
+    """True when the cell defines, outside any function, a function (or class) of ``names``."""
     tree, _ = _tree(source)
     return tree is not None and any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                                    and node.name in names for node in tree.body)
+                                    and node.name in names for node in _statements(tree.body))
 
 
 def _answer_cells(facts, names):
