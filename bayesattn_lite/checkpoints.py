@@ -38,10 +38,17 @@ def damaged(path, what, why, advice):
     raise DamagedFile(f"{path}: expected {what}, but {why}; it may be damaged or another kind of file: {advice}")
 
 
+def _key_names(what, value):
+    """A list or tuple of key names: a string would be read as its letters, and the file blamed."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(k, str) for k in value):
+        _validate.fail(what, "a tuple of key names, e.g. ('model',)", value)
+
+
 def read_json(path, what, keys=(), advice="delete it and train it again"):
     """The JSON object (a dict holding ``keys``) in the file at ``path``; DamagedFile naming the file,
     what it should hold and ``advice`` when it cannot be read as one."""
     _validate.file_path("path", path)
+    _key_names("keys", keys)
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:   # JSONDecodeError is a ValueError
@@ -152,6 +159,7 @@ def load(path, kind, device="cpu", required=()):
     """The checkpoint at ``path`` if it is a readable checkpoint of ``kind`` holding ``required``
     keys; otherwise CheckpointMismatch saying why and what to do."""
     advice = "delete it, choose another checkpoint_path, or pass resume=False"
+    _key_names("required", required)
     if device is not None:
         device = _validate.device("device", device)
     try:

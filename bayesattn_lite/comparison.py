@@ -230,6 +230,9 @@ def compare(archs, task_names, seeds, steps, size="small", lr=3e-3, batch_size=3
     workers = _validate.integer("workers", workers, 1)
     n_eval = _validate.integer("n_eval", n_eval, 1)   # checked before training, not after it
     checkpoint_dir = _validate.folder("checkpoint_dir", checkpoint_dir)
+    if checkpoint_dir is not None and checkpoint_dir.exists() and not checkpoint_dir.is_dir():
+        _validate.fail("checkpoint_dir", "None or a folder (made if missing)", f"{str(checkpoint_dir)!r}, a file",
+                       described=True)
     if threads is not None:
         threads = _validate.integer("threads", threads, 1)
     if workers > 1 and pick_device(device).type != "cpu":
@@ -283,6 +286,8 @@ def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon"))
         if any(k not in row for k in (metric, *by)):
             _validate.fail(f"rows[{i}]", f"a row with {metric!r} and {list(by)}, as rows[0] has",
                            f"one without {[k for k in (metric, *by) if k not in row]}", described=True)
+        if not isinstance(row[metric], (int, float)) or isinstance(row[metric], bool):   # None would count as nan
+            _validate.fail(f"rows[{i}][{metric!r}]", f"a number (the metric {metric!r})", row[metric])
     groups = {}
     for row in rows:
         groups.setdefault(tuple(row[k] for k in by), []).append(row[metric])

@@ -667,6 +667,7 @@ def value_manifold(points: Shaped[Array, "n d"], entropy: Shaped[Array, " n"]) -
     and pc1 (n,) the oriented coordinates. Paper I's check: PC1 > 80% and a strong correlation."""
     points = _validate.finite_values("points", torch.as_tensor(points))
     entropy = _validate.finite_values("entropy", torch.as_tensor(entropy))
+    _validate.matrix("points", points, min_rows=3)   # two points always give PC1 = 100% and |spearman| = 1
     result = pca(points, n_components=1)
     pc1 = result["projected"][:, 0]
     rho = spearman(pc1, entropy)
@@ -734,6 +735,14 @@ def _check_token_groups(token_groups, tokens):
                            f"{ids!r}, of which {sorted(found)} occur", described=True)
 
 
+def _manifold(points, entropy):
+    """``value_manifold``, or nan where a batch has fewer than 3 scored positions (a manifold of 2 points
+    would read as a perfect one)."""
+    if len(points) < 3:
+        return {"pc1_share": math.nan, "spearman": math.nan, "pc1": torch.full((len(points),), math.nan)}
+    return value_manifold(points, entropy)
+
+
 @checked
 def bayesian_geometry(model, batch: WindTunnelBatch, token_groups=None):
     """Paper I's three signatures of a transformer on a wind-tunnel batch (``wind_tunnels.WindTunnelBatch``),
@@ -751,7 +760,8 @@ def bayesian_geometry(model, batch: WindTunnelBatch, token_groups=None):
       scored queries (mean over heads): query focusing is this falling from layer to layer
     - the value manifold of the last layer: its per-head outputs g_i = sum_j alpha_ij v_j at the scored
       positions (heads concatenated) against the posterior entropy there (``value_manifold``):
-      pc1_share, spearman, and the points pc1 and entropy (bits) for plotting; the same for each head
+      pc1_share, spearman (nan with fewer than 3 scored positions), and the points pc1 and entropy (bits)
+      for plotting; the same for each head
       alone ("pc1_share_heads", "spearman_heads") and for the residual stream that the readout sees
       ("pc1_share_residual", "spearman_residual")
     """
@@ -769,15 +779,15 @@ def bayesian_geometry(model, batch: WindTunnelBatch, token_groups=None):
     focus = [attention_entropy(r["alpha"]).transpose(1, 2)[mask].mean().item() / LOG2 for r in records]
     g = records[-1]["g"].transpose(1, 2).reshape(B, T, -1)[mask]
     entropy = entropy_bits(batch.posterior.to(k.device)[mask])
-    manifold = value_manifold(g, entropy)
-    heads = [value_manifold(records[-1]["g"][:, h][mask], entropy) for h in range(H)]
+    manifold = _manifold(g, entropy)
+    heads = [_manifold(records[-1]["g"][:, h][mask], entropy) for h in range(H)]
     out = {"keys": float(np.mean(raw)), "keys_centred": float(np.mean(centred)), "n_tokens": len(torch.unique(tokens)),
            "attention_entropy_bits": focus, "pc1_share": manifold["pc1_share"],
            "spearman": manifold["spearman"], "pc1": manifold["pc1"], "entropy": entropy.cpu().numpy(),
            "pc1_share_heads": [m["pc1_share"] for m in heads], "spearman_heads": [m["spearman"] for m in heads]}
     residual = _residual_stream(model, batch.tokens)
     if residual is not None:
-        stream = value_manifold(residual[mask.to(residual.device)], entropy.to(residual.device))
+        stream = _manifold(residual[mask.to(residual.device)], entropy.to(residual.device))
         out["pc1_share_residual"], out["spearman_residual"] = stream["pc1_share"], stream["spearman"]
     if token_groups:
         out["key_groups"] = {}

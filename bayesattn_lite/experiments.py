@@ -906,8 +906,12 @@ def _run_config(run):
 @checked
 def save_schedule_run(run: ScheduleRun, path):
     """Save what ``ScheduleRun``'s speed-ups, tables and held-out scores need (the curves, final and
-    Bayes metrics, final weights), not the snapshots, as one compressed numpy file."""
-    path = _validate.writable_path("path", path)
+    Bayes metrics, final weights), not the snapshots, as one compressed numpy file (numpy adds
+    ".npz" to a path without it; ``load_schedule_run`` takes either path)."""
+    if os.fspath(_validate.file_path("path", path)).endswith(("/", os.sep)):  # "dir/" would become dir.npz
+        _validate.fail("path", "a file path for the run's .npz file", f"{path!r}, a folder path (it ends in a separator)",
+                       described=True)
+    path = _validate.writable_path("path", _npz(path))
     arrays = {f"bayes/{k}": np.asarray(v) for k, v in run.bayes.items()}
     for i, name in enumerate(run.schedules):
         for metric in ("loss", "entropy", "accuracy"):
@@ -924,6 +928,7 @@ def saved_run_config(path):
     """The configuration a saved run was trained with (``_run_config``), or None if there is none."""
     if not isinstance(path, (str, os.PathLike)) or os.path.isdir(path):
         _validate.fail("path", "the path of a run's .npz file (save_schedule_run writes one)", path)
+    path = path if os.path.exists(path) else _npz(path)
     if not os.path.exists(path):
         return None
     meta = checkpoints.read_npz(path, "a run saved by save_schedule_run")["meta"]
@@ -933,7 +938,10 @@ def saved_run_config(path):
 
 
 def load_schedule_run(path):
-    """A ``ScheduleRun`` as ``save_schedule_run`` wrote it (on the default chain; no snapshots)."""
+    """A ``ScheduleRun`` as ``save_schedule_run`` wrote it (on the default chain; no snapshots); ``path``
+    is the one it was saved to, with or without the ".npz" numpy adds."""
+    if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
+        path = _npz(path)
     if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
         _validate.fail("path", "a file that save_schedule_run wrote", path)
     a = checkpoints.read_npz(path, "a run saved by save_schedule_run")
@@ -961,12 +969,25 @@ def load_schedule_run(path):
         seconds=meta["seconds"], device=meta["device"], pool=meta["pool"], init_std=meta["init_std"])
 
 
+def _npz(path):
+    """``path`` as numpy's savez writes it: with ".npz" added when it does not end in it."""
+    path = os.fspath(path)
+    return path if path.endswith(".npz") else path + ".npz"
+
+
+def _existing_folder(directory):
+    """None (the shipped records) or a folder that exists: else "run the script" would not help."""
+    if _validate.folder("directory", directory) is not None and not os.path.isdir(directory):
+        _validate.fail("directory", "an existing folder of records (or None: the shipped ones)", directory)
+
+
 def controls_path(directory=None):
     return (_validate.folder("directory", directory) or RECORDS) / f"{CONTROLS_NAME}.npz"
 
 
 def load_controls(directory=None):
     """Chapter 6's controls as ``scripts/sticky_long_runs.py --only controls`` saved them."""
+    _existing_folder(directory)
     path = controls_path(directory)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python {LONG_RUN_SCRIPT} --only {CONTROLS_NAME}` "
@@ -983,6 +1004,7 @@ def load_long_run(name="pool64-std0.1", directory=None):
     names = [c.name for c in LONG_RUNS]
     if name not in names and directory is None:
         _validate.fail("name", f"one of {names}", name)
+    _existing_folder(directory)
     path = record_path(name, directory)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python {LONG_RUN_SCRIPT}` to train it")
@@ -997,7 +1019,7 @@ def within(steps, excess, tolerance):
     steps = _validate.number_array("steps", steps)
     if steps.ndim != 1 or len(steps) != excess.shape[-1]:
         _validate.fail("steps", f"{excess.shape[-1]} steps (one per column of excess)", steps)
-    tolerance = _validate.real("tolerance", tolerance)  # may be < 0: excess is signed (below the target)
+    tolerance = _validate.real("tolerance", tolerance, 0)
     out = np.full(len(excess), np.nan)
     for i, e in enumerate(excess):
         above = np.nonzero(~(e <= tolerance))[0]

@@ -294,9 +294,16 @@ def strip(ax: Axes, labels, values, colors=None, reference=None, reference_label
     if reference is not None:  # a log axis cannot show a line at or below 0
         reference = _validate.real("reference", reference, low=0 if log else None, low_open=log)
     colors = [_color(f"colors[{i}]", c) for i, c in enumerate(colors)] if colors else ["0.3"] * len(labels)
+    values = [_array(f"values[{i}]", v) for i, v in enumerate(values)]
+    for i, (label, v) in enumerate(zip(labels, values)):
+        if v.ndim > 1:
+            _validate.fail(f"values[{i}]", "a 1-D array (one value per seed)", f"shape {v.shape}", described=True)
+        if log and (v <= 0).any():   # a log axis would drop these points without a word
+            _validate.fail(f"values[{i}]", "positive values on a log axis (log=True)", f"{v[v <= 0].min():g} in {label!r}",
+                           described=True)
     ticks = []
     for i, (label, v, color) in enumerate(zip(labels, values, colors)):
-        v = _array(f"values[{i}]", v).reshape(-1)
+        v = v.reshape(-1)
         finite = v[np.isfinite(v)]
         jitter = np.linspace(-0.12, 0.12, len(finite)) if len(finite) > 1 else np.zeros(len(finite))
         ax.scatter(i + jitter, finite, color=color, s=22, zorder=3, alpha=0.85)

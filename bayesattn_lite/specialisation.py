@@ -328,6 +328,9 @@ def run(cfg: Config = Config(), seed=0, loop_every=0, loop_until=300, progress=F
         _validate.fail("cfg.steps", f"a multiple of cfg.log_every={cfg.log_every}", cfg.steps)
     seed = _validate.seed("seed", seed)
     loop_every, loop_until = _validate.integer("loop_every", loop_every, 0), _validate.integer("loop_until", loop_until, 0)
+    if loop_every and min(loop_until, cfg.steps - 1) <= 0:   # the loop measures steps t < min(loop_until, cfg.steps - 1)
+        _validate.fail("loop_until", f"an int >= 1 with cfg.steps >= 2, so that loop_every={loop_every} measures a step",
+                       f"loop_until={loop_until} and cfg.steps={cfg.steps}", described=True)
     with _one_thread():
         return _run(cfg, seed, loop_every, loop_until, progress, pick_device(device))
 
@@ -955,6 +958,9 @@ def score_kernel_record(cfg: Config, seed, every=10, until=300, kernel_at=(0, 10
     "snapshots": {step: params} for the steps in ``keep`` (from the same training run)}."""
     every, until = _validate.integer("every", every, 1), _validate.integer("until", until, 1)
     kernel_at, keep = _validate.step_list("kernel_at", kernel_at), list(keep) and _validate.step_list("keep", keep)
+    for what, steps in (("kernel_at", kernel_at), ("keep", keep)):   # named here, not as parameter_snapshots' at
+        if steps and steps[-1] > cfg.steps:
+            _validate.fail(what, f"steps in [0, cfg.steps={cfg.steps}]", steps[-1])
     loop = list(range(0, min(until, cfg.steps), every))
     snaps = parameter_snapshots(cfg, seed, set(loop) | {t + 1 for t in loop} | set(kernel_at) | set(keep))
     _, (x, y, _), _ = make_data(cfg, seed)

@@ -244,6 +244,11 @@ class StickyMarkovChain:
 # (content-based: their keys differ from the distractors') and read their values.
 
 @checked
+def _sources_shapes(means: Float[Tensor, "K d_x"], distractor: Float[Tensor, " d_x"]):
+    """A ``SourcesTask``'s shapes, in the annotations: ``checked`` names a field whose shape is wrong."""
+
+
+@checked
 @dataclass(frozen=True)
 class SourcesTask:
     """The generative model. ``means`` is (K, d_x), one row per source; ``distractor`` is (d_x,).
@@ -256,7 +261,8 @@ class SourcesTask:
     seq_len: int
 
     def __post_init__(self):
-        """The numbers checked where they are set, also for a task built directly (not by ``sources_task``)."""
+        """The fields checked where they are set, also for a task built directly (not by ``sources_task``)."""
+        _sources_shapes(self.means, self.distractor)
         for name, value in (("signal_prob", _validate.real("signal_prob", self.signal_prob, 0.0, 1.0, low_open=True)),
                             ("noise", _validate.positive("noise", self.noise)),
                             ("seq_len", _validate.integer("seq_len", self.seq_len, 1))):

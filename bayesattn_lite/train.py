@@ -263,19 +263,19 @@ def _set_rng_state(state):
 
 
 KIND = "train.train"  # what a checkpoint of this loop says it is
-CHECKPOINT_KEYS = ("model", "optimizer", "step", "history", "rng", "recipe")
+CHECKPOINT_KEYS = ("model", "optimizer", "step", "history", "rng", "recipe")   # and "seed" (older ones lack it)
 
 
-def _save_checkpoint(path, model, optimizer, next_step, history, rng, recipe):
-    checkpoints.save(path, {"kind": KIND, "fingerprint": _fingerprint(model, recipe),
+def _save_checkpoint(path, model, optimizer, next_step, history, rng, recipe, seed):
+    checkpoints.save(path, {"kind": KIND, "fingerprint": _fingerprint(model, recipe, seed),
                             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": next_step,
-                            "history": history.to_dict(), "rng": rng, "recipe": asdict(recipe)})
+                            "history": history.to_dict(), "rng": rng, "recipe": asdict(recipe), "seed": seed})
 
 
-def _fingerprint(model, recipe):
-    """The model's parameter names and shapes and the recipe's fields that a resume must match."""
+def _fingerprint(model, recipe, seed):
+    """The model's parameter names and shapes, the recipe's fields and the seed that a resume must match."""
     shapes = [(n, list(p.shape)) for n, p in model.state_dict().items()]
-    return checkpoints.fingerprint(shapes, recipe.fingerprint_fields())
+    return checkpoints.fingerprint(shapes, recipe.fingerprint_fields(), *([] if seed is None else [seed]))
 
 
 def _recipe_differences(saved, recipe):
@@ -293,10 +293,19 @@ def _model_differences(saved, model):
             for k, v in ours.items() if saved[k].shape != v.shape]
 
 
-def _load_checkpoint(path, model, optimizer, recipe):
+def _seed_differences(saved, seed):
+    """The seed, when both the checkpoint's run and this one were given one: one checkpoint_path for a
+    loop over seeds would otherwise give the first seed's run for every seed."""
+    if saved is None or seed is None or saved == seed:
+        return []
+    return [f"seed: checkpoint {saved}, this run {seed} (use one checkpoint_path per seed)"]
+
+
+def _load_checkpoint(path, model, optimizer, recipe, seed):
     ckpt = checkpoints.load(path, KIND, next(model.parameters()).device, required=CHECKPOINT_KEYS)
-    differences = _model_differences(ckpt["model"], model) or _recipe_differences(ckpt["recipe"], recipe)
-    checkpoints.refuse(path, _fingerprint(model, recipe), ckpt, differences)
+    differences = (_model_differences(ckpt["model"], model) or _recipe_differences(ckpt["recipe"], recipe)
+                   or _seed_differences(ckpt.get("seed"), seed))
+    checkpoints.refuse(path, _fingerprint(model, recipe, seed), ckpt, differences)
     if ckpt["step"] > recipe.steps:   # else the longer run would come back as if it were this one
         _validate.fail(f"checkpoint {path}", f"at most recipe.steps={recipe.steps} steps (ask for at least as many "
                        "steps as it has, or delete it / pass resume=False)", f"{ckpt['step']} steps done",
@@ -477,7 +486,7 @@ def train(model: torch.nn.Module, loss_fn: Callable, recipe: "Recipe", *, seed=N
     With ``checkpoint_path`` the run saves every ``checkpoint_every`` steps, at the end and on
     Ctrl-C, and (if ``resume``) continues from an existing checkpoint: the weights, the optimizer,
     the history and the RNG states, so a resumed run equals one that never stopped. A checkpoint
-    written with another recipe or another model is refused, saying what differs.
+    written with another recipe, another model or another ``seed`` is refused, saying what differs.
     """
     _validate.function("loss_fn", loss_fn, "a function loss_fn(model, step)", n_args=2)
     if on_step is not None:
@@ -485,19 +494,23 @@ def train(model: torch.nn.Module, loss_fn: Callable, recipe: "Recipe", *, seed=N
     log_every, checkpoint_every = _validate.integer("log_every", log_every, 1), _validate.integer(
         "checkpoint_every", checkpoint_every, 1)
     checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path) if checkpoint_path else None
+    if not any(p.requires_grad for p in model.parameters()):
+        _validate.fail("model", "a module with trainable parameters",
+                       f"a {type(model).__name__} with none (no parameters, or all frozen)", described=True)
     model.to(pick_device(device))
     opt = _make_optimizer(model, recipe)
     if seed is not None:
+        seed = _validate.integer("seed", seed, 0, 2**32 - 1)   # as seed_everything takes it, and as stored
         seed_everything(seed)
     history, start = History(), 0
     if checkpoint_path and resume and os.path.exists(checkpoint_path):  # RNGs too: after seeding
-        start, history = _load_checkpoint(checkpoint_path, model, opt, recipe)
+        start, history = _load_checkpoint(checkpoint_path, model, opt, recipe, seed)
     # done and rng always describe the same moment, the end of the last completed step, so a
     # Ctrl-C inside loss_fn (which may have drawn from the RNGs already) saves a resumable state
     done, rng = start, (_rng_state() if checkpoint_path else None)
 
     def save_now():
-        _save_checkpoint(checkpoint_path, model, opt, done, history, rng, recipe)
+        _save_checkpoint(checkpoint_path, model, opt, done, history, rng, recipe, seed)
 
     bar = checkpoints.progress_bar(start, recipe.steps, desc, progress)
     with checkpoints.saved_on_interrupt(checkpoint_path, save_now, lambda: done), bar:

@@ -65,7 +65,7 @@ def advantage_state(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES, e
     for what, a in (("values", values), ("u", u), ("scores", scores)):   # NaN in would be NaN on every panel
         if not np.isfinite(a).all():
             _validate.fail(what, "finite values", f"{int((~np.isfinite(a)).sum())} NaN/inf entries", described=True)
-    eta = _validate.real("eta", eta)
+    eta = _validate.real("eta", eta, 0)   # a step size: a negative one would be a step of gradient ascent
     alpha = _softmax(scores)
     b = values @ u                      # b_ij = u_i . v_j = dL/dalpha_ij
     expected_b = float(alpha @ b)       # E_{alpha_i}[b] = u_i . g_i

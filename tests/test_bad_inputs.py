@@ -9,6 +9,7 @@ VALID lists edge calls that must *not* be refused (numpy arrays, 0-d tensors, Py
 tensor or number is accepted, lists where documented).
 """
 
+import functools
 import math
 import os
 import tempfile
@@ -733,7 +734,72 @@ ROWS = [
     ("em.fit points of no dimension", lambda: em.fit(torch.zeros(20, 0, dtype=torch.float64), 2), "x d >= 1"),
     ("comparison.format_table no rows", lambda: comparison.format_table([], metric="x"), "rows non-empty"),
     ("diagnostics.entropy a negative entry", lambda: diagnostics.entropy(torch.tensor([-0.5, 1.5])), "entries -0.5"),
+    # the sixth held-out table's silent and unclear cases
+    ("experiments.save_schedule_run a folder path", lambda: experiments.save_schedule_run(
+        _schedule_run(), os.path.join(_TMP, "no", "such", "dir") + os.sep), "path folder"),
+    ("train.train resuming another seed's checkpoint", lambda: _resumed_with_seed(0, 1),
+     "seed checkpoint_path resume=false"),
+    ("specialisation.run loop_until 0", lambda: specialisation.run(TINY_CFG, loop_every=2, loop_until=0),
+     "loop_until loop_every"),
+    ("specialisation.run loop of a one-step run", lambda: specialisation.run(
+        specialisation.Config(n_train=8, n_probe=4, steps=1, log_every=1), loop_every=1), "cfg.steps loop_every"),
+    ("diagnostics.value_manifold two points", lambda: diagnostics.value_manifold(np.random.randn(2, 3), np.random.rand(2)),
+     "points n >= 3"),
+    ("experiments.within tolerance negative", lambda: experiments.within([0, 1, 2], np.ones((2, 3)), -1), "tolerance"),
+    ("widgets.advantage_state eta negative", lambda: widgets.advantage_state(eta=-1.0), "eta [0"),
+    ("comparison.summarise a metric of None", lambda: comparison.summarise(
+        [{"arch": "lstm", "task": "hmm", "horizon": 12, "kl_bits": 0.1},
+         {"arch": "lstm", "task": "hmm", "horizon": 12, "kl_bits": None}], metric="kl_bits"),
+     "rows[1]['kl_bits'] number none"),
+    ("tasks.SourcesTask built directly from 1-D means", lambda: tasks.SourcesTask(
+        SRC.means[0], SRC.distractor, 0.4, 1.0, 4), "means (K, d_x)"),
+    ("tasks.SourcesTask built directly, distractor of another d_x", lambda: tasks.SourcesTask(
+        SRC.means, SRC.distractor[:-1], 0.4, 1.0, 4), "distractor d_x = 5"),
+    ("plots.strip 2-D values", lambda: __import__("bayesattn_lite.plots").plots.strip(
+        _axes(), ["a"], [np.ones((3, 2))]), "values[0] 1-D (3, 2)"),
+    ("plots.strip log of a negative value", lambda: __import__("bayesattn_lite.plots").plots.strip(
+        _axes(), ["a"], [np.array([-1.0, 2.0])], log=True), "values[0] log=True -1"),
+    ("checkpoints.load required a str", lambda: checkpoints.load(_saved({"kind": "train.train"}), "train.train",
+                                                                  required="model"), "required tuple 'model'"),
+    ("checkpoints.read_json keys a str", lambda: checkpoints.read_json(_A_FILE, "a record", keys="seed"),
+     "keys tuple 'seed'"),
+    ("experiments.load_long_run a missing folder", lambda: experiments.load_long_run(
+        directory=os.path.join(_TMP, "no_such_folder")), "directory existing folder"),
+    ("experiments.load_controls a file for a folder", lambda: experiments.load_controls(directory=_A_FILE),
+     "directory existing folder"),
+    ("specialisation.score_kernel_record kernel_at past the run", lambda: specialisation.score_kernel_record(
+        TINY_CFG, 0, every=2, until=4, kernel_at=(0, 50)), "kernel_at cfg.steps=6 50"),
+    ("comparison.compare checkpoint_dir a file", lambda: comparison.compare(["lstm"], ["bijection"], [0], 2,
+                                                                           checkpoint_dir=_A_FILE), "checkpoint_dir file"),
+    ("train.train a model without parameters", lambda: train.train(nn.ReLU(), head_loss, ONE_STEP, progress=False),
+     "model trainable parameters ReLU"),
 ]
+
+TINY_CFG = specialisation.Config(n_train=16, n_probe=8, steps=6, log_every=2, seq_len=8)
+
+
+@functools.cache
+def _schedule_run():
+    return experiments.run_schedules(SCHED, seeds=(0,), steps=1, T=6, record_every=1, progress=False)
+
+
+def _saved_and_loaded_without_suffix():
+    """save_schedule_run writes run.npz for the path "run" (numpy adds it); load takes the same path."""
+    path = os.path.join(tempfile.mkdtemp(dir=_TMP), "run")
+    experiments.save_schedule_run(_schedule_run(), path)
+    return experiments.load_schedule_run(path)
+
+
+def _resumed_with_seed(first, second, drop_seed=False):
+    """train.train with a checkpoint written by a run with seed ``first``, resumed with seed ``second``
+    (with ``drop_seed``, from a checkpoint without the seed, as those written before it was stored)."""
+    path = tempfile.mktemp(dir=_TMP, suffix=".pt")
+    train.train(_head(), head_loss, ONE_STEP, seed=first, checkpoint_path=path, progress=False)
+    if drop_seed:
+        ckpt = torch.load(path, weights_only=True)
+        del ckpt["seed"]
+        torch.save(ckpt, path)
+    return train.train(_head(), head_loss, train.Recipe(2), seed=second, checkpoint_path=path, progress=False)
 
 
 def _saved(obj):
@@ -849,6 +915,14 @@ VALID = [
     ("experiments.precision_rate numpy", lambda: experiments.precision_rate(np.random.rand(6, 4), np.random.rand(3, 3, 4))),
     ("wind_tunnels.batch_from_pairs int32", lambda: BIJ.batch_from_pairs(KEYS.int(), VALS.int())),
     ("train.lr_factor at the last step", lambda: train.lr_factor(10, 10, "cosine")),
+    # the sixth held-out table
+    ("experiments.load_schedule_run the path save_schedule_run took", _saved_and_loaded_without_suffix),
+    ("train.train resuming its own seed", lambda: _resumed_with_seed(0, 0)),
+    ("train.train resuming a checkpoint written before seeds were stored", lambda: _resumed_with_seed(0, 1, drop_seed=True)),
+    ("widgets.advantage_state eta 0 (the slider's left end)", lambda: widgets.advantage_state(eta=0.0)),
+    ("plots.strip log with a nan", lambda: __import__("bayesattn_lite.plots").plots.strip(
+        _axes(), ["a"], [np.array([np.nan, 1.0, 2.0])], log=True)),
+    ("experiments.within tolerance 0", lambda: experiments.within([0, 1, 2], [1.0, 0.5, 0.0], 0)),
 ]
 
 
