@@ -1019,7 +1019,7 @@ def within(steps, excess, tolerance):
     steps = _validate.number_array("steps", steps)
     if steps.ndim != 1 or len(steps) != excess.shape[-1]:
         _validate.fail("steps", f"{excess.shape[-1]} steps (one per column of excess)", steps)
-    tolerance = _validate.real("tolerance", tolerance, 0)
+    tolerance = _validate.real("tolerance", tolerance)  # may be < 0: excess is signed (below the target)
     out = np.full(len(excess), np.nan)
     for i, e in enumerate(excess):
         above = np.nonzero(~(e <= tolerance))[0]

@@ -745,7 +745,6 @@ ROWS = [
         specialisation.Config(n_train=8, n_probe=4, steps=1, log_every=1), loop_every=1), "cfg.steps loop_every"),
     ("diagnostics.value_manifold two points", lambda: diagnostics.value_manifold(np.random.randn(2, 3), np.random.rand(2)),
      "points n >= 3"),
-    ("experiments.within tolerance negative", lambda: experiments.within([0, 1, 2], np.ones((2, 3)), -1), "tolerance"),
     ("widgets.advantage_state eta negative", lambda: widgets.advantage_state(eta=-1.0), "eta [0"),
     ("comparison.summarise a metric of None", lambda: comparison.summarise(
         [{"arch": "lstm", "task": "hmm", "horizon": 12, "kl_bits": 0.1},
