@@ -229,7 +229,7 @@ def test_the_notebooks_themselves_call_no_reference(assignment):
      ["line 2: InteractiveInterpreter() (code built at run time", "line 2: runsource() (code built at run time"]),
     ("ps1_derivations", "import sys\ng = sys.modules['torch.autograd'].grad",
      ["line 2: .grad (autograd", "line 2: sys.modules[...]"]),
-    ("ps1_derivations", "import torch\nb = vars(torch.Tensor)['back' 'ward']", ["line 2: vars() on autograd"]),
+    ("ps1_derivations", "import torch\nb = vars(torch.Tensor)['back' 'ward']", ["line 2: 'backward'", "line 2: vars() on autograd"]),
     ("ps1_derivations", "get_ipython().input_transformers_post.append(f)", ["line 1: .input_transformers_post"]),
     ("ps1_derivations", "def f(m):\n    return m.q.grad", ["line 2: .grad (autograd"]),
     ("ps1_derivations", "import sys\nm = sys.modules['bayesattn_lite.attention']", ["line 2: sys.modules[...]"]),
@@ -332,6 +332,21 @@ def test_reference_calls_are_found(assignment_id, source, expected):
      "def biased_qk_gradients(q, k, v, u, tau, slope):\n    return helper(q)",
      ["line 3: (loss(1 + h) - loss(1 - h)) / (2 * h) (a finite difference"]),
     ("ps1_derivations", "T = 1000\nx = (a - b) * T\nimport re\nr = re.compile('x')\nprint('grad')", []),  # counts, text
+    # its re-check: other forms of a finite difference, strings as keys, the builtins by other roads
+    ("ps1_derivations", "def biased_qk_gradients(q, k, v, u, tau, slope):\n    h = 1e-5\n    return (f(p) - f(m)) / 2 / h",
+     ["line 3: (f(p) - f(m)) / 2 / h (a finite difference"]),
+    ("ps1_derivations", "def biased_qk_gradients(q, k, v, u, tau, slope):\n    h = 1e-5\n    return -(f(m) - f(p)) / (2 * h)",
+     ["line 3: -(f(m) - f(p)) / (2 * h) (a finite difference"]),
+    ("ps1_derivations", "import torch\ndef biased_qk_gradients(q, k, v, u, tau, slope):\n    h = 1e-5\n"
+     "    return torch.div(f(p) - f(m), 2 * h)", ["line 4: torch.div(f(p) - f(m), 2 * h) (a finite difference"]),
+    ("ps1_derivations", "def biased_qk_gradients(q, k, v, u, tau, slope):\n    inv: float = 5e4\n    return (a - b) * inv",
+     ["line 3: (a - b) * inv (a finite difference"]),
+    ("ps1_derivations", "import inspect, torch\nm = dict(inspect.getmembers(torch.Tensor))\nm['backward'](L)",
+     ["line 3: 'backward' (an autograd name as a string"]),
+    ("ps1_derivations", "len.__self__.exec('x = 1')", ["line 1: __self__()"]),
+    ("ps1_derivations", "import sys\nsys._getframe().f_builtins['exec']('x = 1')", ["line 2: _getframe()", "line 2: f_builtins()"]),
+    ("ps3_experiment", "import subprocess\nsubprocess.getoutput('python -c 1')", ["line 2: subprocess.getoutput()"]),
+    ("ps1_derivations", "import time\nms = (time.time() - t0) * 1000.0\npct = (new - old) * 100.0\ndirection = 'backward'", []),
 ])
 def test_the_scans_holes_are_closed(assignment_id, source, expected):
     test_reference_calls_are_found(assignment_id, source, expected)
@@ -586,5 +601,6 @@ def test_a_helper_defined_under_an_if_is_the_cells_definition():
     it makes that cell an answer cell, as a helper at the cell's top level does."""
     import ast as python_ast
     tree = python_ast.parse("if True:\n    def central(f, h=1e-5):\n        return f\ntry:\n    g = 1\nexcept Exception:\n"
-                            "    pass\ndef outer():\n    def inner():\n        pass")
-    assert set(assignments._definitions(tree)) == {"central", "g", "outer"}   # not what a function defines inside
+                            "    pass\ndef outer():\n    def inner():\n        pass\nmatch 0:\n    case _:\n        def m():\n"
+                            "            pass")
+    assert set(assignments._definitions(tree)) == {"central", "g", "outer", "m"}   # not what a function defines inside

@@ -1023,6 +1023,7 @@ def test_keys_and_big_ints_count_against_the_output_caps():
     assert _sandbox._size({"x" * 1000: None}) >= 1000
     assert _sandbox._size({"data": {"text/plain": "."}, "metadata": {"k" * 5000: 1}}) >= 5000
     assert _sandbox._size(10 ** 4000) >= 1000
+    assert _sandbox._size("\x00" * 1000) == 6000 and _sandbox._size("a\nb") == 3   # as the notebook's JSON writes them
 
 
 def test_the_data_channel_rebuilds_plain_values():
@@ -1160,7 +1161,8 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     args = [str(subs), "--csv", str(csv_path), "--assignment", "ps1_derivations", "--jobs", "2", "--course", str(course), "--submitted-times", str(times),
             "--manual", str(manual), "--release", str(out / "feedback"), "--timeout", str(TIMEOUT)]
     assert grading.main(args) == 0
-    assert "to look at: " in (said := capsys.readouterr().out) and "1 late" in said   # the rows to read first
+    said = capsys.readouterr().out   # the rows to read first, by name
+    assert "to look at, late: 1 (doejohn_LATE_23456_678902_ps1_derivations-1)" in said, said
     rows = {r["submission"].rsplit("/", 1)[-1].split("_")[0]: r for r in csv.DictReader(csv_path.open())}
     reports = {k: json.loads(Path(r["report"]).read_text()) for k, r in rows.items()}
     checked = sum(q.points for q in PS1.questions if not q.written)
@@ -1211,6 +1213,8 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     capsys.readouterr()
     assert grading.main(["--regrade", str(report)]) == 0
     assert "has changed since the report was graded" in capsys.readouterr().err
+    assert grading.main(["--reports", str(out / "grades_reports"), "--csv", str(csv_path)]) == 0
+    assert "graded under 2 different course files" in capsys.readouterr().err   # one student under the new policy
     # the folder graded again into the same reports: the instructor's points are kept, and it says so
     again_subs = tmp_path / "again"
     again_subs.mkdir()

@@ -364,8 +364,8 @@ def test_an_empty_cell_changes_nothing_and_clear_takes_points_back(tmp_path):
         ["alice_ps1.ipynb", "q2", "", ""], ["alice_ps1.ipynb", "q3", "1", "sign"]])), notes)
     q = {q["id"]: q for q in report["questions"]}
     assert q["q2"]["instructor_points"] == 1.5 and q["q2"]["comment"] == "good" and q["q3"]["instructor_points"] == 1
-    assert notes == ["points set 1, changed 0, cleared 0, left as they were 1 (an empty cell changes nothing; "
-                     "'clear' takes points back)"]
+    assert notes == ["points set 1, changed 0, cleared 0, left as they were 1, comments changed 1 (an empty cell "
+                     "changes nothing; 'clear' takes points back)"]
     release.merge_manual([report], release.read_manual(_write_manual(tmp_path / "undo.csv", [
         ["alice_ps1.ipynb", "q3", "CLEAR", ""]])))
     assert q["q3"]["instructor_points"] is None and q["q3"]["comment"] == ""   # back to the automatic points

@@ -1207,11 +1207,14 @@ def _message_bytes(msg):
             + sum(memoryview(b).nbytes for b in msg.get("buffers", []) or []))
 
 
+_CONTROL_CHARACTERS = dict.fromkeys(set(range(32)) - {9, 10, 13})   # str.translate drops them (not \t, \n, \r: 2 each)
+
+
 def _size(obj):
     """Bytes of text in a message's content (what the learner printed or displayed): keys count as values do
     (a 3.8 MB key in each message had carried 570 MB past the caps), an int by its digits."""
-    if isinstance(obj, str):
-        return len(obj)
+    if isinstance(obj, str):   # a control character is written as 6 (\u0000) in the notebook's JSON
+        return len(obj) + 5 * (len(obj) - len(obj.translate(_CONTROL_CHARACTERS)))
     if isinstance(obj, dict):
         return sum(_size(k) + _size(v) for k, v in obj.items())
     if isinstance(obj, int) and not isinstance(obj, bool):

@@ -199,6 +199,7 @@ _FINITE_DIFFERENCES = ("numpy.gradient", "torch.gradient", "scipy.optimize.appro
 _COMPLEX = ("torch.complex", "torch.cfloat", "torch.cdouble", "torch.chalf", "torch.view_as_complex", "numpy.complex",
             "numpy.csingle", "numpy.cdouble", "numpy.clongdouble", "cmath")
 _SMALL = 1e-2  # a constant this small that divides a difference is a step size
+_INVERSE = 1e4  # a float this large that multiplies one is one over a step (1000.0 for milliseconds is not)
 
 MAX_CELL = 2 ** 18  # characters (grading.MAX_READ_CELL): a larger code cell is not parsed (its AST could take GBs)
 MAX_NAME_PARTS = 32   # attribute names in one dotted name the scan follows (SCAN_LIMITS.md)
@@ -539,15 +540,15 @@ def _answer_names(assignment_id):
 
 
 def _statements(body):
-    """The statements of a cell outside any function or class: those nested in an ``if``, ``for``, ``with``
-    or ``try`` too (a helper defined under ``if True:`` is the cell's as much as one at its top)."""
+    """The statements of a cell outside any function or class: those nested in an ``if``, ``for``, ``with``,
+    ``try`` or ``match`` too (a helper defined under ``if True:`` is the cell's as much as one at its top)."""
     for node in body:
         yield node
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             for field in ("body", "orelse", "finalbody"):
                 yield from _statements(getattr(node, field, None) or [])
-            for handler in getattr(node, "handlers", None) or []:
-                yield from _statements(handler.body)
+            for branch in (getattr(node, "handlers", None) or []) + (getattr(node, "cases", None) or []):
+                yield from _statements(branch.body)   # except: and match's case:
 
 
 def _definitions(tree):
@@ -593,13 +594,30 @@ def _small(node, small_names):
     return value is not None and 0 < abs(value) <= _SMALL
 
 
+MAX_FACTORS = 16   # factors of one product or quotient read (a chain of thousands would cost its square)
+
+
+def _terms(node):
+    """(what a product or quotient multiplies by, what it divides by): ``-(a - b) * 0.5 / h`` -> ([a - b, 0.5],
+    [h]); a power's base stands for the power, a sign is dropped; at most MAX_FACTORS are read, without
+    recursion."""
+    up, down, todo = [], [], [(node, False)]
+    while todo and len(up) + len(down) < MAX_FACTORS:
+        n, below = todo.pop()
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            todo.append((n.operand, below))
+        elif isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Mult, ast.Div)):
+            todo += [(n.left, below), (n.right, below != isinstance(n.op, ast.Div))]
+        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow):
+            todo.append((n.left, below))
+        else:
+            (down if below else up).append(n)
+    return up, down
+
+
 def _factors(node):
     """The factors of a product (``2 * h`` -> 2, h); of a power, its base (``h ** 2`` -> h)."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        return _factors(node.left) + _factors(node.right)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-        return _factors(node.left)
-    return [node]
+    return _terms(node)[0]
 
 
 def _step_names(tree):
@@ -607,8 +625,8 @@ def _step_names(tree):
     (``x[i] += h``): the step sizes of a finite difference."""
     names = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and _small(node.value, set()):
-            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and _small(node.value, set()):
+            names |= {t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)}
         elif isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)) and \
                 isinstance(node.target, ast.Subscript) and isinstance(node.value, ast.Name):
             names.add(node.value.id)  # x[i] += h
@@ -624,8 +642,9 @@ def _numerical(tree, aliases, assignment_id):
     """[(line, what)]: numerical differentiation in a cell: a complex step (``1j``, ``complex(...)``, a
     complex dtype), a finite difference ``(f(x + h) - f(x)) / h`` or a library's finite differences."""
     steps, found = _step_names(tree), []
-    inverses = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _inverse_step(node.value, steps, set())
-                for t in node.targets if isinstance(t, ast.Name)}   # inv = 5e4, inv = 1 / (2 * h)
+    inverses = {t.id for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+                and _inverse_step(node.value, steps, set())
+                for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)}   # inv = 5e4
     for node in ast.walk(tree):
         used, kind = None, "a complex step"
         if isinstance(node, ast.Constant) and isinstance(node.value, complex):
@@ -648,37 +667,44 @@ def _numerical(tree, aliases, assignment_id):
 
 
 def _inverse_step(node, steps, inverses):
-    """True when ``node`` is one over a step: a float constant of at least 1 / _SMALL, a name bound to one
-    (``inv = 5e4``) or ``1 / h`` (an int such as ``T = 1000`` is a count, not a step's inverse)."""
+    """True when ``node`` is one over a step: a float constant of at least _INVERSE, a name bound to one
+    (``inv = 5e4``) or ``1 / h`` (an int such as ``T = 10000`` is a count, not a step's inverse)."""
     if isinstance(node, ast.Name):
         return node.id in inverses
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
         return any(_small(factor, steps) for factor in _factors(node.right))
-    return isinstance(node, ast.Constant) and isinstance(node.value, float) and abs(node.value) >= 1 / _SMALL
+    return isinstance(node, ast.Constant) and isinstance(node.value, float) and abs(node.value) >= _INVERSE
+
+
+_DIVIDES = {"div", "divide", "true_divide"}   # torch.div(a - b, 2 * h), np.divide(...)
 
 
 def _finite_difference(node, steps, inverses=frozenset()):
-    """True for ``(A - B) / D`` where D is a step (``h``, ``2 * eps``, ``1e-6``) or A and B call one function
-    at two points that a name of D moves apart (``(f(x + h) - f(x - h)) / (2 * h)``); and for ``(A - B) * C``
-    where C is one over a step (``(a - b) * inv``, ``inv = 1 / (2 * h)``)."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        for difference, other in ((node.left, node.right), (node.right, node.left)):
-            if isinstance(difference, ast.BinOp) and isinstance(difference.op, ast.Sub) and \
-                    any(_inverse_step(factor, steps, inverses) for factor in _factors(other)):
-                return True
+    """True for a difference divided by a step (``(A - B) / h``, ``/ (2 * eps)``, ``/ 2 / h``, ``torch.div(A - B,
+    h)``) or multiplied by one over a step (``(a - b) * inv``, ``inv = 5e4``), whatever sign or constant
+    factors surround it; or a difference of one function's calls at two points that a name of the divisor
+    moves apart (``(f(x + h) - f(x - h)) / (2 * h)``)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)) and len(node.args) == 2 and \
+            (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) in _DIVIDES:
+        node = ast.BinOp(left=node.args[0], op=ast.Div(), right=node.args[1])
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div))):
         return False
-    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.BinOp)
-            and isinstance(node.left.op, ast.Sub)):
+    up, down = _terms(node)
+    differences = [f for f in up if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Sub)]
+    if not differences:
         return False
-    if any(_small(factor, steps) for factor in _factors(node.right)):
+    if any(_small(f, steps) for f in down) or any(_inverse_step(f, steps, inverses) for f in up):
         return True
-    a, b = node.left.left, node.left.right
-    if not (isinstance(a, ast.Call) and isinstance(b, ast.Call) and ast.dump(a.func) == ast.dump(b.func)
-            and ast.dump(a) != ast.dump(b)):
-        return False
-    moving = {n.id for call in (a, b) for arg in call.args + [k.value for k in call.keywords]
-              for n in ast.walk(arg) if isinstance(n, ast.Name)}
-    return any(isinstance(n, ast.Name) and n.id in moving for n in ast.walk(node.right))
+    divisor = {n.id for f in down for n in ast.walk(f) if isinstance(n, ast.Name)}
+    for d in differences:
+        a, b = d.left, d.right
+        if isinstance(a, ast.Call) and isinstance(b, ast.Call) and ast.dump(a.func) == ast.dump(b.func) \
+                and ast.dump(a) != ast.dump(b):
+            moving = {n.id for call in (a, b) for arg in call.args + [k.value for k in call.keywords]
+                      for n in ast.walk(arg) if isinstance(n, ast.Name)}
+            if moving & divisor:
+                return True
+    return False
 
 
 def _reference(node, aliases, assignment_id):
@@ -781,7 +807,7 @@ def _uses(source, assignment_id, context, context_aliases, answer):
     aliases = _aliases(tree, aliases)
     # a receiver (builtins in builtins.exec) is said with what is read from it; a string that getattr, an import
     # or a subscript reads as a name is said as that name
-    said_elsewhere = _said_elsewhere(tree, aliases)
+    said_elsewhere, lookups = _said_elsewhere(tree, aliases)
     for node in ast.walk(tree):
         what = None
         if isinstance(node, ast.Attribute) and node.attr in _IPYTHON_REWRITERS:
@@ -799,7 +825,7 @@ def _uses(source, assignment_id, context, context_aliases, answer):
                 _module_looked_up(node.slice, assignment_id):
             what = "sys.modules[...] (a module looked up at run time: not scanned)"
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 200 and \
-                (id(node) not in said_elsewhere or node.value == "__builtins__"):
+                (node.value == "__builtins__" or id(node) in lookups and id(node) not in said_elsewhere):
             what = _named_by_string(node.value, assignment_id)
         elif isinstance(node, ast.Match):  # a class pattern reads attributes by keyword: case object(grad=g)
             found += [(read.lineno, what) for read in _match_reads(node)
@@ -814,17 +840,25 @@ def _uses(source, assignment_id, context, context_aliases, answer):
 
 
 def _said_elsewhere(tree, aliases):
-    """ids of the nodes another rule speaks for: a receiver (``builtins`` in ``builtins.exec``) is said with
-    what is read from it; a string that getattr, a dynamic import or a subscript reads as a name, as that name."""
-    ids = set()
+    """(ids of the nodes another rule speaks for, ids of the strings used to look something up). A receiver
+    (``builtins`` in ``builtins.exec``) is said with what is read from it; a string that getattr, a dynamic
+    import or ``sys.modules[...]`` reads as a name, as that name. A string looks something up where it is
+    a call's argument or a subscript's key (``methodcaller("backward")``, ``members["backward"]``), not
+    where it is only stored (``direction = "backward"``)."""
+    said, lookups = set(), set()
     for n in ast.walk(tree):
         if isinstance(n, ast.Attribute):
-            ids.add(id(n.value))
+            said.add(id(n.value))
         elif isinstance(n, ast.Subscript):
-            ids |= {id(n.value), id(n.slice)}
-        elif _getattr_constant(n) or _importer(n, aliases):
-            ids |= {id(a) for a in n.args[:2]}
-    return ids
+            said.add(id(n.value))
+            lookups.add(id(n.slice))
+            if (_dotted(n.value, aliases) or "").endswith("sys.modules"):
+                said.add(id(n.slice))
+        elif isinstance(n, ast.Call):
+            lookups |= {id(a) for a in n.args} | {id(k.value) for k in n.keywords}
+            if _getattr_constant(n) or _importer(n, aliases):
+                said |= {id(a) for a in n.args[:2]}
+    return said, lookups
 
 
 def _builtins_use(node, aliases):
@@ -895,11 +929,13 @@ _RUN_TIME_CODE = {"run_cell", "run_cell_async", "run_cell_magic", "FunctionType"
                   "run_code", "run_ast_nodes", "run_path", "run_module", "runctx", "safe_execfile", "safe_run_module",
                   "runsource", "runcode", "InteractiveInterpreter", "InteractiveConsole",
                   "PyRun_SimpleString", "PyRun_String", "pythonapi", "exec_module", "load_module", "_gcd_import",
-                  "getattr_static", "resolve_name", "methodcaller", "attrgetter"}
+                  "getattr_static", "resolve_name", "methodcaller", "attrgetter",
+                  "__self__", "f_builtins", "f_globals", "__globals__", "_getframe"}   # the builtins by other roads
 # the same under their modules' names (from operator import methodcaller), and what starts another Python
 _RUN_TIME_NAMES = {"operator.methodcaller", "operator.attrgetter", "pydoc.locate", "pkgutil.resolve_name",
                    "inspect.getattr_static", "importlib.util.spec_from_file_location", "subprocess.run",
                    "subprocess.Popen", "subprocess.call", "subprocess.check_call", "subprocess.check_output",
+                   "subprocess.getoutput", "subprocess.getstatusoutput",
                    "os.system", "os.popen", "os.execv", "os.execl", "os.spawnv", "multiprocessing.Process"}
 # attributes that look a name up at run time: flagged wherever they are read in a derivation set
 _RUN_TIME_LOOKUPS = {"__dict__", "__getattribute__", "user_ns", "user_global_ns"}

@@ -1352,6 +1352,7 @@ def _after_grading(args, reports, csv_path):
         for note in notes:
             print(f"manual points: {note}")
         print(f"manual points: {args.manual} merged into {len(reports)} report(s)")
+    _warn_mixed(reports)
     pending = [r for r in reports if r.get("manual_pending")]
     if args.canvas_csv is not None and pending and not args.allow_pending:   # an LMS takes the number as final:
         # refused before feedback is released or the import written (the reports and the template are kept)
@@ -1382,6 +1383,22 @@ def _after_grading(args, reports, csv_path):
         for note in notes:
             print(f"Canvas import: {note}")
         print(f"Canvas import: {args.canvas_csv}" + (f"; not on the roster: {', '.join(unmatched)}" if unmatched else ""))
+
+
+def _warn_mixed(reports):
+    """A warning, naming them, when the reports were graded under different course files or out of different
+    maximum scores (one graded again after the course file was edited): a gradebook column mixes two policies."""
+    for what, key in (("course files", lambda r: (r.get("graded_with") or {}).get("course_sha256")),
+                      ("maximum scores", lambda r: r.get("max_score"))):
+        groups = {}
+        for r in reports:
+            if r.get("status") not in NOT_GRADED and key(r) is not None:
+                groups.setdefault(key(r), []).append(Path(r.get("report") or r["submission"]).stem)
+        if len(groups) > 1:
+            fewest = min(groups.values(), key=len)
+            print(f"warning: these reports were graded under {len(groups)} different {what}: "
+                  f"{', '.join(fewest[:8])} differ from the rest; grade the folder again to treat every student alike",
+                  file=sys.stderr)
 
 
 def main(argv=None):
@@ -1442,7 +1459,7 @@ def main(argv=None):
             print(f"not exported: {exc}", file=sys.stderr)
             return 2
         except (OSError, ValueError) as exc:
-            print(f"cannot release: {exc}", file=sys.stderr)
+            print(f"cannot merge or release: {exc}", file=sys.stderr)
             return 2
         return 0
     if not args.no_sandbox:
@@ -1491,12 +1508,16 @@ def main(argv=None):
         if failed:
             print(f"{failed} submission(s) could not be graded: see their rows (status 'not graded' or "
                   "'grader error') and grade them again with --regrade", file=sys.stderr)
-        flags = {"with uses of reference functions or autograd": sum(bool(r.get("reference_calls")) for r in reports),
-                 "late": sum((r.get("late") or {}).get("kept", 1) < 1 for r in reports),
-                 "with problems (a cell's error, another handout, a missing question)": sum(bool(r.get("problems"))
-                                                                                          for r in reports)}
-        if any(flags.values()):   # the rows to read first, out of a class's
-            print("to look at: " + "; ".join(f"{n} {what}" for what, n in flags.items() if n) + f" (columns of {args.csv})")
+        flags = {"uses of reference functions or autograd": [r for r in reports if r.get("reference_calls")],
+                 "late": [r for r in reports if (r.get("late") or {}).get("kept", 1) < 1],
+                 "not this handout or a question missing": [r for r in reports if any(
+                     "does not match the assignment" in p or "handed out" in p for p in r.get("problems", []))],
+                 "other problems (a cell's error, ...)": [r for r in reports if r.get("problems") and not any(
+                     "does not match the assignment" in p or "handed out" in p for p in r["problems"])]}
+        for what, which in flags.items():   # the rows to read first, out of a class's, by name
+            if which:
+                names = ", ".join(Path(r.get("report") or r["submission"]).stem for r in which[:8])
+                print(f"to look at, {what}: {len(which)} ({names}{', ...' if len(which) > 8 else ''})")
         print(f"{len(reports)} submission(s); gradebook: {args.csv}; reports: {reports_dir}; "
               f"grader peak memory: {max(_peak_memory_mib(), _WORKER_PEAK.get('mib', 0))} MiB")
         return 1 if failed else 0

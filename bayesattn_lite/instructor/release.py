@@ -437,7 +437,7 @@ def merge_manual(reports, marks, notes=None):
             by_report.setdefault(name, []).append(r)
         for name in {r["submission"], _cell(r["submission"]), Path(r["submission"]).name}:
             by_name.setdefault(name, []).append(r)
-    problems, counts = [], dict.fromkeys(("set", "changed", "cleared", "left as they were"), 0)
+    problems, counts = [], dict.fromkeys(("set", "changed", "cleared", "left as they were", "comments changed"), 0)
     for (submission, qid), (points, comment) in marks.items():
         candidates = (by_report.get(submission) or by_name.get(submission)
                       or by_name.get(Path(submission).name) or [])
@@ -465,6 +465,7 @@ def merge_manual(reports, marks, notes=None):
                 counts["set" if before is None else "changed"] += before != points_number(points)
                 q["instructor_points"] = points_number(points)
             counts["left as they were"] += points is None or before == points_number(points)
+            counts["comments changed"] += bool(comment) and comment != q.get("comment", "")
             q["comment"] = comment or q.get("comment", "")
     if problems:
         raise ValueError("the manual-points file does not match the reports: " + "; ".join(problems))
