@@ -1508,12 +1508,13 @@ def main(argv=None):
         if failed:
             print(f"{failed} submission(s) could not be graded: see their rows (status 'not graded' or "
                   "'grader error') and grade them again with --regrade", file=sys.stderr)
+        def wrong_handout(r):
+            return any("does not match the assignment" in p or "handed out" in p for p in r.get("problems", []))
+
         flags = {"uses of reference functions or autograd": [r for r in reports if r.get("reference_calls")],
                  "late": [r for r in reports if (r.get("late") or {}).get("kept", 1) < 1],
-                 "not this handout or a question missing": [r for r in reports if any(
-                     "does not match the assignment" in p or "handed out" in p for p in r.get("problems", []))],
-                 "other problems (a cell's error, ...)": [r for r in reports if r.get("problems") and not any(
-                     "does not match the assignment" in p or "handed out" in p for p in r["problems"])]}
+                 "not this handout or a question missing": [r for r in reports if wrong_handout(r)],
+                 "other problems (a cell's error, ...)": [r for r in reports if r.get("problems") and not wrong_handout(r)]}
         for what, which in flags.items():   # the rows to read first, out of a class's, by name
             if which:
                 names = ", ".join(Path(r.get("report") or r["submission"]).stem for r in which[:8])
