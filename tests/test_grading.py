@@ -1212,7 +1212,9 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     course.write_text(course.read_text() + "\n# edited after grading\n")
     capsys.readouterr()
     assert grading.main(["--regrade", str(report)]) == 0
-    assert "has changed since the report was graded" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "has changed since the report was graded" in said.err
+    assert f"--csv {csv_path.resolve()}, the gradebook its folder was graded into" in said.out   # never left stale
     assert grading.main(["--reports", str(out / "grades_reports"), "--csv", str(csv_path)]) == 0
     assert "graded under 2 different course files" in capsys.readouterr().err   # one student under the new policy
     # the folder graded again into the same reports: the instructor's points are kept, and it says so
@@ -1234,6 +1236,11 @@ def test_a_written_answer_whose_tag_was_lost_is_left_to_grade_not_scored_0():
     entry = grading._question_entry(q2, None, nb, "graded", grading.original_cells(assignments.FOLDER, PS1.id))
     assert entry["answered"] and entry["tag_missing"] and "same for every key" in entry["answer"]
     assert "no Markdown cell is tagged" in entry["warning"]
+    where = nb.cells.index(cell) + 1   # each added cell shown apart, with where it is in the notebook
+    assert f"[Markdown cell {where} of the notebook, added by the student]\nThe bias" in entry["answer"]
+    problems = grading.structure_problems(nb, PS1)   # the student's feedback: not "does not match"
+    assert problems == [f"{q2.id}: no Markdown cell is tagged {grading._answer_tag(q2)!r} (the written answer's cell "
+                        "lost its tag): your instructor reads the Markdown cells you added instead"]
     report = {"questions": [entry]}
     release.total(report)
     assert report["manual_pending"] == q2.points   # waits for the instructor: the Canvas export is held back

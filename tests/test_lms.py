@@ -147,6 +147,17 @@ def test_the_bundle_has_gradescopes_two_scripts_at_its_root(tmp_path):
     assert f"v{__version__}/bayesattn_lite-{__version__}-py3-none-any.whl" in setup  # this version, pinned
 
 
+def test_the_bundle_warns_that_a_shipped_course_file_shows_its_rubrics_and_its_variant_seed(tmp_path, capsys):
+    from bayesattn_lite.instructor import grading
+    course = tmp_path / "course.toml"   # on Gradescope a submission runs without the sandbox and could read them
+    course.write_text(COURSE_TOML.read_text().replace("[ps1_derivations]\n", "[ps1_derivations]\nvariant = 48213\n", 1))
+    assert grading.main(["--gradescope-bundle", str(tmp_path / "a.zip"), "--assignment", "ps1_derivations",
+                         "--course", str(course)]) == 0
+    err = capsys.readouterr().err
+    assert "its class variants' seeds included" in err and "pick a new seed for each class" in err
+    assert "its rubrics included" not in err   # the published course file has none (only in its comments)
+
+
 def test_a_wheel_given_is_shipped_and_installed_from_the_bundle(tmp_path):
     wheel = tmp_path / f"bayesattn_lite-{__version__}-py3-none-any.whl"
     wheel.write_bytes(b"PK fake wheel")

@@ -39,8 +39,17 @@ def test_the_template_lists_every_written_answer_and_never_overwrites_the_instru
     assert release.manual_template([_report("a.ipynb"), _report("b.ipynb")], path)
     rows = list(csv.DictReader(path.open()))
     assert [(r["submission"], r["question"]) for r in rows] == [("a.ipynb", "q2"), ("b.ipynb", "q2")]   # no report file: the submission names
-    path.write_text("mine")
+    path.write_text("mine")   # not a manual-points file: the instructor's to mend, left as it is
     assert not release.manual_template([_report()], path) and path.read_text() == "mine"
+
+
+def test_the_template_gains_rows_for_files_graded_since_and_keeps_the_instructors_rows(tmp_path):
+    path = _write_manual(tmp_path / "manual.csv", [["a.ipynb", "q2", "1.5", "a fair try"]])
+    text = path.read_text()
+    added = release.manual_template([_report("a.ipynb"), _report("b.ipynb")], path)
+    assert added == [["b.ipynb", "q2", "", ""]] and path.read_text().startswith(text)
+    assert release.read_manual(path) == {("a.ipynb", "q2"): (1.5, "a fair try"), ("b.ipynb", "q2"): (None, "")}
+    assert release.manual_template([_report("a.ipynb"), _report("b.ipynb")], path) == []   # nothing new: unchanged
 
 
 def test_manual_points_are_merged_totalled_and_can_override_a_checked_question(tmp_path):
@@ -64,7 +73,9 @@ def test_an_unanswered_written_question_is_0_not_pending():
     report = _report()
     report["questions"][1].update(answer="", answered=False)
     release.total(report)
-    assert report["manual_pending"] == 0 and "0 (not answered)" in release.markdown(report)
+    words = release.markdown(report)
+    assert report["manual_pending"] == 0 and "| 0 / 2 | not answered: the answer cell still holds the stub" in words
+    assert "your instructor grades it" not in words.split("## Your written answers")[0]
     assert "before" not in release.summary_line(report)
     report["questions"][1]["answered"] = True
     release.total(report)

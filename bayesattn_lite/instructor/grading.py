@@ -291,11 +291,12 @@ def structure_problems(nb, assignment):
     naming) each checked question's objects, a Markdown cell tagged ``answer-<id>`` for each written answer."""
     defined = _defined_names(nb) | _mentioned_names(nb)
     tags = {t for c in nb.cells if c.cell_type == "markdown" for t in _tags(c)}
-    missing = []
+    missing, lost = [], []
     for q in assignment.questions:
         if _written(q):
-            if _answer_tag(q) not in tags:
-                missing.append(f"{q.id}: no Markdown cell tagged {_answer_tag(q)!r} (the written answer)")
+            if _answer_tag(q) not in tags:   # not a mismatch: the answer is read by hand from the added cells
+                lost.append(f"{q.id}: no Markdown cell is tagged {_answer_tag(q)!r} (the written answer's cell "
+                            "lost its tag): your instructor reads the Markdown cells you added instead")
         else:
             absent = [n for n in q.names if n not in defined]
             if absent:
@@ -304,7 +305,7 @@ def structure_problems(nb, assignment):
     if checked and all(any(m.startswith(f"{q.id}:") for m in missing) for q in checked):
         return [f"this notebook does not look like {assignment.id} ({assignment.title}): none of its question "
                 "cells was found; is it the right file, or pass --assignment"]
-    return [f"the notebook does not match the assignment: {m}" for m in missing]
+    return [f"the notebook does not match the assignment: {m}" for m in missing] + lost
 
 
 STUB = "*Your answer here.*"  # how the student version's answer cells begin: one line, with what to write
@@ -655,7 +656,8 @@ def _question_entry(q, result, nb, mode, original):
                  "feedback": "a written answer: your instructor grades it with the rubric"}
         if nb is not None and not any(c.cell_type == "markdown" and _answer_tag(q) in _tags(c) for c in nb.cells):
             # the tag was lost (a cell deleted and written anew): not a 0 the grader decides, a question to read
-            added = [c.source for c in nb.cells if c.cell_type == "markdown" and c.source.strip()
+            added = [f"[Markdown cell {i + 1} of the notebook, added by the student]\n{c.source}"
+                     for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.strip()
                      and original and not _is_original(c, original)]
             entry.update(answered=True, tag_missing=True, answer="\n\n".join(added)[:MAX_ANSWER_TEXT])
             warning = (f"no Markdown cell is tagged {_answer_tag(q)!r} (its tag was removed, or the cell replaced): "
@@ -835,15 +837,18 @@ def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **option
         name, out = _printable(path), reports_dir / f"{_stem(path, used)}.json"
         tasks.append((name, source, out, (submitted or {}).get(path), os.path.abspath(path)))
         earlier[str(out)] = _earlier_report(out)
-    graded = []  # each report is written and said as soon as it is ready: a batch stopped halfway keeps them
+    graded, marks = [], {}  # each report is written and said as soon as it is ready: a batch stopped halfway keeps them
 
     def finished(report):
         graded.append(report)
-        _keep_instructor_marks(earlier.get(report.get("report")), report)
+        marks[report.get("report")] = _keep_instructor_marks(earlier.get(report.get("report")), report)
         _finish(report, f"[{len(graded)}/{len(tasks)}] ")
 
     reports = _grade_tasks(tasks, options, jobs, guard, finished)
-    kept = [r for r in reports if _keep_instructor_marks(earlier.get(r.get("report")), r)]
+    for r in reports:   # one the batch did not say as ready (a stopped worker's) gets them here
+        if r.get("report") not in marks:
+            marks[r.get("report")] = _keep_instructor_marks(earlier.get(r.get("report")), r)
+    kept = [r for r in reports if marks[r.get("report")]]
     if kept:
         print(f"instructor's points and comments kept from the earlier reports in {reports_dir}: {len(kept)} report(s) "
               "(take one back with 'clear' in a manual-points file)")
@@ -852,6 +857,7 @@ def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **option
         print(f"warning: {len(changed)} of them are new files since (e.g. {Path(changed[0]['report']).stem}): "
               "look at the points you kept for them", file=sys.stderr)
     for report in reports:  # again, now that no kernel is left: what a submission wrote is overwritten
+        report["gradebook"] = str(Path(csv_path).resolve())   # where --regrade rebuilds it without --csv
         try:
             write_report(report, Path(report["report"]))
         except OSError as exc:  # one report that cannot be written never costs the batch its gradebook
@@ -1342,9 +1348,14 @@ class PendingPoints(ValueError):
 def _after_grading(args, reports, csv_path):
     """Manual points, feedback and the LMS files, from the reports: the same whether just graded or not."""
     from . import release
-    if csv_path is not None:
+    if csv_path is not None:   # the template, or the rows it lacks for files graded since (written answers)
         template = csv_path.with_name(csv_path.stem + "_manual.csv")
-        if args.manual is None and release.manual_template(reports, template):
+        existed = template.exists()
+        added = release.manual_template(reports, template) if existed or args.manual is None else []
+        if added and existed:
+            print(f"manual points: {len(added)} row(s) added to {template} for written answers it had none for "
+                  f"(e.g. {added[0][0]} {added[0][1]}): fill them in")
+        elif added:
             print(f"manual points: fill in {template} and pass it with --manual")
     if args.manual is not None:
         notes = []
@@ -1423,10 +1434,13 @@ def main(argv=None):
             print(f"warning: {args.assignment} has a deadline in {args.course}, but on Gradescope the grader is given no "
                   "submission time, so the course's late policy is not applied there: use Gradescope's own late policy",
                   file=sys.stderr)
-        if args.course is not None and re.search(r"^\s*rubric\s*=", Path(args.course).read_text(encoding="utf-8"), re.M):
-            print(f"warning: {args.course} goes into the zip as it is, its rubrics included; on Gradescope a submission "
-                  "runs without the sandbox and could read them: keep model answers out of the rubrics you ship",
-                  file=sys.stderr)
+        shipped = Path(args.course).read_text(encoding="utf-8") if args.course is not None else ""
+        for key, what, advice in (("rubric", "its rubrics", "keep model answers out of the rubrics you ship"),
+                                  ("variant", "its class variants' seeds", "pick a new seed for each class, since "
+                                   "a seed used again tells a later class's forms")):
+            if re.search(rf"^\s*{key}\s*=", shipped, re.M):
+                print(f"warning: {args.course} goes into the zip as it is, {what} included; on Gradescope a submission "
+                      f"runs without the sandbox and could read them: {advice}", file=sys.stderr)
         if args.submission is None:
             return 0
     if args.canvas_csv and not (args.roster and args.canvas_column):
@@ -1511,10 +1525,19 @@ def main(argv=None):
         def wrong_handout(r):
             return any("does not match the assignment" in p or "handed out" in p for p in r.get("problems", []))
 
+        def lost_tag(r):
+            return any(q.get("tag_missing") for q in r.get("questions", []))
+
+        def other(r):   # a problem that is neither of the two above
+            return any(not ("does not match the assignment" in p or "handed out" in p or "lost its tag" in p)
+                       for p in r.get("problems", []))
+
         flags = {"uses of reference functions or autograd": [r for r in reports if r.get("reference_calls")],
                  "late": [r for r in reports if (r.get("late") or {}).get("kept", 1) < 1],
                  "not this handout or a question missing": [r for r in reports if wrong_handout(r)],
-                 "other problems (a cell's error, ...)": [r for r in reports if r.get("problems") and not wrong_handout(r)]}
+                 "a written answer's cell without its tag (grade it from the added cells)":
+                     [r for r in reports if lost_tag(r)],
+                 "other problems (a cell's error, ...)": [r for r in reports if other(r)]}
         for what, which in flags.items():   # the rows to read first, out of a class's, by name
             if which:
                 names = ", ".join(Path(r.get("report") or r["submission"]).stem for r in which[:8])
@@ -1607,7 +1630,10 @@ def _regrade_settings(args):
     if args.assignment is None and used_assignment:   # not what the notebook says of itself now
         args.assignment = used_assignment
         print(f"--regrade: --assignment {used_assignment}, as the report was graded")
-    if args.csv is None:
+    if args.csv is None and old.get("gradebook"):   # the folder's gradebook, so that it is never left stale
+        args.csv = Path(old["gradebook"])
+        print(f"--regrade: --csv {args.csv}, the gradebook its folder was graded into")
+    elif args.csv is None:
         print("--regrade: the gradebook is not rebuilt without --csv", file=sys.stderr)
 
 
@@ -1631,6 +1657,8 @@ def _regrade(args, options):
     options = {**options, "hide": hide, "seed_offset": offset}
     report = _grade_tasks([task], options, 1)[0]
     _keep_instructor_marks(old, report)
+    if args.csv is not None:   # the gradebook it goes into, for the next --regrade without --csv
+        report["gradebook"] = str(Path(args.csv).resolve())
     write_report(report, args.regrade)
     print(summary_line(report))
     csv_path = args.csv

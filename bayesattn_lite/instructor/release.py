@@ -151,7 +151,7 @@ def _points(q):
     if mine is not None:
         return mine
     if q["points"] is None:
-        return "0 (not answered)" if q.get("manual") and q.get("answered") is False else "to grade"
+        return 0 if q.get("manual") and q.get("answered") is False else "to grade"
     return q["points"]
 
 
@@ -160,7 +160,8 @@ def _feedback(q, practice=False):
     deadline) or, for a written answer, whether it is graded yet; then the instructor's comment."""
     if q.get("manual"):
         words = ("a written answer, graded by your instructor" if q.get("instructor_points") is not None
-                 else q["feedback"])
+                 else "not answered: the answer cell still holds the stub, so there is nothing to grade"
+                 if q.get("answered") is False else q["feedback"])
     else:
         words = q.get("feedback_practice", q["feedback"]) if practice else q["feedback"]
         if q.get("instructor_points") is not None:   # a checked question's points set by hand
@@ -382,14 +383,25 @@ def report_name(report):
 
 
 def manual_template(reports, path):
-    """A manual-points file with a row for every written answer (points and comment empty), unless one
-    exists already: the instructor's work is never overwritten. Its submission column is the report name."""
+    """A manual-points file with a row for every written answer (points and comment empty); where one
+    exists, the rows it lacks (files graded since) are added at its end and the instructor's rows are kept
+    as written. Its submission column is the report name. Returns the rows added ([] for a file it cannot read)."""
     path = Path(path)
-    if path.exists():
-        return False
     rows = [[report_name(r), q["id"], "", ""] for r in reports for q in r["questions"] if q.get("manual")]
-    _write_new(path, _csv_text(MANUAL_COLUMNS, rows))
-    return True
+    old = ""
+    if path.exists():
+        try:
+            old, have = path.read_text(encoding="utf-8-sig"), set(read_manual(path))
+        except (OSError, ValueError, KeyError, UnicodeDecodeError):   # the instructor's to mend: left as it is
+            return []
+        rows = [row for row in rows if (row[0], row[1]) not in have]
+        if not rows:
+            return []
+    text = _csv_text(MANUAL_COLUMNS, rows)
+    if old:   # under the old file's header, after its rows as the instructor left them
+        text = old + ("" if old.endswith("\n") else "\r\n") + text.partition("\r\n")[2]
+    _write_new(path, text)
+    return rows
 
 
 CLEAR = "clear"   # in a manual-points file's points cell: take back the points set before (an empty cell changes nothing)
