@@ -211,14 +211,14 @@ def test_the_notebooks_themselves_call_no_reference(assignment):
      ["line 3: .backward()", "line 4: torch.autograd.grad"]),
     ("ps1_derivations", "from torch.func import grad\ng = grad(f)", ["line 2: torch.func.grad"]),
     ("ps1_derivations", "from bayesattn_lite import attention\nf = getattr(attention, 'score_' + 'gradient')",
-     ["line 2: getattr() on the package"]),
+     ["line 2: attention.score_gradient"]),   # a name spelt in pieces of constants is the name
     ("ps1_derivations", "exec('from bayesattn_lite import attention')", ["line 1: exec()"]),
     ("ps1_derivations", "from bayesattn_lite import attention\nf = vars(attention)['score_gradient']",
      ["line 2: vars() on the package"]),
     ("ps1_derivations", "import bayesattn_lite.attention as a\nf = a.__dict__['score_gradient']",
      ["line 2: .__dict__ of the package"]),
     ("ps1_derivations", "import torch\ng = getattr(torch, 'auto' + 'grad').grad",
-     ["line 2: .grad (autograd", "line 2: getattr() on autograd"]),
+     ["line 2: torch.autograd.grad (autograd"]),   # spelt in pieces of constants: the name itself
     # the fourth hostile round: code run through another name, and autograd reached around the names
     ("ps1_derivations", "import builtins\nbuiltins.exec('x = 1')", ["line 2: exec() (code built at run time"]),
     ("ps1_derivations", "c = compile('1', 'f', 'eval')", ["line 1: compile() (code built at run time"]),
@@ -249,6 +249,9 @@ def test_reference_calls_are_found(assignment_id, source, expected):
 
 
 # the holes of issue 35 (item 5): each of these answered a question without being reported
+ANSWER_DEF = "def biased_qk_gradients(q, k, v, u, tau, slope):\n"   # a checked question's function (a derivation set)
+
+
 @pytest.mark.parametrize("assignment_id, source, expected", [
     # a cell magic: IPython runs the body after the %% line as Python
     ("ps1_derivations", "%%time\nfrom bayesattn_lite import attention\ng = attention.gradients(x, y, p)",
@@ -347,6 +350,19 @@ def test_reference_calls_are_found(assignment_id, source, expected):
     ("ps1_derivations", "import sys\nsys._getframe().f_builtins['exec']('x = 1')", ["line 2: _getframe()", "line 2: f_builtins()"]),
     ("ps3_experiment", "import subprocess\nsubprocess.getoutput('python -c 1')", ["line 2: subprocess.getoutput()"]),
     ("ps1_derivations", "import time\nms = (time.time() - t0) * 1000.0\npct = (new - old) * 100.0\ndirection = 'backward'", []),
+    # round 8: forward-mode autograd by torch's private names, names spelt as f-strings or sums of constants,
+    # the builtins through gc, a Richardson difference scaled by 1/(12 h), numbers written as expressions
+    ("ps1_derivations", "import torch\nx = torch._make_dual(p, t, level=0)", ["line 2: ._make_dual (autograd"]),
+    ("ps1_derivations", "q.requires_grad = True\ngetattr(L, f\"backward\")()\ng = getattr(q, 'gr' + 'ad')",
+     ["line 1: .requires_grad (autograd", "line 2: .backward() (autograd", "line 3: .grad (autograd"]),
+    ("ps1_derivations", "import gc\nE = next(o for o in gc.get_objects() if 'exec' in o)", ["line 2: gc.get_objects() (code"]),
+    ("ps1_derivations", ANSWER_DEF + "    e = 2e-4\n    return (8 * (f(x + e) - f(x - e)) - (f(x + 2 * e) - f(x - 2 * e))) * 416.67",
+     ["line 3: f(x + 2 * e) - f(x - 2 * e) (a finite difference", "line 3: f(x + e) - f(x - e) (a finite difference"]),
+    ("ps1_derivations", ANSWER_DEF + "    import numpy as np\n    return (a - b) * 500000 + (c - d) * 2 ** 19 + (g - h) * np.float64(5e5)",
+     ["line 3: (a - b) * 500000 (a finite", "line 3: (c - d) * 2 ** 19 (a finite", "line 3: (g - h) * np.float64(500000.0) (a finite"]),
+    # honest code: a BERT-style mask, a discrete difference of an index, a sum of strings that names nothing
+    ("ps1_derivations", ANSWER_DEF + "    mask = (1.0 - keep) * -10000.0\n    d = f(i + 1) - f(i)\n    s = 'ab' + 'cd'\n    return mask",
+     []),
 ])
 def test_the_scans_holes_are_closed(assignment_id, source, expected):
     test_reference_calls_are_found(assignment_id, source, expected)

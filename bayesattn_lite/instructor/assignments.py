@@ -187,7 +187,11 @@ _AUTOGRAD_PARTS = {"autograd", "func", "functorch", "_functorch", "_ImperativeEn
 _AUTOGRAD_ATTRIBUTES = {"run_backward", "_execution_engine", "grad_fn", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
                         "grad", "_grad",   # .grad: what a backward pass, anyone's (a training loop's too), left behind
                         # the steps of a backward pass that hand the gradient over without .grad (a hook's argument)
-                        "register_hook", "register_post_accumulate_grad_hook", "retain_grad", "requires_grad_"}
+                        "register_hook", "register_post_accumulate_grad_hook", "retain_grad", "requires_grad_",
+                        "requires_grad",   # x.requires_grad = True: the first step of a backward pass
+                        # forward-mode autograd by torch's private names (torch.autograd.forward_ad is caught as autograd)
+                        "_make_dual", "_unpack_dual", "_enter_dual_level", "_exit_dual_level", "_fw_grad",
+                        "make_dual", "unpack_dual", "dual_level"}
 # names of autograd, written as strings (operator.methodcaller("backward"), getattr(x, name) with name = "grad")
 _AUTOGRAD_STRINGS = {"backward", "autograd", "register_hook", "retain_grad", "requires_grad_"}
 # Where numerical differentiation (finite differences, a complex step) answers a derivation question, it is
@@ -506,7 +510,39 @@ def _tree(source):
         tree, notes = _recovered(source, exc)
     if tree is not None:
         ast.increment_lineno(tree, blank)
+        _fold_strings(tree)
     return tree, [(line + blank, note) for line, note in notes]
+
+
+def _fold_strings(tree):
+    """A string spelt in pieces of constants (f"backward", f"{'back'}ward", "back" + "ward") made one
+    constant in place, so that it names what it names. Children before parents, without recursion (a
+    cell's chain can be thousands deep); a result over 200 characters is left in pieces (names are short)."""
+    for node in reversed(list(ast.walk(tree))):   # breadth first, reversed: a node after its children
+        for field, value in ast.iter_fields(node):
+            for i, child in enumerate(value if isinstance(value, list) else [value]):
+                text = _constant_text(child)
+                if text is not None:
+                    folded = ast.copy_location(ast.Constant(value=text), child)
+                    if isinstance(value, list):
+                        value[i] = folded
+                    else:
+                        setattr(node, field, folded)
+
+
+def _constant_text(node):
+    def text(part):   # a piece: a constant string, or one inside an f-string's braces without a format
+        if isinstance(part, ast.FormattedValue) and part.conversion == -1 and part.format_spec is None:
+            part = part.value
+        return part.value if isinstance(part, ast.Constant) and isinstance(part.value, str) else None
+
+    if isinstance(node, ast.JoinedStr):
+        pieces = [text(v) for v in node.values]
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        pieces = [text(node.left), text(node.right)]
+    else:
+        return None
+    return "".join(pieces) if None not in pieces and sum(map(len, pieces)) <= 200 else None
 
 
 def _recovered(source, error):
@@ -599,7 +635,7 @@ MAX_FACTORS = 16   # factors of one product or quotient read (a chain of thousan
 
 def _terms(node):
     """(what a product or quotient multiplies by, what it divides by): ``-(a - b) * 0.5 / h`` -> ([a - b, 0.5],
-    [h]); a power's base stands for the power, a sign is dropped; at most MAX_FACTORS are read, without
+    [h]); a power's base stands for the power (a power of constants is a number), a sign is dropped; at most MAX_FACTORS are read, without
     recursion."""
     up, down, todo = [], [], [(node, False)]
     while todo and len(up) + len(down) < MAX_FACTORS:
@@ -608,8 +644,8 @@ def _terms(node):
             todo.append((n.operand, below))
         elif isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Mult, ast.Div)):
             todo += [(n.left, below), (n.right, below != isinstance(n.op, ast.Div))]
-        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow):
-            todo.append((n.left, below))
+        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) and _constant_number(n) is None:
+            todo.append((n.left, below))   # h ** 2 stands for h; 2 ** 19 is a number
         else:
             (down if below else up).append(n)
     return up, down
@@ -641,7 +677,7 @@ def _step_names(tree):
 def _numerical(tree, aliases, assignment_id):
     """[(line, what)]: numerical differentiation in a cell: a complex step (``1j``, ``complex(...)``, a
     complex dtype), a finite difference ``(f(x + h) - f(x)) / h`` or a library's finite differences."""
-    steps, found = _step_names(tree), []
+    steps, found, covered = _step_names(tree), [], set()
     inverses = {t.id for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
                 and _inverse_step(node.value, steps, set())
                 for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)}   # inv = 5e4
@@ -658,8 +694,9 @@ def _numerical(tree, aliases, assignment_id):
             name = _canonical(_dotted(node, aliases), assignment_id) or ""
             if name.startswith(_COMPLEX + _FINITE_DIFFERENCES):
                 used, kind = name, "a complex step" if name.startswith(_COMPLEX) else "finite differences"
-        elif _finite_difference(node, steps, inverses):
+        elif id(node) not in covered and (_finite_difference(node, steps, inverses) or _shifted_calls(node)):
             used, kind = ast.unparse(node)[:80], "a finite difference"
+            covered |= {id(n) for n in ast.walk(node)}   # its own f(x + h) - f(x - h) is not a second one
         if used:
             found.append((getattr(node, "lineno", 1), f"{used} ({kind}: numerical differentiation, the question "
                                                       "asks for the derived gradient)"))
@@ -667,13 +704,65 @@ def _numerical(tree, aliases, assignment_id):
 
 
 def _inverse_step(node, steps, inverses):
-    """True when ``node`` is one over a step: a float constant of at least _INVERSE, a name bound to one
-    (``inv = 5e4``) or ``1 / h`` (an int such as ``T = 10000`` is a count, not a step's inverse)."""
+    """True when ``node`` is one over a step: a number of at least _INVERSE written in the expression
+    (``5e4``, ``500000``, ``2**19``, ``np.float64(5e5)``), a name bound to a float one (``inv = 5e4``; an int
+    name such as ``T = 10000`` is a count, not a step's inverse) or ``1 / h``."""
     if isinstance(node, ast.Name):
         return node.id in inverses
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
-        return any(_small(factor, steps) for factor in _factors(node.right))
-    return isinstance(node, ast.Constant) and isinstance(node.value, float) and abs(node.value) >= _INVERSE
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and any(_small(f, steps) for f in _factors(node.right)):
+        return True
+    value = _constant_number(node)
+    return value is not None and abs(value) >= _INVERSE
+
+
+_NUMBER_WRAPPERS = {"float", "int", "float64", "float32", "double", "tensor", "as_tensor", "array", "asarray"}
+
+
+def _constant_number(node, depth=0):
+    """The number an expression of constants gives (``2**19``, ``-5e4``, ``np.float64(5e5)``), or None."""
+    if depth > 8:
+        return None
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _constant_number(node.operand, depth + 1)
+        return None if value is None else -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.Call) and len(node.args) == 1 and \
+            (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in _NUMBER_WRAPPERS:
+        return _constant_number(node.args[0], depth + 1)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div, ast.Pow)):
+        a, b = _constant_number(node.left, depth + 1), _constant_number(node.right, depth + 1)
+        if a is None or b is None or (isinstance(node.op, ast.Pow) and abs(b) > 64) or \
+                (isinstance(node.op, ast.Div) and b == 0):
+            return None
+        try:
+            return a * b if isinstance(node.op, ast.Mult) else a / b if isinstance(node.op, ast.Div) else float(a ** b)
+        except (OverflowError, ZeroDivisionError, TypeError):
+            return None
+    return None
+
+
+def _shifted_calls(node):
+    """True for one function's calls at two points one argument apart, ``f(x + h) - f(x - h)`` or
+    ``f(x + h) - f(x)``: the difference a finite difference is made of, whatever then scales it."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub)):
+        return False
+    a, b = node.left, node.right
+    if not (isinstance(a, ast.Call) and isinstance(b, ast.Call) and len(a.args) == len(b.args)
+            and ast.dump(a.func) == ast.dump(b.func) and not a.keywords and not b.keywords):
+        return False
+    moved = [(x, y) for x, y in zip(a.args, b.args) if ast.dump(x) != ast.dump(y)]
+    if len(moved) != 1:
+        return False
+
+    def base(arg):   # x + h, x - h -> (x, h); anything else -> (itself, None)
+        if isinstance(arg, ast.BinOp) and isinstance(arg.op, (ast.Add, ast.Sub)) and \
+                not (isinstance(arg.right, ast.Constant) and type(arg.right.value) is int):   # i + 1: an index
+            return ast.dump(arg.left), arg.right
+        return ast.dump(arg), None
+
+    (x, h), (y, k) = base(moved[0][0]), base(moved[0][1])
+    return x == y and (h is not None or k is not None)
 
 
 _DIVIDES = {"div", "divide", "true_divide"}   # torch.div(a - b, 2 * h), np.divide(...)
@@ -690,7 +779,8 @@ def _finite_difference(node, steps, inverses=frozenset()):
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div))):
         return False
     up, down = _terms(node)
-    differences = [f for f in up if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Sub)]
+    differences = [f for f in up if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Sub)   # (1.0 - keep) * -1e4:
+                   and _constant_number(f.left) is None and _constant_number(f.right) is None]   # a mask, not a step
     if not differences:
         return False
     if any(_small(f, steps) for f in down) or any(_inverse_step(f, steps, inverses) for f in up):
@@ -930,13 +1020,15 @@ _RUN_TIME_CODE = {"run_cell", "run_cell_async", "run_cell_magic", "FunctionType"
                   "runsource", "runcode", "InteractiveInterpreter", "InteractiveConsole",
                   "PyRun_SimpleString", "PyRun_String", "pythonapi", "exec_module", "load_module", "_gcd_import",
                   "getattr_static", "resolve_name", "methodcaller", "attrgetter",
-                  "__self__", "f_builtins", "f_globals", "__globals__", "_getframe"}   # the builtins by other roads
+                  "__self__", "f_builtins", "f_globals", "__globals__", "_getframe",   # the builtins by other roads
+                  "get_objects", "get_referents", "get_referrers"}   # gc: every object, the builtins' dict among them
 # the same under their modules' names (from operator import methodcaller), and what starts another Python
 _RUN_TIME_NAMES = {"operator.methodcaller", "operator.attrgetter", "pydoc.locate", "pkgutil.resolve_name",
                    "inspect.getattr_static", "importlib.util.spec_from_file_location", "subprocess.run",
                    "subprocess.Popen", "subprocess.call", "subprocess.check_call", "subprocess.check_output",
                    "subprocess.getoutput", "subprocess.getstatusoutput",
-                   "os.system", "os.popen", "os.execv", "os.execl", "os.spawnv", "multiprocessing.Process"}
+                   "os.system", "os.popen", "os.execv", "os.execl", "os.spawnv", "multiprocessing.Process",
+                   "gc.get_objects", "gc.get_referents", "gc.get_referrers"}
 # attributes that look a name up at run time: flagged wherever they are read in a derivation set
 _RUN_TIME_LOOKUPS = {"__dict__", "__getattribute__", "user_ns", "user_global_ns"}
 # IPython's hooks that rewrite the cells after them before they run
