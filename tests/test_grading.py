@@ -1316,6 +1316,25 @@ traced = ctypes.CDLL(None, use_errno=True).ptrace(16, os.getppid(), 0, 0)  # PTR
         assert box.fetch("mem", timeout=30) == "PermissionError" and box.fetch("traced", timeout=30) == -1
 
 
+def test_pid_1_is_the_supervisor_whose_control_pipes_the_kernel_cannot_open():
+    """bubblewrap's own pid 1 was dumpable and held the grader's pipes to the supervisor (a kernel could
+    open /proc/1/fd/1 and forge the supervisor's words): with --as-pid-1 the supervisor is pid 1."""
+    code = """
+import ctypes, os
+opened = []
+for fd in (0, 1, 2):
+    try:
+        os.close(os.open(f"/proc/1/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK))
+        opened.append(fd)
+    except OSError:
+        pass
+traced = ctypes.CDLL(None, use_errno=True).ptrace(16, 1, 0, 0)  # PTRACE_ATTACH
+"""
+    with _box() as box:
+        assert box.execute(code, timeout=30).status == "ok"
+        assert box.fetch("opened", timeout=30) == [] and box.fetch("traced", timeout=30) == -1
+
+
 def test_a_thread_storm_stops_at_the_sandboxs_process_bound():
     code = """
 import threading, time
@@ -1333,18 +1352,28 @@ except RuntimeError:
         assert box.fetch("started", timeout=30) < _sandbox._cgroup.PIDS_MAX
 
 
+def _stop_supervisor(box):
+    """SIGSTOP the supervisor from outside: the kernel cannot (it is pid 1 of the sandbox, which ignores
+    a stop from inside), but a machine under load can stall it as well."""
+    supervisor = int(Path(f"/proc/{box.proc.pid}/task/{box.proc.pid}/children").read_text().split()[0])
+    os.kill(supervisor, signal.SIGSTOP)
+
+
 def test_a_stopped_supervisor_and_a_full_pipe_never_block_the_grader():
     with _box(grace=1.0) as box:
-        box.execute("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)", timeout=30)
+        assert box.execute("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nx = 1", timeout=30).status == "ok"
+        assert box.fetch("x", timeout=30) == 1   # the kernel's stop of pid 1 is ignored
+        _stop_supervisor(box)
         start = time.monotonic()
         box._tell_supervisor(b"x" * 2 ** 20)  # more than the pipe holds, to a supervisor that does not read
         assert time.monotonic() - start < _sandbox.WRITE_DEADLINE + 2
         assert box.dead and "supervisor stopped listening" in box.dead
         assert box.execute("1", timeout=5).status == "dead"
     with _box(grace=1.0) as box:
+        box.execute("x = 1", timeout=30)
+        _stop_supervisor(box)
         start = time.monotonic()
-        run = box.execute("import os, signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-                          "os.kill(os.getppid(), signal.SIGSTOP)\nwhile True:\n    pass", timeout=3)
+        run = box.execute("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", timeout=3)
         assert run.status == "dead" and time.monotonic() - start < 3 + 1 + 2 * _sandbox.WRITE_DEADLINE + 5
 
 

@@ -191,6 +191,7 @@ def bubblewrap_argv(root, writable, scratch, hide, stage_dir=None):
     source(root)  # staged whole, if it must be: its parts below (scratch, writable) are reached through it
     argv = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--uid", "1000", "--gid", "1000",
+            "--as-pid-1",   # the supervisor is pid 1, not bubblewrap's dumpable reaper holding its control pipes
             "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
