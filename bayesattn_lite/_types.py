@@ -7,9 +7,28 @@ A public function says what it takes in its signature, with jaxtyping's shapes::
 
 ``help(scores)`` shows the shapes, and ``checked`` has beartype check them at each call: the types,
 the number of axes, and that an axis named twice (d_k above) has one size across the arguments.
-What a type cannot say (a range, rows that sum to 1, finite values) stays a short check at the top
-of the function (``_validate``). Where one comes from goes after the type in the message: a class of
-the package says it in ``_made_by`` ("what run_schedules returns"), another class in its annotation,
+A number's range is declared too, with ``typing.Annotated`` and a beartype validator::
+
+    def train(steps: Whole(1) = 100, lr: Positive = 0.01, seed: Seed = 0, schedule: OneOf("constant", "cosine") = "constant"): ...
+
+    Whole(low, high)    an int (numpy's and a 0-d tensor's too) in [low, high], either end optional
+    Real(low, high)     a finite number in [low, high]; low_open/high_open make an end open
+    Positive            a finite number > 0 (a learning rate, a variance)
+    Seed                a random seed, an int in [0, 2**63); SeedBelow(limit) one in [0, limit)
+    Seeds               one or more distinct seeds (a list, tuple or range), received as a tuple
+    OneOf(*options)     one of the strings given (a schedule's name, an architecture)
+
+They accept and refuse what ``_validate.integer``, ``real``, ``positive``, ``seed``, ``distinct_seeds``
+and ``choice`` do (a bool is never a number; NaN and inf are not finite), say so in the same words
+("steps: expected an int >= 1, got 0"), and the function receives a Python int or float (JSON
+cannot save numpy's), converted once in ``checked``. A frozen dataclass declares its fields the
+same way and calls ``declared_fields(self)`` in its ``__post_init__``. What a type cannot say (rows
+that sum to 1, finite values, a range that depends on another argument) stays a short check at the
+top of the function (``_validate``); so does a range checked in a function a training loop calls
+every step, where a declaration would cost a check's 20 microseconds.
+
+Where one comes from goes after the type in the message: a class of the package says it in
+``_made_by`` ("what run_schedules returns"), another class in its annotation,
 ``Annotated[Axes, "fig, ax = plt.subplots()"]``.
 
 beartype's own message is a page long (the value, the type, every parameter, the axis sizes);
@@ -27,20 +46,25 @@ skips the annotations too: ``benchmarks/type_checks.py`` times both.
 """
 
 import contextlib
+import dataclasses
 import functools
 import inspect
+import math
+import numbers
 import re
 import types
 import typing
 
 import numpy as np
 from beartype import beartype
+from beartype.vale import Is
 from jaxtyping import AbstractArray, AbstractDtype, Bool, Float, Int, Shaped, TypeCheckError, jaxtyped
 from torch import Tensor
 
 from . import _validate
 
-__all__ = ["Array", "Bool", "Flag", "Float", "Int", "Shaped", "Tensor", "TokenIds", "checked", "unchecked"]
+__all__ = ["Array", "Bool", "Flag", "Float", "Int", "OneOf", "Positive", "Real", "Seed", "SeedBelow", "Seeds", "Shaped",
+           "Tensor", "TokenIds", "Whole", "checked", "declared_fields", "unchecked"]
 
 Flag = bool | np.bool_   # a yes/no argument: numpy's bool (what a comparison of arrays gives) is one too
 Array = Tensor | np.ndarray   # where a numpy array is taken as well as a tensor: Float[Array, "n d"]
@@ -49,6 +73,146 @@ Array = Tensor | np.ndarray   # where a numpy array is taken as well as a tensor
 class TokenIds(AbstractDtype):
     """The integer dtypes an nn.Embedding looks up: TokenIds[Tensor, "B T"] for a model's tokens."""
     dtypes = ["int64", "int32"]
+
+
+class _Declared(typing.NamedTuple):
+    words: str       # for the message and help()
+    test: object     # value -> bool
+    convert: object  # value -> what the function receives (a Python int or float), or None: the value itself
+    explain: object  # (name, value) -> raises the message where the words do not say enough, or None
+
+
+_SCALARS = {}   # each validator below -> its _Declared
+
+
+def _declared(words, test, convert=None, explain=None):
+    """``Annotated[object, Is[test]]``, said in ``words`` (by help() too); the function receives
+    ``convert(value)``, and ``explain(name, value)`` raises the message where words do not say enough."""
+    validator = Is[test]
+    validator.get_repr = words   # help(fn) shows "steps: Annotated[object, an int >= 1]"
+    _SCALARS[validator] = _Declared(words, test, convert, explain)   # not in the Annotated: beartype refuses
+    return typing.Annotated[object, validator]                      # other metadata beside its validators
+
+
+def _declarations(hint):
+    """The _Declared of each alternative of ``hint`` (``Whole(1) | None``: one), and whether None is one."""
+    found = [_SCALARS[m] for h in _alternatives(hint) if typing.get_origin(h) is typing.Annotated
+             for m in typing.get_args(h)[1:] if m in _SCALARS]
+    return found, type(None) in _alternatives(hint)
+
+
+def declared_fields(obj):
+    """Check each field of a frozen dataclass declared with a type above (``steps: Whole(1) = 1000``),
+    in order, and store it as the Python value its function would receive: its ``__post_init__``
+    calls this, so that a bad field is named where the object is made, in the package's message."""
+    for f in dataclasses.fields(obj):
+        found, none_ok = _declarations(f.type)
+        value = getattr(obj, f.name)
+        if not found or (value is None and none_ok):
+            continue
+        d = found[0]
+        if d.explain:
+            d.explain(f.name, value)
+        converted = d.convert(value) if d.convert else value
+        if not d.test(converted):
+            raise ValueError(f"{f.name}: expected {words(f.type)}, got {_validate.describe(value)}")
+        object.__setattr__(obj, f.name, converted)
+
+
+def _number(kind, within):
+    """A test of ``within(number)`` on the Python number in a value (a numpy scalar, a 0-d tensor), and
+    the conversion to ``kind`` (int: integers only, never a bool) that the function receives."""
+    def number(value):
+        n = _validate._scalar(value)
+        return None if n is None or (kind is int and not isinstance(n, numbers.Integral)) else kind(n)
+
+    def test(value):
+        n = number(value)
+        return n is not None and math.isfinite(n) and within(n)
+
+    return test, lambda value: value if value is None or type(value) is kind or number(value) is None else number(value)
+
+
+@functools.lru_cache(maxsize=None, typed=True)   # typed: Real(0, 1) and Real(0.0, 1.0) are said as written
+def Whole(low=None, high=None):  # noqa: N802 (a type, spelt like one)
+    """An int (a numpy integer or 0-d integer tensor too, never a bool) in [low, high], either end optional."""
+    bounds = ([f">= {low}"] if low is not None else []) + ([f"<= {high}"] if high is not None else [])
+    return _declared("an int" + (" " + " and ".join(bounds) if bounds else ""),
+                     *_number(int, lambda n: (low is None or n >= low) and (high is None or n <= high)))
+
+
+@functools.lru_cache(maxsize=None, typed=True)
+def Real(low=None, high=None, low_open=False, high_open=False):  # noqa: N802
+    """A finite real number in [low, high] (an end None is unbounded; ``low_open``/``high_open`` exclude it)."""
+    if low is None and high is None:
+        said = "a finite number"
+    else:
+        said = (f"a number in {'(' if low_open or low is None else '['}{'-inf' if low is None else low}, "
+                f"{'inf' if high is None else high}{')' if high_open or high is None else ']'}")
+    return _declared(said, *_number(float, lambda x: (low is None or (x > low if low_open else x >= low))
+                                    and (high is None or (x < high if high_open else x <= high))))
+
+
+Positive = _declared("a positive finite number", *_number(float, lambda x: x > 0))
+
+
+@functools.lru_cache(maxsize=None, typed=True)
+def SeedBelow(limit):  # noqa: N802
+    """A random seed, an int in [0, limit): numpy's generators take < 2**32, a task's own seeds fewer."""
+    return _declared(f"an int in [0, {'2**63' if limit == 2**63 else limit})", *_number(int, lambda n: 0 <= n < limit))
+
+
+Seed = SeedBelow(2**63)
+
+
+def _seeds(value):
+    try:
+        return _validate.distinct_seeds("seeds", value)
+    except ValueError:
+        return None
+
+
+# One or more distinct seeds, received as a tuple of ints: a seed given twice would count one run twice.
+Seeds = _declared("one or more distinct ints (e.g. [0, 1, 2])", lambda value: _seeds(value) is not None,
+                  lambda value: _seeds(value) or value, _validate.distinct_seeds)
+
+
+def OneOf(*options):  # noqa: N802
+    """One of the strings ``options`` (a schedule's name, an optimizer's), or of one collection of them:
+    ``OneOf(SCHEDULES)``, listed in its order if a list or tuple, else sorted (as ``_validate.choice``)."""
+    if len(options) == 1 and not isinstance(options[0], str):
+        options = options[0] if isinstance(options[0], (list, tuple)) else sorted(options[0])
+    return _one_of(tuple(options))
+
+
+@functools.lru_cache(maxsize=None, typed=True)
+def _one_of(options):
+    return _declared(f"one of {list(options)}", lambda value: isinstance(value, str) and value in options)
+
+
+def _conversions(signature):
+    """{parameter: (its position or None, the conversion the function receives it through)} for
+    those declared above: the body gets a Python int or float whatever kind of number came."""
+    found = {}
+    for i, (name, parameter) in enumerate(signature.parameters.items()):
+        positional = parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+        for hint in _alternatives(parameter.annotation):
+            for meta in typing.get_args(hint)[1:] if typing.get_origin(hint) is typing.Annotated else ():
+                if meta in _SCALARS and _SCALARS[meta].convert:
+                    found[name] = (i if positional else None, _SCALARS[meta].convert)
+    return found
+
+
+def _converted(conversions, args, kwargs):
+    """``args`` and ``kwargs`` with each value ``conversions`` names converted; a value of another
+    kind is left as it is, for the check to refuse."""
+    args = list(args)
+    for name, (i, convert) in conversions.items():
+        if name in kwargs:
+            kwargs[name] = convert(kwargs[name])
+        elif i is not None and i < len(args):
+            args[i] = convert(args[i])
+    return args, kwargs
 
 
 _DTYPE_WORDS = {"Float": "a float", "Int": "an integer", "Integer": "an integer", "Bool": "a bool",
@@ -63,8 +227,8 @@ _UNCHECKED = [0]   # > 0 inside ``unchecked()``
 @contextlib.contextmanager
 def unchecked():
     """Within it (or on a function it decorates, ``@unchecked()``), checked functions skip their
-    annotations: for the package's own measurements inside a training loop, on data it made and
-    checked once. The checks in the bodies (finite values, ranges) still run."""
+    annotations (declared ranges too): for the package's own measurements inside a training loop, on
+    data it made and checked once. The checks in the bodies (finite values) still run."""
     _UNCHECKED[0] += 1
     try:
         yield
@@ -85,10 +249,14 @@ def checked(fn):
     typed = jaxtyped(typechecker=beartype)(fn)
     signature = inspect.signature(fn)
     skippable = "check" in signature.parameters
+    conversions = _conversions(signature)
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
         try:
+            given = args, kwargs   # what the message describes
+            if conversions:   # a declared number as a Python one (one place, not a line in each body)
+                args, kwargs = _converted(conversions, args, dict(kwargs))
             if _UNCHECKED[0] or (skippable and kwargs.get("check", True) is False):  # a loop's own step or measure
                 return fn(*args, **kwargs)
             return typed(*args, **kwargs)
@@ -96,7 +264,7 @@ def checked(fn):
             name = re.search(r"typechecking parameter '(\w+)'", str(exc))
             if name is None:  # the return value or a nested call: the package's fault, not the caller's
                 raise
-            raise ValueError(_message(signature, name.group(1), args, kwargs, str(exc), fn.__globals__)) from None
+            raise ValueError(_message(signature, name.group(1), *given, str(exc), fn.__globals__)) from None
         except TypeError:  # a misspelt, missing or extra argument named, checked or not
             error = _binding_error(fn, signature, args, kwargs)
             if error is None:
@@ -149,6 +317,11 @@ def _message(signature, name, args, kwargs, text, names):
     hint, value = signature.parameters[name].annotation, bound.arguments.get(name)
     if isinstance(hint, str):
         hint = eval(hint, names)  # noqa: S307 (the package's own annotation, a class it defines later)
+    for explain in [d.explain for d in _declarations(hint)[0] if d.explain]:
+        try:   # Seeds: which seed is wrong, or that one is given twice
+            explain(name, value)
+        except ValueError as exc:
+            return str(exc)
     expected = words(hint)
     arrays = [h for h in _alternatives(hint) if _is_array(h)]
     with jaxtyped("context"):   # a fresh record of axis sizes, not the caller's (a checked function calling this one)
@@ -223,6 +396,8 @@ def _word(hint):
         return _CLASS_WORDS[hint]
     if typing.get_origin(hint) is typing.Annotated:   # Annotated[Axes, "fig, ax = plt.subplots()"]: where one comes from
         base, note = typing.get_args(hint)[:2]
+        if note in _SCALARS:   # a number's range: Whole(1) is "an int >= 1"
+            return _SCALARS[note].words
         return f"{words(base)} ({note})"
     origin = typing.get_origin(hint) or hint
     if origin in (dict, typing.Mapping) or getattr(origin, "__name__", "") == "Mapping":

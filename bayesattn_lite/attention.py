@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from . import _validate
-from ._types import Flag, Float, Int, Tensor, checked
+from ._types import Flag, Float, Int, Positive, Real, Seed, Tensor, Whole, checked
 
 PARAM_NAMES = ("W_Q", "W_K", "W_V", "W_O")
 
@@ -77,14 +77,12 @@ def _check_inputs(x, params, y=None, name="params"):
 # ----------------------------------------------------------------------------- forward
 
 @checked
-def init_params(d_x, d_k, d_v, n_classes, std=0.1, seed=0, dtype=torch.float32, device="cpu"):
+def init_params(d_x: Whole(1), d_k: Whole(1), d_v: Whole(1), n_classes: Whole(2), std: Positive = 0.1, seed: Seed = 0,
+                dtype=torch.float32, device="cpu"):
     """Gaussian N(0, std^2) weights, as in the paper's sticky-Markov model, reproducible by seed."""
-    d_x, d_k, d_v = (_validate.integer(n, v, 1) for n, v in (("d_x", d_x), ("d_k", d_k), ("d_v", d_v)))
-    n_classes = _validate.integer("n_classes", n_classes, 2)
-    std = _validate.positive("std", std)
     dtype = _validate.float_dtype("dtype", dtype)  # an integer dtype would truncate the weights to 0
     device = _validate.device("device", device)
-    gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
+    gen = torch.Generator().manual_seed(seed)
     shapes = {"W_Q": (d_k, d_x), "W_K": (d_k, d_x), "W_V": (d_v, d_x), "W_O": (n_classes, d_v)}
     return {name: (std * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype=dtype, device=device)
             for name, shape in shapes.items()}
@@ -96,10 +94,11 @@ def causal_mask(T, device="cpu"):
     return torch.ones(T, T, dtype=torch.bool, device=_validate.device("device", device)).tril()
 
 
-def movable_pairs(T, device="cpu"):
+@checked
+def movable_pairs(T: Whole(1), device="cpu"):
     """The causal pairs (j <= i) whose attention can change: all but query 0's, whose single key
     gets alpha_00 = 1 whatever its score. True where a pair counts, (T, T)."""
-    pairs = causal_mask(_validate.integer("T", T, 1), device).clone()
+    pairs = causal_mask(T, device).clone()
     pairs[0, 0] = False
     return pairs
 
@@ -322,7 +321,7 @@ def score_kernel(x: Float[Tensor, "T d_x"], q: Float[Tensor, "T d_k"], k: Float[
 
 @checked
 def predicted_score_change(x: Float[Tensor, "T d_x"], q: Float[Tensor, "T d_k"], k: Float[Tensor, "T d_k"],
-                           ds: Float[Tensor, "T T"], lr) -> Float[Tensor, "T T"]:
+                           ds: Float[Tensor, "T T"], lr: Real()) -> Float[Tensor, "T T"]:
     """Delta s_{i'j'} = -lr sum_ij K[i', j', i, j] dL/ds_ij: the first-order score change of one step.
 
     ds is dL/ds of the sequence, (T, T) (0 where a causal mask forbids a pair; a head without the mask
@@ -333,7 +332,6 @@ def predicted_score_change(x: Float[Tensor, "T d_x"], q: Float[Tensor, "T d_k"],
     if ds.dtype != x.dtype:
         _fail("ds.dtype", f"{x.dtype} (the dtype of x)", ds.dtype)
     _validate.finite_values("ds", ds)   # 0, not nan, where the causal mask forbids a pair
-    lr = _validate.real("lr", lr)
     return -float(lr) * torch.einsum("abij,ij->ab", score_kernel(x, q, k), ds)
 
 

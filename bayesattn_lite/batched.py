@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from . import _validate, attention, checkpoints, threads
-from ._types import Float, Int, Tensor, checked
+from ._types import Flag, Float, Int, Tensor, Whole, checked
 from .attention import PARAM_NAMES
 from .train import TrainingDiverged, pick_device
 
@@ -140,7 +140,9 @@ def default_block_size(device):
 
 # ----------------------------------------------------------------------------- one pass
 
-def forward_backward(x, y, params, block_size=None, grads=True, check=True):
+@checked
+def forward_backward(x, y, params, block_size: Whole(1) | None = None, grads: Flag = True,
+                     check: Flag = True):
     """Per-model metrics and (optionally) per-model gradients of the mean cross-entropy.
 
     ``x`` (M, N, d_x), ``y`` (M, N) and ``params`` stacked (M, out, in); causal attention.
@@ -148,11 +150,8 @@ def forward_backward(x, y, params, block_size=None, grads=True, check=True):
     nats) and "accuracy" to (M,) tensors; grads maps W_Q, W_K, W_V, W_O to dL_m/dW_m with the
     shapes of params (None when ``grads`` is False).
     """
-    grads = _validate.boolean("grads", grads)
-    if _validate.boolean("check", check):
+    if check:
         check_inputs(x, y, params)
-    if block_size is not None:
-        block_size = _validate.integer("block_size", block_size, 1)
     B = min(block_size or default_block_size(x.device), x.shape[1])
     with torch.no_grad():
         out = _forward_backward(x, y, params, B, grads, exact_max=False)
@@ -347,9 +346,9 @@ def _resume(path, fingerprint, steps, device, dtype):
 
 
 @checked
-def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None, device=None,
+def train(x, y, params, lrs, steps: Whole(1), names=None, record_every: Whole(1) = 10, block_size=None, device=None,
           dtype=torch.float32, progress=True, desc="training", checkpoint_path=None,
-          checkpoint_every=100, resume=True, sampler=None, workers=1):
+          checkpoint_every: Whole(1) = 100, resume=True, sampler=None, workers: Whole(1) = 1):
     """Plain full-batch gradient descent on M models at once, each with its own learning rates.
 
     ``x`` (M, N, d_x), ``y`` (M, N), ``params`` stacked (M, out, in); ``lrs`` maps each matrix
@@ -369,7 +368,6 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
     between that many processes, one thread each (see 4. in the module notes): on a CPU, for a run
     without a sampler or a checkpoint.
     """
-    checkpoint_every = _validate.integer("checkpoint_every", checkpoint_every, 1)
     if checkpoint_path:
         checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path)
     device = pick_device(device)
@@ -393,13 +391,11 @@ def train(x, y, params, lrs, steps, names=None, record_every=10, block_size=None
             _validate.fail("sampler", "a function returning finite x", f"nan/inf in x at step {step}", described=True)
         return drawn[0].to(device, dtype), drawn[1].to(device)
 
-    steps = _validate.integer("steps", steps, 1)
-    record_every = _validate.integer("record_every", record_every, 1)
     names = list(names) if names is not None else [f"model {m}" for m in range(M)]
     if len(names) != M:
         _validate.fail("names", f"{M} names (one per model)", len(names))
     lrs = _check_lrs(lrs, M)
-    if _validate.integer("workers", workers, 1) > 1:
+    if workers > 1:
         if device.type != "cpu" or sampler is not None or checkpoint_path:
             _validate.fail("workers", "1 on a GPU, with a sampler or with a checkpoint_path (processes split a "
                            "plain CPU run)", workers)

@@ -15,12 +15,14 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from . import _validate
+from ._types import Whole, checked
 
 
 class CheckpointMismatch(ValueError):
@@ -74,11 +76,11 @@ def read_npz(path, what, advice="delete it and train it again"):
     return arrays
 
 
-def load_weights(model, path, what, advice="delete it and train it again", transform=None):
+@checked
+def load_weights(model: Annotated[torch.nn.Module, "to load the weights into"], path, what,
+                 advice="delete it and train it again", transform=None):
     """``model`` with the state dict saved at ``path`` (``transform`` maps what the file holds to the
     state dict); DamagedFile when the file cannot be read or its weights do not fit the model."""
-    if not isinstance(model, torch.nn.Module):   # the caller's mistake, not the file's
-        _validate.fail("model", "a torch.nn.Module to load the weights into", model)
     _validate.file_path("path", path)
     if transform is not None:
         _validate.function("transform", transform, "None or a function: what the file holds -> a state dict")
@@ -187,9 +189,9 @@ def refuse(path, expected_fingerprint, ckpt, differences):
             "or pass resume=False")
 
 
-def progress_bar(start, steps, desc, progress=True):
+@checked
+def progress_bar(start: Whole(0), steps, desc, progress=True):
     """A tqdm bar over range(start, steps); BAYESATTN_PROGRESS=0 silences every bar (CI, scripts)."""
-    start = _validate.integer("start", start, 0)
     steps = _validate.integer("steps", steps, start)
     show = progress and os.environ.get("BAYESATTN_PROGRESS", "1") != "0"
     return tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not show, dynamic_ncols=True)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _validate, diagnostics, models, wind_tunnels
-from ._types import checked, unchecked
+from ._types import OneOf, Seed, SeedBelow, Seeds, Whole, checked, unchecked
 from .train import Recipe, pick_device, seed_everything, train
 
 Model = Annotated[torch.nn.Module, "models.build(...)"]   # in the message where one was expected
@@ -36,11 +36,9 @@ EVAL_SEED = 12345   # the held-out sequences every chapter scores on
 CURVE_SEED = 54321  # the held-out sequences of the learning curves (not the ones scored at the end)
 
 
-def run_name(arch, task_name, seed):
+@checked
+def run_name(arch: OneOf(models.ARCHITECTURES), task_name: OneOf(tuple(wind_tunnels.WIND_TUNNELS)), seed: Seed):
     """The name of a run's files, ``<arch>-<task>-seed<seed>`` (checkpoints, shipped weights, records)."""
-    _validate.choice("arch", arch, models.ARCHITECTURES)
-    _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
-    seed = _validate.seed("seed", seed)
     return f"{arch}-{task_name}-seed{seed}"
 
 
@@ -59,9 +57,12 @@ def task_loss(model: Model, batch: wind_tunnels.WindTunnelBatch):
     return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=wind_tunnels.IGNORE_INDEX)
 
 
-def train_on_task(arch, task, steps, seed=0, lr=3e-3, batch_size=32, device=None, checkpoint_path=None,
-                  progress=None, log_every=10, optimizer="adam", schedule="constant", warmup=0,
-                  clip_grad_norm=None, weight_decay=0.0, eval_every=None, n_eval=256, **model_sizes):
+@checked
+def train_on_task(arch, task, steps: Whole(0, wind_tunnels.MAX_STEPS - 1), seed: SeedBelow(wind_tunnels.MAX_SEED) = 0,
+                  lr=3e-3, batch_size: Whole(1) = 32, device=None, checkpoint_path=None,
+                  progress=None, log_every: Whole(1) = 10, optimizer="adam", schedule="constant", warmup=0,
+                  clip_grad_norm=None, weight_decay=0.0, eval_every: Whole(1) | None = None, n_eval: Whole(1) = 256,
+                  **model_sizes):
     """Build ``arch`` for ``task`` (an object or a name, CPU size) and train it; (model, history).
 
     The model's initialisation is seeded by ``seed``; so is its data stream. ``progress`` None
@@ -72,12 +73,7 @@ def train_on_task(arch, task, steps, seed=0, lr=3e-3, batch_size=32, device=None
     ``CURVE_SEED``, not the evaluation seed) every ``eval_every`` steps: the learning curve.
     """
     task = wind_tunnels.as_wind_tunnel(task)
-    seed = _validate.seed("seed", seed, wind_tunnels.MAX_SEED)
-    steps = _validate.integer("steps", steps, 0, wind_tunnels.MAX_STEPS - 1)
-    batch_size = _validate.integer("batch_size", batch_size, 1)
-    log_every = _validate.integer("log_every", log_every, 1)
-    n_eval = _validate.integer("n_eval", n_eval, 1)
-    if eval_every is not None and _validate.integer("eval_every", eval_every, 1) % log_every:
+    if eval_every is not None and eval_every % log_every:
         _validate.fail("eval_every", f"a positive multiple of log_every={log_every}", eval_every)
     device = pick_device(device)
     seed_everything(seed)
@@ -105,7 +101,7 @@ def train_on_task(arch, task, steps, seed=0, lr=3e-3, batch_size=32, device=None
 
 @torch.no_grad()
 @checked
-def evaluate(model: Model, task, n_seqs=256, seed=EVAL_SEED, **horizon):
+def evaluate(model: Model, task, n_seqs: Whole(1) = 256, seed=EVAL_SEED, **horizon):
     """Score ``model`` on ``n_seqs`` fresh sequences of ``task`` (``horizon``: e.g. K=30 for the HMM).
 
     Returns floats "entropy_error_bits" (Paper I's |H(model) - H(Bayes)|), "entropy_bias_bits"
@@ -115,7 +111,6 @@ def evaluate(model: Model, task, n_seqs=256, seed=EVAL_SEED, **horizon):
     "per_position_kl_bits", (T,) arrays.
     """
     task = wind_tunnels.as_wind_tunnel(task)
-    n_seqs = _validate.integer("n_seqs", n_seqs, 1)
     sizes = (getattr(model, "vocab_size", task.vocab_size), getattr(model, "n_classes", task.n_classes))
     if sizes != (task.vocab_size, task.n_classes):   # the course's models say what they were built for
         _validate.fail("model", f"a model built for {task.name!r} (vocab_size {task.vocab_size}, n_classes "
@@ -198,9 +193,11 @@ def model_sizes_for(arch, task, size="small", horizons=None, overrides=None):
     return sizes
 
 
-def compare(archs, task_names, seeds, steps, size="small", lr=3e-3, batch_size=32, n_eval=256,
+@checked
+def compare(archs, task_names, seeds: Seeds, steps, size: OneOf("small", "paper") = "small", lr=3e-3, batch_size=32,
+            n_eval: Whole(1) = 256,
             horizons=None, device=None, checkpoint_dir=None, progress=False, model_sizes=None,
-            keep_models=False, workers=1, threads=None):
+            keep_models=False, workers: Whole(1) = 1, threads: Whole(1) | None = None):
     """Train and evaluate every architecture x task x seed; a list of row dicts.
 
     Each row: arch, task, primitive, seed, horizon ("trained" or e.g. "K=30"), n_params, steps,
@@ -218,23 +215,16 @@ def compare(archs, task_names, seeds, steps, size="small", lr=3e-3, batch_size=3
     for what, names in (("archs", archs), ("task_names", task_names)):
         if isinstance(names, str) or not isinstance(names, (list, tuple)) or not names:
             _validate.fail(what, "a non-empty list of names (e.g. ['lstm'], not 'lstm')", names)
-    seeds = _validate.distinct_seeds("seeds", seeds)
     for arch in archs:
         if arch not in models.ARCHITECTURES:
             _validate.fail("archs", f"names from {models.ARCHITECTURES}", arch)
     for name in task_names:
         if name not in wind_tunnels.WIND_TUNNELS:
             _validate.fail("task_names", f"names from {sorted(wind_tunnels.WIND_TUNNELS)}", name)
-    if size not in ("small", "paper"):
-        _validate.fail("size", "'small' or 'paper'", size)
-    workers = _validate.integer("workers", workers, 1)
-    n_eval = _validate.integer("n_eval", n_eval, 1)   # checked before training, not after it
     checkpoint_dir = _validate.folder("checkpoint_dir", checkpoint_dir)
     if checkpoint_dir is not None and checkpoint_dir.exists() and not checkpoint_dir.is_dir():
         _validate.fail("checkpoint_dir", "None or a folder (made if missing)", f"{str(checkpoint_dir)!r}, a file",
                        described=True)
-    if threads is not None:
-        threads = _validate.integer("threads", threads, 1)
     if workers > 1 and pick_device(device).type != "cpu":
         _validate.fail("workers", "1 on a GPU (worker processes are for CPU runs)", workers)
     horizons, model_sizes = dict(horizons or {}), dict(model_sizes or {})
@@ -299,11 +289,11 @@ def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon"))
     return out
 
 
-def format_table(rows, metric="entropy_error_bits", horizon="trained", digits=3):
+@checked
+def format_table(rows, metric="entropy_error_bits", horizon="trained", digits: Whole(0) = 3):
     """A text table, architectures down, tasks across, 'mean ± std' of ``metric`` over seeds."""
     if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) and "horizon" in r for r in rows):
         _validate.fail("rows", "a non-empty list of rows from compare (dicts with 'arch', 'task', 'horizon')", rows)
-    digits = _validate.integer("digits", digits, 0)
     horizons = list(dict.fromkeys(r["horizon"] for r in rows))
     if horizon not in horizons:
         _validate.fail("horizon", f"one of the rows' horizons {horizons}", horizon)

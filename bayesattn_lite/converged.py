@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from . import _validate, checkpoints, comparison, diagnostics, models, wind_tunnels
-from ._types import checked
+from ._types import OneOf, Positive, Whole, checked
 from .comparison import EVAL_SEED, run_name
 
 # The recipe, measured on the 2-core CPU: AdamW at 3e-3, a 5% linear warm-up, a cosine decay to 0,
@@ -134,11 +134,10 @@ def _run_key(arch, task_name, seed=0, size="small", variant=None, directory=None
     return _validate.seed("seed", seed, wind_tunnels.MAX_SEED)
 
 
-def variant_seeds(variant_name, arch, task_name=None):
+@checked
+def variant_seeds(variant_name, arch: OneOf(models.ARCHITECTURES),
+                  task_name: OneOf(tuple(wind_tunnels.WIND_TUNNELS)) | None = None):
     """The seeds a variant trains ``arch`` on (on ``task_name``, where the variant gives that task its own)."""
-    _validate.choice("arch", arch, models.ARCHITECTURES)
-    if task_name is not None:
-        _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
     variant = _variant(variant_name, arch, task_name)
     if task_name is not None and task_name in variant.task_seeds:
         return variant.task_seeds[task_name]
@@ -162,9 +161,9 @@ def _variant(name, arch=None, task_name=None):
     return VARIANTS[name]
 
 
-def variant_task(task_name, variant_name=None, size="small"):
+@checked
+def variant_task(task_name: OneOf(tuple(wind_tunnels.WIND_TUNNELS)), variant_name=None, size="small"):
     """The wind tunnel of a run: ``task_name`` at ``size``, with the variant's task overrides."""
-    _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
     _settings(size, variant_name)
     task = wind_tunnels.as_wind_tunnel(task_name, size)
     overrides = _variant(variant_name, task_name=task_name).task if variant_name else {}
@@ -182,9 +181,9 @@ def folder(size="small", directory=None, variant_name=None):
     return PRETRAINED_DIR / size / "variants" / variant_name if variant_name else PRETRAINED_DIR / size
 
 
-def variant_steps(task_name, variant_name=None, size="small"):
+@checked
+def variant_steps(task_name: OneOf(tuple(wind_tunnels.WIND_TUNNELS)), variant_name=None, size="small"):
     """The steps of a converged run: the wind tunnel's ``converged_steps``, or what the variant says."""
-    _validate.choice("task_name", task_name, tuple(wind_tunnels.WIND_TUNNELS))
     _settings(size, variant_name)
     base = wind_tunnels.WIND_TUNNELS[task_name].converged_steps[size]
     if not variant_name:
@@ -211,8 +210,9 @@ def _run_sizes(arch, task, size, variant_name):
 # ----------------------------------------------------------------------------- train, save, load
 
 @checked
-def train_converged(arch, task_name, seed, size="small", steps=None, device=None, checkpoint_path=None,
-                    progress=None, eval_every=None, variant=None):
+def train_converged(arch, task_name, seed, size="small", steps: Whole(1) | None = None, device=None,
+                    checkpoint_path=None,
+                    progress=None, eval_every: Whole(1) | None = None, variant=None):
     """Train one (arch, task, seed) with ``RECIPE`` for the wind tunnel's ``converged_steps`` (or
     ``steps``) and score it.
 
@@ -226,10 +226,10 @@ def train_converged(arch, task_name, seed, size="small", steps=None, device=None
     _run_key(arch, task_name, seed, size, variant)
     variant_name = variant
     task = variant_task(task_name, variant_name, size)
-    steps = variant_steps(task.name, variant_name, size) if steps is None else _validate.integer("steps", steps, 1)
+    steps = variant_steps(task.name, variant_name, size) if steps is None else steps
     log_every = max(1, steps // 200)
     eval_every = (log_every * max(1, steps // (40 * log_every)) if eval_every is None   # 0 would be "never"
-                  else _validate.integer("eval_every", eval_every, 1))
+                  else eval_every)
     sizes = _run_sizes(arch, task, size, variant_name)
     recipe = variant_recipe(variant_name, size)
     start = time.perf_counter()
@@ -361,12 +361,13 @@ LEARNED_FRACTION = 0.1
 PARTLY_FRACTION = 0.5
 
 
-def verdict(kl_per_seed, baseline_kl):
+@checked
+def verdict(kl_per_seed, baseline_kl: Positive):
     """'learned', 'partly' or 'not learned' from the KL of every seed and the baseline's KL."""
     if isinstance(kl_per_seed, str) or not hasattr(kl_per_seed, "__len__") or len(kl_per_seed) == 0:
         _validate.fail("kl_per_seed", "the KL of at least one seed (a list, array or 1-D tensor)", kl_per_seed)
     kls = [_validate.real("kl_per_seed", kl, 0) for kl in kl_per_seed]
-    worst = max(kls) / _validate.positive("baseline_kl", baseline_kl)
+    worst = max(kls) / baseline_kl
     return "learned" if worst <= LEARNED_FRACTION else "partly" if worst <= PARTLY_FRACTION else "not learned"
 
 
@@ -389,7 +390,8 @@ def baseline_kl(task: wind_tunnels.WindTunnel, batch: wind_tunnels.WindTunnelBat
 # script for every run, so the rungs that ship no weights can be read too.
 
 @checked
-def measure_run(model: Annotated[torch.nn.Module, "e.g. from load_pretrained"], task, n_seqs=N_EVAL_PRETRAINED, seed=EVAL_SEED):
+def measure_run(model: Annotated[torch.nn.Module, "e.g. from load_pretrained"], task,
+                n_seqs: Whole(1) = N_EVAL_PRETRAINED, seed=EVAL_SEED):
     """A run's measurements on ``n_seqs`` held-out sequences, as plain floats for JSON.
 
     "kl_bits", "entropy_error_bits" and "entropy_bias_bits" (the signed H(model) - H(Bayes):
@@ -399,7 +401,7 @@ def measure_run(model: Annotated[torch.nn.Module, "e.g. from load_pretrained"], 
     head outputs, of each head and of the residual stream (``diagnostics.bayesian_geometry``)."""
     task = wind_tunnels.as_wind_tunnel(task)
     device = next(model.parameters()).device
-    batch = task.sample(_validate.integer("n_seqs", n_seqs, 1), seed=seed).to(device)
+    batch = task.sample(n_seqs, seed=seed).to(device)
     with torch.no_grad():
         logits = model.eval()(batch.tokens)
     out = {"kl_bits": diagnostics.kl_bits(logits, batch).item(),
@@ -438,11 +440,12 @@ def ladder_row(arch, task_name, seed, variant=None, size="small", directory=None
             "model_sizes": record["model_sizes"], "final": record["final"], "source": source, **measured}
 
 
-def ladder_rows(arch, tasks=tuple(wind_tunnels.WIND_TUNNELS), variants=(None,), size="small"):
+@checked
+def ladder_rows(arch: OneOf(models.ARCHITECTURES), tasks=tuple(wind_tunnels.WIND_TUNNELS), variants=(None,),
+                size="small"):
     """``ladder_row`` for every shipped run of ``arch`` on ``tasks`` at each of ``variants`` (None:
     the base runs, seeds 0-2), in that order. A variant that does not cover a task is left out; a
     run it covers whose record is missing raises (``load_record``'s error names the command)."""
-    _validate.choice("arch", arch, models.ARCHITECTURES)
     _settings(size)
     if isinstance(tasks, str) or not all(isinstance(t, str) and t in wind_tunnels.WIND_TUNNELS for t in tasks):
         _validate.fail("tasks", f"a tuple of names from {sorted(wind_tunnels.WIND_TUNNELS)}", tasks)
@@ -472,13 +475,13 @@ def ladder_rows(arch, tasks=tuple(wind_tunnels.WIND_TUNNELS), variants=(None,), 
 ASSUMED_GPU_FLOPS = 10e12                   # float32, sustained: a fraction of a data-centre GPU's peak
 
 
-def cost_estimate(arch, task_name, size="paper", seeds=1, variant=None):
+@checked
+def cost_estimate(arch, task_name, size="paper", seeds: Whole(1) = 1, variant=None):
     """What training (arch, task) at ``size`` costs, estimated: a dict with n_params, steps,
     tokens (steps x batch x sequence length), tflop (6 x parameters x tokens / 1e12) and
     gpu_hours for ``seeds`` runs, from ASSUMED_GPU_FLOPS and the architecture's step floor
     (an estimate, not a measurement)."""
     _run_key(arch, task_name, size=size, variant=variant)
-    seeds = _validate.integer("seeds", seeds, 1)
     task = variant_task(task_name, variant, size)
     sizes = _run_sizes(arch, task, size, variant)
     with torch.device("meta"):  # count the parameters without allocating them

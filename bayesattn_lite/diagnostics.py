@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from . import _validate, attention, models
-from ._types import Array, Flag, Float, Shaped, Tensor, checked
+from ._types import Array, Flag, Float, Positive, Real, Seed, Shaped, Tensor, Whole, checked
 from .wind_tunnels import WindTunnelBatch
 
 # What the measures take: a torch tensor or a numpy array (Array), shapes declared in each signature
@@ -152,7 +152,8 @@ def advantage_flow(alpha: Maps, advantage: Float[Array, "*B T T"], key_mask: Sha
 
 
 @checked
-def predicted_attention_change(alpha: Maps, advantage: Float[Array, "*B T T"], eta=1.0) -> Float[Tensor, "*B T T"]:
+def predicted_attention_change(alpha: Maps, advantage: Float[Array, "*B T T"], eta: Positive = 1.0) -> Float[Tensor,
+                               "*B T T"]:
     """The first-order change of alpha after one gradient step of size eta taken on the scores
     themselves, ds_ij = eta alpha_ij A_ij:  d alpha_ij = alpha_ij (ds_ij - sum_k alpha_ik ds_ik).
 
@@ -160,9 +161,9 @@ def predicted_attention_change(alpha: Maps, advantage: Float[Array, "*B T T"], e
     parameters; in a head they are tied through W_Q and W_K, and a chapter measures how well the
     prediction survives that.
     """
+    # eta: Positive, a step size: a negative one would be a step of gradient ascent
     alpha = _check_alpha(alpha)
     advantage = _validate.finite_values("advantage", torch.as_tensor(advantage))
-    eta = _validate.positive("eta", eta)  # a step size: a negative one would be a step of gradient ascent
     ds = eta * alpha * advantage
     return alpha * (ds - (alpha * ds).sum(-1, keepdim=True))
 
@@ -263,11 +264,11 @@ def _check_curve(steps, values, name):
     return steps, values
 
 
-def settling_step(steps, rates, threshold):
+@checked
+def settling_step(steps, rates, threshold: Positive):
     """The first step from which ``rates`` stays below ``threshold`` to the end (steps[0] if always,
     None if it is still above at the last step)."""
     steps, rates = _check_curve(steps, rates, "rates")
-    threshold = _validate.positive("threshold", threshold)
     above = np.nonzero(~(rates < threshold))[0]  # nan counts as "not settled"
     if len(above) == 0:
         return int(steps[0])
@@ -289,7 +290,9 @@ def _smooth(rates, window):
     return np.convolve(padded, kernel, mode="valid")
 
 
-def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW, min_span=SETTLE_MIN_SPAN):
+@checked
+def settle(steps, rates, fractions=SETTLE_FRACTIONS, window: Whole(1) = SETTLE_WINDOW,
+           min_span: Real(0, 1, high_open=True) = SETTLE_MIN_SPAN):
     """The course's one settle measure: a change rate against its own peak.
 
     ``rates[t]`` is how fast a pathway moved in the interval ending at ``steps[t]`` (a frame rate,
@@ -316,8 +319,6 @@ def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW, min_s
     _sample("rates", rates)
     if (rates < 0).any():
         _validate.fail("rates", "change rates >= 0", f"a minimum of {rates.min():g}", described=True)
-    window = _validate.integer("window", window, 1)
-    min_span = _validate.real("min_span", min_span, 0, 1, high_open=True)
     if isinstance(fractions, str) or not hasattr(fractions, "__iter__"):
         _validate.fail("fractions", "a tuple of fractions in (0, 1), e.g. (0.2, 0.1)", fractions)
     fractions = tuple(_validate.real("fractions", f, 0, 1, low_open=True, high_open=True) for f in fractions)
@@ -336,7 +337,8 @@ def settle(steps, rates, fractions=SETTLE_FRACTIONS, window=SETTLE_WINDOW, min_s
     return out
 
 
-def drift_ratio(short, long, k):
+@checked
+def drift_ratio(short, long, k: Whole(2)):
     """How much of a change rate is drift, from one run measured at two snapshot intervals, n and k x n.
 
     ``short`` (..., k x m) holds the rates between snapshots n updates apart and ``long`` (..., m)
@@ -346,7 +348,6 @@ def drift_ratio(short, long, k):
     and about 1/k for noise around a fixed point (past its correlation time the long move is no
     longer than one short one). A rate with a ratio near 1/k is noise, not learning."""
     short, long = _validate.number_array("short", short), _validate.number_array("long", long)
-    k = _validate.integer("k", k, 2)
     if short.ndim < 1 or short.shape[:-1] != long.shape[:-1] or short.shape[-1] != k * long.shape[-1]:
         _validate.fail("short, long", f"rates of shapes (..., {k} x m) and (..., m)",
                        f"{short.shape} and {long.shape}", described=True)
@@ -413,10 +414,10 @@ def bought_in_window(attribution, loss, k):
     return out
 
 
-def progress_step(steps, curve, fraction):
+@checked
+def progress_step(steps, curve, fraction: Real(0, 1, low_open=True)):
     """The first step at which ``curve`` has covered ``fraction`` of its change from first to last value."""
     steps, curve = _check_curve(steps, curve, "curve")
-    fraction = _validate.real("fraction", fraction, 0, 1, low_open=True)
     _sample("curve", curve)  # a NaN would make the share of progress meaningless
     total = curve[-1] - curve[0]
     if total == 0:
@@ -620,7 +621,9 @@ def key_orthogonality(keys: Shaped[Array, "n d"]) -> float:
 _FLOORS = {}
 
 
-def orthogonality_floor(n, d, centred=False, starts=8, steps=1500, seed=0):
+@checked
+def orthogonality_floor(n: Whole(2), d: Whole(1), centred: Flag = False, starts: Whole(1) = 8, steps: Whole(1) = 1500,
+                        seed: Seed = 0):
     """The least mean |cos| (``key_orthogonality``) that n vectors in d dimensions can have, found
     numerically: Adam on the mean |cos| from ``starts`` random starts, the best kept. With
     ``centred`` the vectors must sum to zero (keys after removing their mean over tokens).
@@ -631,10 +634,7 @@ def orthogonality_floor(n, d, centred=False, starts=8, steps=1500, seed=0):
     configurations are degenerate, one pair nearly opposite and the rest nearly orthogonal). The
     best configuration found is an upper estimate of the floor: a measured cosine below it would
     be a bug, one near it is as orthogonal as n vectors in d dimensions get. Cached per arguments."""
-    n, d = _validate.integer("n", n, 2), _validate.integer("d", d, 1)
-    centred = _validate.boolean("centred", centred)
-    starts, steps = _validate.integer("starts", starts, 1), _validate.integer("steps", steps, 1)   # 0: no floor found
-    seed = _validate.seed("seed", seed)
+    # starts, steps >= 1: with 0, no floor would be found
     if not centred and n <= d:
         return 0.0  # exactly: n orthonormal vectors exist
     key = (n, d, bool(centred), starts, steps, seed)

@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from . import _validate, checkpoints, comparison, converged, diagnostics, models, wind_tunnels
-from ._types import checked, unchecked
+from ._types import OneOf, SeedBelow, Whole, checked, unchecked
 from .train import Recipe, seed_everything, train
 
 TASKS = ("bijection", "recall")
@@ -87,18 +87,14 @@ OPTIMIZERS = {
 SHIPPED = "adamw-cosine"
 
 
-def _run_key(task_name, seed, optimizer=SHIPPED):
-    """Check what names a run (``task_name`` in ``TASKS``, ``seed`` an int in [0, 2**16),
-    ``optimizer`` in ``OPTIMIZERS``) before any file is looked up or any training starts; returns
-    the seed as an int."""
-    _validate.choice("task_name", task_name, TASKS)
-    _validate.choice("optimizer", optimizer, OPTIMIZERS)
-    return _validate.seed("seed", seed, 2**16)
+# What names a run, declared by run, record_path and load_record: checked before any file is looked
+# up or any training starts.
+Task, RunSeed, Optimizer = OneOf(TASKS), SeedBelow(2**16), OneOf(OPTIMIZERS)
 
 
-def recipe(optimizer=SHIPPED):
+@checked
+def recipe(optimizer: OneOf(OPTIMIZERS) = SHIPPED):
     """The recipe (a dict like ``converged.RECIPE``) that ``optimizer``, a key of ``OPTIMIZERS``, names."""
-    _validate.choice("optimizer", optimizer, OPTIMIZERS)
     return {**converged.RECIPE, **OPTIMIZERS[optimizer]}
 
 
@@ -175,7 +171,8 @@ def rate_factor(record, step):
 
 
 @checked
-def run(task_name, seed, stop=None, progress=False, threads=1, optimizer=SHIPPED):
+def run(task_name: Task, seed: RunSeed, stop=None, progress=False, threads: Whole(1) = 1,
+        optimizer: Optimizer = SHIPPED):
     """Train the wind-tunnel Transformer on ``task_name`` ("bijection", "recall") for ``seed`` with the
     recipe ``optimizer`` names (a key of ``OPTIMIZERS``; default the shipped one) and measure its
     dynamics; returns the record (a plain dict for JSON).
@@ -193,7 +190,6 @@ def run(task_name, seed, stop=None, progress=False, threads=1, optimizer=SHIPPED
     snapshot - at the last) and "final" (``comparison.evaluate`` at the end, to compare with the
     shipped model's record).
     """
-    seed = _run_key(task_name, seed, optimizer)
     task = wind_tunnels.wind_tunnel(task_name, "small")
     steps = task.converged_steps["small"]
     if stop is not None:
@@ -204,7 +200,7 @@ def run(task_name, seed, stop=None, progress=False, threads=1, optimizer=SHIPPED
     how = recipe(optimizer)
     sizes = comparison.model_sizes_for(ARCH, task)
     old_threads = torch.get_num_threads()
-    torch.set_num_threads(_validate.integer("threads", threads, 1))
+    torch.set_num_threads(threads)
     try:
         # exactly comparison.train_on_task's run: seed, then the model, then the same data stream
         seed_everything(seed)
@@ -305,11 +301,11 @@ def run(task_name, seed, stop=None, progress=False, threads=1, optimizer=SHIPPED
 
 # ----------------------------------------------------------------------------- records
 
-def record_path(task_name, seed, directory=None, optimizer=SHIPPED):
+@checked
+def record_path(task_name: Task, seed: RunSeed, directory=None, optimizer: Optimizer = SHIPPED):
     """Where the record of (task, seed, optimizer) lives: ``DYNAMICS_DIR`` unless ``directory`` says
     otherwise. The shipped recipe's records keep their first name, ``transformer-<task>-seed<seed>.json``;
     the controls add the optimizer, ``transformer-<task>-seed<seed>-sgd-constant.json``."""
-    seed = _run_key(task_name, seed, optimizer)
     suffix = "" if optimizer == SHIPPED else f"-{optimizer}"
     return (DYNAMICS_DIR if directory is None else _validate.folder("directory", directory)) / f"{ARCH}-{task_name}-seed{seed}{suffix}.json"
 
@@ -324,10 +320,10 @@ def save_record(record, directory=None):
     return path
 
 
-def load_record(task_name, seed, directory=None, optimizer=SHIPPED):
+@checked
+def load_record(task_name: Task, seed: RunSeed, directory=None, optimizer: Optimizer = SHIPPED):
     """The shipped record of (task, seed, optimizer), as a dict; a clear error naming the script when
     missing."""
-    seed = _run_key(task_name, seed, optimizer)
     if directory is not None and not (isinstance(directory, (str, Path)) and Path(directory).is_dir()):
         _validate.fail("directory", "an existing folder of records (or None: the shipped ones)", directory)
     path = record_path(task_name, seed, directory, optimizer)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _validate
-from ._types import Array, Flag, Float, Tensor, checked
+from ._types import Array, Flag, Float, Positive, Seed, Tensor, Whole, checked
 
 
 def _float64(name, t, device=None):
@@ -55,12 +55,11 @@ def _log_joint(x, means, variance, weights):
 
 
 @checked
-def e_step(x: Float[Array, "n d"], means: Float[Array, "K d"], variance,
+def e_step(x: Float[Array, "n d"], means: Float[Array, "K d"], variance: Positive,
            weights: Float[Array, " K"] | None = None):
     """Responsibilities (n, K) and the mean log-likelihood per point (nats)."""
     x = _points(x)
     means = _float64("means", means, x.device)
-    variance = _validate.positive("variance", variance)
     K = means.shape[0]
     weights = _weights(weights, K, x.device)
     log_joint = _log_joint(x, means, variance, weights)
@@ -92,12 +91,11 @@ def m_step(x: Float[Array, "n d"], resp: Float[Array, "n K"], fit_variance: Flag
 
 @checked
 def mean_gradient(x: Float[Array, "n d"], resp: Float[Array, "n K"],
-                  means: Float[Array, "K d"], variance) -> Float[Tensor, "K d"]:
+                  means: Float[Array, "K d"], variance: Positive) -> Float[Tensor, "K d"]:
     """d(sum_i log p(x_i)) / d mu_k = sum_i r_ik (x_i - mu_k) / variance, (K, d): each mean is pulled
     towards the points it is responsible for, weighted by how responsible it is."""
     x = _points(x)
     resp, means = _float64("resp", resp, x.device), _float64("means", means, x.device)
-    variance = _validate.positive("variance", variance)
     return (resp.T @ x - resp.sum(0)[:, None] * means) / variance
 
 
@@ -112,17 +110,17 @@ class GMMFit:
 
 
 @checked
-def initial_means(x: Float[Array, "n d"], n_components, seed=0) -> Float[Tensor, "K d"]:
+def initial_means(x: Float[Array, "n d"], n_components, seed: Seed = 0) -> Float[Tensor, "K d"]:
     """K distinct data points chosen at random (reproducible by seed)."""
     x = _points(x)
     n_components = _validate.integer("n_components", n_components, 1, x.shape[0])
-    gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
+    gen = torch.Generator().manual_seed(seed)
     return x[torch.randperm(x.shape[0], generator=gen).to(x.device)[:n_components]].clone()
 
 
 @checked
-def fit(x: Float[Array, "n d"], n_components, n_iter=30, init: Float[Array, "K d"] | None = None,
-        variance=1.0, fit_variance: Flag = True, seed=0, weights: Float[Array, " K"] | None = None,
+def fit(x: Float[Array, "n d"], n_components, n_iter: Whole(1) = 30, init: Float[Array, "K d"] | None = None,
+        variance: Positive = 1.0, fit_variance: Flag = True, seed=0, weights: Float[Array, " K"] | None = None,
         fit_weights: Flag = True) -> "GMMFit":
     """EM from ``init`` means (default: random data points). The variance starts at ``variance`` and is
     re-estimated each M-step unless ``fit_variance`` is False. The mixing weights start at ``weights``
@@ -130,12 +128,10 @@ def fit(x: Float[Array, "n d"], n_components, n_iter=30, init: Float[Array, "K d
     fixed too, EM climbs the same objective as ``gradient_fit`` with the same weights."""
     x = _points(x)
     n_components = _validate.integer("n_components", n_components, 1, x.shape[0])
-    n_iter = _validate.integer("n_iter", n_iter, 1)
     means = initial_means(x, n_components, seed) if init is None \
         else _float64("init", init, x.device).clone()
     if means.shape[0] != n_components:
         _validate.fail("init", f"{n_components} means (one per component)", means.shape[0])
-    variance = _validate.positive("variance", variance)
     weights = _weights(weights, n_components, x.device)
     path, log_lik = [means.clone()], []
     for _ in range(n_iter):
@@ -150,16 +146,13 @@ def fit(x: Float[Array, "n d"], n_components, n_iter=30, init: Float[Array, "K d
 
 
 @checked
-def gradient_fit(x: Float[Array, "n d"], init: Float[Array, "K d"], variance, lr,
-                 n_iter=30, weights: Float[Array, " K"] | None = None) -> "GMMFit":
+def gradient_fit(x: Float[Array, "n d"], init: Float[Array, "K d"], variance: Positive, lr: Positive,
+                 n_iter: Whole(1) = 30, weights: Float[Array, " K"] | None = None) -> "GMMFit":
     """Gradient ascent on the means only (responsibilities recomputed every step, variance and
     ``weights`` fixed; default uniform): the "plain gradient descent" counterpart of ``fit``. ``lr``
     is per point: the step is lr * mean_gradient / n."""
     x = _points(x)
     means = _float64("init", init, x.device).clone()
-    variance = _validate.positive("variance", variance)
-    lr = _validate.positive("lr", lr)
-    n_iter = _validate.integer("n_iter", n_iter, 1)
     path, log_lik = [means.clone()], []
     weights = _weights(weights, means.shape[0], x.device)
     for _ in range(n_iter):
@@ -185,10 +178,9 @@ def match(found: Float[Array, "K d"], reference: Float[Array, "K d"]) -> list:
     return list(best)
 
 
-def fit_best(x, n_components, restarts=5, seed=0, **kwargs):
+@checked
+def fit_best(x, n_components, restarts: Whole(1) = 5, seed: Seed = 0, **kwargs):
     """``fit`` from ``restarts`` random initialisations (seeds seed, seed+1, ...); the one with the
     highest final log-likelihood. EM only climbs to a local maximum, so restarts are the usual cure."""
-    restarts = _validate.integer("restarts", restarts, 1)
-    seed = _validate.seed("seed", seed)
     fits = [fit(x, n_components, seed=seed + k, **kwargs) for k in range(restarts)]
     return max(fits, key=lambda f: f.log_likelihood[-1])

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from . import _validate, attention, batched, checkpoints, diagnostics
-from ._types import Flag, checked
+from ._types import Flag, Positive, Real, Seeds, Whole, checked, declared_fields
 from .attention import PARAM_NAMES
 from .tasks import StickyMarkovChain
 from .train import GROUPS, em_like, pick_device, rates, usable_cpus
@@ -46,11 +46,10 @@ def init_model(seed, chain: StickyMarkovChain, dtype=torch.float32, std=INIT_STD
 
 
 @checked
-def training_sequences(chain: StickyMarkovChain, T, seed, pool=0):
+def training_sequences(chain: StickyMarkovChain, T, seed, pool: Whole(0, POOL_STRIDE - 1) = 0):
     """(x, y) of seed ``seed``'s training data: the paper's one sequence ``chain.sample(T, seed)``
     ((T-1, d_x), (T-1,)) when ``pool`` is 0, else ``pool`` fresh sequences stacked ((pool, T-1, d_x),
     (pool, T-1)), none of them the paper's sequence or the held-out one."""
-    pool = _validate.integer("pool", pool, 0, POOL_STRIDE - 1)
     if pool == 0:
         return chain.sample(T, seed, dtype=torch.float64)
     data = [chain.sample(T, POOL_OFFSET + POOL_STRIDE * seed + k, dtype=torch.float64) for k in range(pool)]
@@ -58,11 +57,9 @@ def training_sequences(chain: StickyMarkovChain, T, seed, pool=0):
 
 
 @checked
-def fresh_sequences(chain: StickyMarkovChain, T, seeds, step):
+def fresh_sequences(chain: StickyMarkovChain, T, seeds: Seeds, step: Whole(0, FRESH_STRIDE - 1)):
     """(x, y) of a fresh-data run at ``step``: a new sequence per seed, seen at this step only
     ((S, T-1, d_x), (S, T-1)), none of them a pool's, the paper's or a held-out sequence."""
-    step = _validate.integer("step", step, 0, FRESH_STRIDE - 1)
-    seeds = _validate.distinct_seeds("seeds", seeds)
     data = [chain.sample(T, FRESH_OFFSET + FRESH_STRIDE * s + step, dtype=torch.float64) for s in seeds]
     return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
 
@@ -141,9 +138,10 @@ class ScheduleRun:
         data = [training_sequences(self.chain, self.T, s, self.pool) for s in self.seeds]
         return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
 
-    def held_out_data(self, T=None, offset=HELD_OUT_OFFSET):
+    @checked
+    def held_out_data(self, T=None, offset: Whole(0) = HELD_OUT_OFFSET):
         """(x, y) of every seed's held-out sequence ``chain.sample(T, seed + offset)``, stacked."""
-        offset = _validate.integer("offset", offset, 0)   # >= 0: seed + offset must be a seed too
+        # offset >= 0: seed + offset must be a seed too
         data = [self.chain.sample(T or self.T, s + offset, dtype=torch.float64) for s in self.seeds]
         return torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])
 
@@ -184,11 +182,10 @@ class ScheduleRun:
         with np.errstate(divide="ignore", invalid="ignore"):
             return steps_to, self.steps / steps_to
 
-    def held_out(self, T=None, offset=HELD_OUT_OFFSET):
+    @checked
+    def held_out(self, T: Whole(2) | None = None, offset=HELD_OUT_OFFSET):
         """Metrics of every schedule's final weights, and of the exact predictor, on a fresh sequence
         per seed (``chain.sample(T, seed + offset)``): {name or "bayes": {metric: (S,)}}."""
-        if T is not None:
-            T = _validate.integer("T", T, 2)
         x, y = self.held_out_data(T, offset)
         out = {}
         for name in self.schedules:
@@ -229,10 +226,10 @@ def _check_schedules(schedules):
 
 
 @checked
-def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain: StickyMarkovChain | None = None, device=None,
-                  dtype=torch.float32, record_every=10, block_size=None, progress=True,
-                  checkpoint_path=None, checkpoint_every=100, desc="sticky Markov", pool=0, init_std=INIT_STD,
-                  fresh: Flag = False, workers=None):
+def run_schedules(schedules, seeds: Seeds = PAPER_SEEDS, steps: Whole(1) = 1000, T=2000,
+                  chain: StickyMarkovChain | None = None, device=None, dtype=torch.float32, record_every=10,
+                  block_size=None, progress=True, checkpoint_path=None, checkpoint_every=100, desc="sticky Markov",
+                  pool=0, init_std: Positive = INIT_STD, fresh: Flag = False, workers=None):
     """Train every schedule on every seed (all in one batched run) and measure them.
 
     ``schedules`` maps a name to per-matrix rates (``train.rates``). Models are laid out
@@ -245,9 +242,6 @@ def run_schedules(schedules, seeds=PAPER_SEEDS, steps=1000, T=2000, chain: Stick
     core for a run of the paper's size on a CPU without a checkpoint, else one.
     """
     schedules = _check_schedules(schedules)
-    seeds = _validate.distinct_seeds("seeds", seeds)
-    steps = _validate.integer("steps", steps, 1)
-    init_std = _validate.positive("init_std", init_std)
     if fresh and pool:
         _validate.fail("pool", "0 when fresh=True (fresh data has no pool)", pool)
     chain = StickyMarkovChain() if chain is None else chain
@@ -354,23 +348,17 @@ class EMvsSGDConfig:
     """The settings of one EM-vs-SGD experiment on the sticky chain: seeds, steps, sequence length
     T, base rate ``lr``, the W_V factor ``value_ratio`` of the EM-like schedule, and the chain's
     stickiness ``self_prob`` (the authors' self-probability before renormalisation)."""
-    seeds: tuple = PAPER_SEEDS
-    steps: int = 1000
-    T: int = 2000
-    lr: float = 0.01
-    value_ratio: float = 10.0
-    self_prob: float = 0.3
+    seeds: Seeds = PAPER_SEEDS
+    steps: Whole(1) = 1000
+    T: Whole(2) = 2000
+    lr: Positive = 0.01
+    value_ratio: Positive = 10.0
+    self_prob: Real(0.0, 1.0) = 0.3   # as StickyMarkovChain takes it
 
     def __post_init__(self):
         """Every field checked where it is set (a config is frozen), so that a bad one is named at once, not
         when ``run`` starts; the seeds stored as a tuple of ints."""
-        v = _validate
-        checked = {"seeds": v.distinct_seeds("seeds", self.seeds), "steps": v.integer("steps", self.steps, 1),
-                   "T": v.integer("T", self.T, 2), "lr": v.positive("lr", self.lr),
-                   "value_ratio": v.positive("value_ratio", self.value_ratio),
-                   "self_prob": v.real("self_prob", self.self_prob, 0.0, 1.0)}   # as StickyMarkovChain takes it
-        for name, value in checked.items():
-            object.__setattr__(self, name, value)
+        declared_fields(self)
 
     @classmethod
     def paper(cls, **changes):
@@ -391,7 +379,9 @@ class EMvsSGDConfig:
 _PAPER = EMvsSGDConfig.paper()
 
 
-def em_vs_sgd(seeds=_PAPER.seeds, steps=_PAPER.steps, T=_PAPER.T, lr=_PAPER.lr, value_ratio=_PAPER.value_ratio,
+@checked
+def em_vs_sgd(seeds=_PAPER.seeds, steps=_PAPER.steps, T=_PAPER.T, lr: Positive = _PAPER.lr,
+              value_ratio: Positive = _PAPER.value_ratio,
               device=None, chain=None, extra_schedules=None, **kwargs):
     """SGD (``lr`` on every matrix) against EM-like (``lr * value_ratio`` on W_V), paired by seed.
 
@@ -400,10 +390,9 @@ def em_vs_sgd(seeds=_PAPER.seeds, steps=_PAPER.steps, T=_PAPER.T, lr=_PAPER.lr, 
     ``result.run`` (controls come almost for free this way). ``kwargs`` go to ``run_schedules`` (dtype, record_every, block_size,
     progress, checkpoint_path, checkpoint_every).
     """
-    value_ratio = _validate.positive("value_ratio", value_ratio)
     if extra_schedules is not None and not isinstance(extra_schedules, dict):
         _validate.fail("extra_schedules", "None or a dict name -> {matrix: rate}", extra_schedules)
-    schedules = {"sgd": rates(_validate.positive("lr", lr)), "em": rates(lr, em_like(value_ratio))}
+    schedules = {"sgd": rates(lr), "em": rates(lr, em_like(value_ratio))}
     for name, extra in (extra_schedules or {}).items():
         if name in schedules:
             _validate.fail("extra_schedules", "names other than 'sgd' and 'em' (taken by the main comparison)", name)
@@ -481,7 +470,8 @@ def _snapshot_input(what, value, dims):
     return value
 
 
-def frame_rate(x, W_Q, W_K, max_queries=500, rows_per_block=50):
+@checked
+def frame_rate(x, W_Q, W_K, max_queries: Whole(1) = 500, rows_per_block: Whole(1) = 50):
     """(snapshots - 1,) the frame rate between consecutive snapshots: ``diagnostics.frame_change``
     of the attention maps on one sequence, the mean over query rows of the total-variation distance
     1/2 sum_j |alpha'_ij - alpha_ij|, in [0, 1]. The mean is taken over ``max_queries`` evenly
@@ -493,8 +483,6 @@ def frame_rate(x, W_Q, W_K, max_queries=500, rows_per_block=50):
     W_Q, W_K = _snapshot_input("W_Q", W_Q, 3), _snapshot_input("W_K", W_K, 3)
     if W_K.shape != W_Q.shape or W_Q.shape[2] != x.shape[1]:
         _validate.fail("W_K", f"shape {tuple(W_Q.shape[:2]) + (x.shape[1],)}: one per snapshot of W_Q, reading x", W_K)
-    max_queries = _validate.integer("max_queries", max_queries, 1)
-    rows_per_block = _validate.integer("rows_per_block", rows_per_block, 1)
     queries = torch.linspace(0, x.shape[0] - 1, min(max_queries, x.shape[0])).round().long()
     q, k = x[queries] @ W_Q.transpose(1, 2), x @ W_K.transpose(1, 2)   # (snapshots, queries | T, d_k)
     rate = np.zeros(len(W_Q) - 1)
@@ -695,13 +683,12 @@ WINDOWS = (1000, 2000, 4000)   # fixed starts of the late windows the attributio
 
 
 @checked
-def bought_after(fp: FramePrecision, after):
+def bought_after(fp: FramePrecision, after: Whole(0)):
     """Who bought the loss decrease after update ``after``, without any settle step: {group: (S,)}
     the loss (nats) each group bought from the first snapshot at or after ``after`` to the end,
     "values + readout" beside them (the W_V / W_O split depends on a rescaling, W_V -> c W_V,
     W_O -> W_O / c, that leaves the model unchanged), and "realised": (S,) the loss's actual
     decrease over the same window. A window that starts after the run ended is refused."""
-    after = _validate.integer("after", after, 0)
     steps = np.asarray(fp.loss_steps)
     if after >= steps[-1]:
         _validate.fail("after", f"a step before the run's last, {int(steps[-1])}", after)
@@ -717,13 +704,12 @@ def _bought_nats(fp):
 
 
 @checked
-def bought_late(fp: FramePrecision, fraction=0.9):
+def bought_late(fp: FramePrecision, fraction: Real(0, 1, low_open=True, high_open=True) = 0.9):
     """Who bought the last ``1 - fraction`` of each seed's loss decrease, anchored on the loss itself:
     per seed, the window starts at the first snapshot where the loss has covered ``fraction`` of its
     decrease (``diagnostics.progress_step``) and runs to the end. No settle step and no plateau test,
     and it means the same in a run of any length. {group: (S,) nats bought in the seed's window},
     "values + readout", "realised" (S,) and "from_step" (S,), where each window starts."""
-    fraction = _validate.real("fraction", fraction, 0, 1, low_open=True, high_open=True)
     steps = np.asarray(fp.loss_steps)
     nats = _bought_nats(fp)
     out = {g: np.zeros(len(fp.loss)) for g in [*nats, "realised"]}
@@ -759,12 +745,12 @@ class LongRunConfig:
     ``pool`` 0 is the paper's one training sequence per seed; ``pool`` > 0 that many fresh ones."""
     name: str = "pool64-std0.1"
     schedules: tuple = LONG_SCHEDULES
-    seeds: tuple = PAPER_SEEDS
-    steps: int = 8000
-    T: int = 2000
-    pool: int = 64
-    init_std: float = INIT_STD
-    record_every: int = 25
+    seeds: Seeds = PAPER_SEEDS
+    steps: Whole(1) = 8000
+    T: Whole(2) = 2000
+    pool: Whole(0, POOL_STRIDE - 1) = 64
+    init_std: Positive = INIT_STD
+    record_every: Whole(1) = 25
     fresh: bool = False        # True: a new sequence per seed at every step (``pool`` must be 0)
     intervals: tuple = ()      # extra snapshot intervals (multiples of record_every) the rates are also measured at
 
@@ -781,18 +767,15 @@ class LongRunConfig:
                 v.fail(f"schedules[{i}]", "a tuple (name, base rate, W_V factor)", sched)
         if not isinstance(self.intervals, (tuple, list)):
             v.fail("intervals", "a tuple of ints (multiples of record_every), e.g. (5, 20)", self.intervals)
+        declared_fields(self)
         checked = {"schedules": tuple((n, v.real(f"schedules[{i}] rate", lr, 0), v.positive(f"schedules[{i}] factor", f))
                                       for i, (n, lr, f) in enumerate(self.schedules)),
-                   "seeds": _validate.distinct_seeds("seeds", self.seeds), "steps": v.integer("steps", self.steps, 1),
-                   "T": v.integer("T", self.T, 2), "pool": v.integer("pool", self.pool, 0, POOL_STRIDE - 1),
-                   "init_std": v.positive("init_std", self.init_std),
-                   "record_every": v.integer("record_every", self.record_every, 1),
                    "fresh": v.boolean("fresh", self.fresh),
                    "intervals": tuple(v.integer(f"intervals[{i}]", n, 1) for i, n in enumerate(self.intervals))}
-        if checked["fresh"] and checked["pool"]:
+        if checked["fresh"] and self.pool:
             v.fail("pool", "0 when fresh=True (fresh data has no pool)", self.pool)
-        if any(n % checked["record_every"] for n in checked["intervals"]):
-            v.fail("intervals", f"multiples of record_every={checked['record_every']}", self.intervals)
+        if any(n % self.record_every for n in checked["intervals"]):
+            v.fail("intervals", f"multiples of record_every={self.record_every}", self.intervals)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -1012,14 +995,15 @@ def load_long_run(name="pool64-std0.1", directory=None):
                                  advice=f"run `python {LONG_RUN_SCRIPT} --only {name} --force` to train it again")
 
 
-def within(steps, excess, tolerance):
+@checked
+def within(steps, excess, tolerance: Real()):
     """The first of ``steps`` at which ``excess`` (a loss above some target) is <= ``tolerance``
     and stays there to the end, per row; nan where it never does."""
+    # tolerance may be < 0: excess is signed (below the target)
     excess = np.atleast_2d(_validate.number_array("excess", excess))
     steps = _validate.number_array("steps", steps)
     if steps.ndim != 1 or len(steps) != excess.shape[-1]:
         _validate.fail("steps", f"{excess.shape[-1]} steps (one per column of excess)", steps)
-    tolerance = _validate.real("tolerance", tolerance)  # may be < 0: excess is signed (below the target)
     out = np.full(len(excess), np.nan)
     for i, e in enumerate(excess):
         above = np.nonzero(~(e <= tolerance))[0]
@@ -1042,7 +1026,8 @@ def frame_precision_of_record(record, name):
 PLATEAU = 0.005  # nats: the held-out loss has stopped falling once it stays this close to its lowest value
 
 
-def convergence(record, name, plateau=PLATEAU):
+@checked
+def convergence(record, name, plateau: Real(0) = PLATEAU):
     """Where schedule ``name`` of a long-run record stands on held-out data, per seed ((S,) arrays):
 
     ``excess``        final held-out loss minus the exact Bayes loss on the same sequence (nats)
@@ -1060,10 +1045,10 @@ def convergence(record, name, plateau=PLATEAU):
     ``excess_gap``    ``gap`` with each loss measured above its own data's Bayes loss: the held-out and
                       training sequences differ in how predictable they are, and the raw gap carries that
     """
+    # plateau >= 0: a distance from the lowest value
     schedules = _validate.record("record", record, ("config", "schedules"), "load_long_run")["schedules"]
     if name not in schedules:
         _validate.fail("name", f"one of {list(schedules)}", name)
-    plateau = _validate.real("plateau", plateau, 0)  # a distance from the lowest value
     every = _validate.record("record['config']", record["config"], ("record_every",), "load_long_run")["record_every"]
     m = _validate.record(f"record['schedules'][{name!r}]", schedules[name], ("loss_steps", "held_out", "bayes_held_out",
                          "train_loss", "bayes_train_loss", "final_train_loss"), "load_long_run")
@@ -1088,7 +1073,8 @@ LEARNED_LINES = (LEARNED, 0.8)            # row 8's gate is printed at a stricte
 PLATEAU_LINES = (0.0025, PLATEAU, 0.01)   # ... and at half and twice its plateau line
 
 
-def late_gate(record, name, plateau=PLATEAU, learned=LEARNED):
+@checked
+def late_gate(record, name, plateau=PLATEAU, learned: Real(0, 1) = LEARNED):
     """Whether schedule ``name`` of a long-run record can show what happens late in training (row 8's gate).
 
     Every seed must have learned (``convergence``'s "learned" at least ``learned``) and reached its
@@ -1097,7 +1083,6 @@ def late_gate(record, name, plateau=PLATEAU, learned=LEARNED):
     at most two standard errors above zero (a one-seed record has no standard error and never meets it).
     Returns ``convergence``'s figures with ``gap_mean``, ``gap_se`` and ``meets`` added."""
     c = convergence(record, name, plateau)
-    learned = _validate.real("learned", learned, 0, 1)
     last_fifth = record["config"]["steps"] * (1 - diagnostics.SETTLE_MIN_SPAN)
     gap = c["excess_gap"]
     c["gap_mean"] = float(gap.mean())

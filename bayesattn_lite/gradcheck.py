@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from . import _validate, attention
-from ._types import Flag, Float, Int, Tensor, checked
+from ._types import Flag, Float, Int, Positive, Tensor, checked
 
 
 @checked
@@ -37,7 +37,7 @@ def autograd_gradients(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], par
 
 
 @checked
-def finite_difference(f: Callable, tensor: Float[Tensor, "..."], index, eps=1e-6) -> float:
+def finite_difference(f: Callable, tensor: Float[Tensor, "..."], index, eps: Positive = 1e-6) -> float:
     """Central difference (f(t + eps e) - f(t - eps e)) / 2 eps along one entry of ``tensor``.
 
     ``f`` takes the tensor and returns a scalar; ``tensor`` is left unchanged. Use float64.
@@ -47,7 +47,6 @@ def finite_difference(f: Callable, tensor: Float[Tensor, "..."], index, eps=1e-6
     if tensor.isnan().any():   # -inf is a masked score; NaN is nothing a derivative can be taken at
         _validate.fail("tensor", "no NaN entries (masked scores may be -inf)", f"{int(tensor.isnan().sum())} NaN entries",
                        described=True)
-    eps = _validate.positive("eps", eps)
     try:
         if tensor[index].numel() != 1:
             raise IndexError(f"it selects {tensor[index].numel()} entries")

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _validate
-from ._types import Float, Tensor, TokenIds, checked
+from ._types import Float, OneOf, Tensor, TokenIds, Whole, checked
 
 
 # ----------------------------------------------------------------------------- validation
@@ -60,11 +60,12 @@ def _check_tokens(tokens, vocab_size, max_len=None):
 class _Model(nn.Module):
     """What the four share: validated sizes, an embedding, a readout to n_classes."""
 
-    def __init__(self, vocab_size, n_classes, d_model):
+    @checked
+    def __init__(self, vocab_size: Whole(2), n_classes: Whole(2), d_model: Whole(1)):
         super().__init__()
-        self.vocab_size = _validate.integer("vocab_size", vocab_size, 2)
-        self.n_classes = _validate.integer("n_classes", n_classes, 2)
-        self.d_model = _validate.integer("d_model", d_model, 1)
+        self.vocab_size = vocab_size
+        self.n_classes = n_classes
+        self.d_model = d_model
         self.embed = nn.Embedding(vocab_size, d_model)
         self.max_len = None  # only models with position embeddings have a limit
 
@@ -81,9 +82,9 @@ class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention written out (no fused kernel), so every quantity of the
     paper passes through a probe: q, k, v, alpha and g = alpha v, before the output projection."""
 
-    def __init__(self, d_model, n_heads):
+    @checked
+    def __init__(self, d_model: Whole(1), n_heads: Whole(1)):
         super().__init__()
-        d_model, n_heads = _validate.integer("d_model", d_model, 1), _validate.integer("n_heads", n_heads, 1)
         if d_model % n_heads:
             _validate.fail("n_heads", f"a divisor of d_model={d_model}", n_heads)
         self.n_heads, self.d_head = n_heads, d_model // n_heads
@@ -135,12 +136,12 @@ class Transformer(_Model):
     such a model can be tested at longer horizons fairly (chapter 8).
     """
 
-    def __init__(self, vocab_size, n_classes, d_model=64, n_layers=2, n_heads=4, max_len=512, stream_start=None):
+    @checked
+    def __init__(self, vocab_size, n_classes, d_model=64, n_layers: Whole(1) = 2, n_heads: Whole(1) = 4,
+                 max_len: Whole(1) = 512, stream_start: Whole(0) | None = None):
         super().__init__(vocab_size, n_classes, d_model)
-        _validate.integer("n_layers", n_layers, 1)
-        _validate.integer("n_heads", n_heads, 1)
-        self.max_len = _validate.integer("max_len", max_len, 1)
-        self.stream_start = None if stream_start is None else _validate.integer("stream_start", stream_start, 0)
+        self.max_len = max_len
+        self.stream_start = None if stream_start is None else stream_start
         if self.stream_start is not None:
             if self.stream_start >= max_len:
                 _validate.fail("stream_start", f"below max_len={max_len}", stream_start)
@@ -312,10 +313,9 @@ class SelectiveSSM(_Model):
     """A Mamba-style model: embedding, ``n_layers`` residual ``SelectiveSSMLayer`` blocks, readout.
     No position embedding: the recurrence itself knows order, and any length runs."""
 
-    def __init__(self, vocab_size, n_classes, d_model=64, n_layers=2, d_state=16):
+    @checked
+    def __init__(self, vocab_size, n_classes, d_model=64, n_layers: Whole(1) = 2, d_state: Whole(1) = 16):
         super().__init__(vocab_size, n_classes, d_model)
-        _validate.integer("n_layers", n_layers, 1)
-        _validate.integer("d_state", d_state, 1)
         self.blocks = nn.ModuleList(_SSMBlock(d_model, d_state) for _ in range(n_layers))
         self.norm_f, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, n_classes)
 
@@ -336,9 +336,9 @@ class SelectiveSSM(_Model):
 class LSTMModel(_Model):
     """Embedding, a ``n_layers`` LSTM of width d_model (torch's cuDNN/CPU kernel), readout."""
 
-    def __init__(self, vocab_size, n_classes, d_model=64, n_layers=1):
+    @checked
+    def __init__(self, vocab_size, n_classes, d_model=64, n_layers: Whole(1) = 1):
         super().__init__(vocab_size, n_classes, d_model)
-        _validate.integer("n_layers", n_layers, 1)
         self.lstm = nn.LSTM(d_model, d_model, num_layers=n_layers, batch_first=True)
         self.head = nn.Linear(d_model, n_classes)
 
@@ -355,11 +355,12 @@ class WindowMLP(_Model):
     concatenated in a fixed order, plus the embedding of the absolute position: it knows where it
     is but can only mix a fixed set of offsets, with weights that do not depend on content."""
 
-    def __init__(self, vocab_size, n_classes, d_model=64, window=8, hidden=256, max_len=512):
+    @checked
+    def __init__(self, vocab_size, n_classes, d_model=64, window: Whole(1) = 8, hidden: Whole(1) = 256,
+                 max_len: Whole(1) = 512):
         super().__init__(vocab_size, n_classes, d_model)
-        self.window = _validate.integer("window", window, 1)
-        _validate.integer("hidden", hidden, 1)
-        self.max_len = _validate.integer("max_len", max_len, 1)
+        self.window = window
+        self.max_len = max_len
         self.pos = nn.Embedding(max_len, d_model)
         self.mlp = nn.Sequential(nn.Linear((window + 1) * d_model, hidden), nn.GELU(),
                                  nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, n_classes))
@@ -423,13 +424,12 @@ ARCHITECTURES = tuple(REGISTRY)
 PARAM_MATCH_FACTOR = 1.25  # largest / smallest parameter count across the four at the CPU scale, tested
 
 
-def sizes(name, scale="small", **overrides):
+@checked
+def sizes(name, scale: OneOf("small", "paper") = "small", **overrides):
     """The one size rule: the constructor kwargs of ``name`` at ``scale`` ("small": the entry's
     ``small``; "paper": its ``paper`` over them), then ``overrides`` on top. An override changes
     only what it names: ``sizes("transformer", "paper", n_layers=1)`` keeps d_model 256."""
     _validate.choice("architecture", name, ARCHITECTURES)
-    if scale not in ("small", "paper"):
-        _validate.fail("scale", "'small' or 'paper'", scale)
     arch = REGISTRY[name]
     known = [p for p in inspect.signature(arch.cls).parameters if p not in ("vocab_size", "n_classes")]
     unknown = sorted(set(overrides) - set(known))
@@ -444,10 +444,10 @@ def sizes(name, scale="small", **overrides):
     return out
 
 
-def build(name, vocab_size, n_classes, **sizes_):
+@checked
+def build(name, vocab_size: Whole(2), n_classes: Whole(2), **sizes_):
     """The ``name`` model at the CPU scale (``sizes(name)``), any of its sizes overridden by ``sizes_``."""
     kwargs = sizes(name, "small", **sizes_)  # checks the name first
-    vocab_size, n_classes = _validate.integer("vocab_size", vocab_size, 2), _validate.integer("n_classes", n_classes, 2)
     return REGISTRY[name].cls(vocab_size, n_classes, **kwargs)
 
 

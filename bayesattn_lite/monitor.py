@@ -63,7 +63,7 @@ import torch
 from torch import nn
 
 from . import _validate, attention, diagnostics, models
-from ._types import Float, Tensor, checked
+from ._types import Float, Tensor, Whole, checked
 
 SUMMARIES = ("positive_mass", "weighted_entropy", "entropy", "score_grad", "advantage_share", "u_norm",
              "frame_rate", "precision_rate")
@@ -228,10 +228,10 @@ class Monitor:
         mon.summary()["layer name"]["positive_mass"]
     """
 
-    def __init__(self, model, every=10, steps=None, keep=4, probe=None):
+    @checked
+    def __init__(self, model, every=10, steps=None, keep: Whole(1) = 4, probe=None):
         if steps is None:  # with steps given, every is not used
             every = _validate.integer("every", every, 1)
-        keep = _validate.integer("keep", keep, 1)
         self.model, self.every, self.keep = model, every, keep
         # one step, or strictly increasing steps: "10" or [10, 5] would otherwise record something else
         self.steps = None if steps is None else set(_validate.step_list("steps", steps))
@@ -414,7 +414,8 @@ class Monitor:
 # ----------------------------------------------------------------------------- overhead
 
 @checked
-def measure_overhead(make_model, step_fn, steps=50, every=10, repeats=3, **monitor_kwargs):
+def measure_overhead(make_model, step_fn, steps: Whole(1) = 50, every: Whole(1) = 10, repeats: Whole(1) = 3,
+                     **monitor_kwargs):
     """Seconds per training step without and with a monitor, measured side by side.
 
     ``make_model()`` returns a fresh model, ``step_fn(model, optimizer, step)`` runs one training
@@ -425,8 +426,6 @@ def measure_overhead(make_model, step_fn, steps=50, every=10, repeats=3, **monit
         _validate.fail("make_model", "a function make_model() -> a fresh model, not a model", make_model)
     _validate.function("make_model", make_model, "a function make_model() -> a fresh model", n_args=0)
     _validate.function("step_fn", step_fn, "a function step_fn(model, optimizer, step)", n_args=3)
-    steps, repeats = _validate.integer("steps", steps, 1), _validate.integer("repeats", repeats, 1)
-    every = _validate.integer("every", every, 1)
     passed_on = [p for p in inspect.signature(Monitor).parameters if p not in ("model", "every", "steps")]
     unknown = [k for k in monitor_kwargs if k not in passed_on]
     if unknown:   # named now, not by Monitor() after the warm-up runs

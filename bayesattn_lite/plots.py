@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from . import _validate, models, specialisation
-from ._types import Flag, checked
+from ._types import Flag, Positive, Real, Whole, checked
 from .experiments import EMvsSGDResult
 from .specialisation import Run
 
@@ -148,11 +148,11 @@ def heatmap(ax: Axes, matrix, title="", signed=False, mask=None, fmt=None, xlabe
 
 
 @checked
-def arrows(ax: Axes, points, deltas, color, label=None, scale=1.0, annotate=None):
+def arrows(ax: Axes, points, deltas, color, label=None, scale: Real() = 1.0, annotate=None):
     """Points in 2-D with an arrow from each to point + scale * delta (one gradient step)."""
     _color("color", color)
     p, d = _validate.same_shape("points, deltas", _points("points", points), _points("deltas", deltas))
-    d = d * _validate.real("scale", scale)
+    d = d * scale
     if annotate is not None and not _formats_a_number(annotate):
         _validate.fail("annotate", 'None or a format string with one {} field for the point\'s number, e.g. "$v_{}$"',
                        annotate)
@@ -197,13 +197,13 @@ def _finish_plane(ax, points, title, legend_loc):
 
 
 @checked
-def qk_step(ax: Axes, q, k, dq, dk, lr, title="queries and keys: one gradient step", legend_loc="best"):
+def qk_step(ax: Axes, q, k, dq, dk, lr: Positive, title="queries and keys: one gradient step", legend_loc="best"):
     """Queries and keys in a 2-D key space, each with an arrow for its step ``-lr * gradient``.
 
     ``q``, ``k`` are (T, 2) (d_k = 2) and ``dq``, ``dk`` their gradients dL/dq, dL/dk. The arrows
     are drawn at true length (the step itself), on equal axes, so angles can be read off.
     """
-    lr = _validate.positive("lr", lr)  # a step size: a negative one would draw the step uphill
+    # lr: Positive, a step size: a negative one would draw the step uphill
     q, k = _points("q", q), _points("k", k)
     dq, dk = _points("dq", dq), _points("dk", dk)
     for name, grad, point in (("dq", dq, q), ("dk", dk, k)):
@@ -218,7 +218,7 @@ def qk_step(ax: Axes, q, k, dq, dk, lr, title="queries and keys: one gradient st
 
 
 @checked
-def value_step(ax: Axes, v, dv, u, lr, readout=None, u_scale=1.0,
+def value_step(ax: Axes, v, dv, u, lr: Positive, readout=None, u_scale: Positive = 1.0,
                title="values: one gradient step", legend_loc="best"):
     """Values in a 2-D value space with arrows ``-lr * dL/dv_j``, and the error signals u_i.
 
@@ -226,7 +226,6 @@ def value_step(ax: Axes, v, dv, u, lr, readout=None, u_scale=1.0,
     ``u_scale`` (stated in the legend) so it is visible next to the values. ``readout`` (C, 2),
     when given, is W_O: its rows, the class directions, are drawn as dashed grey lines.
     """
-    lr, u_scale = _validate.positive("lr", lr), _validate.positive("u_scale", u_scale)
     v, dv, u = (_points(name, a) for name, a in (("v", v), ("dv", dv), ("u", u)))
     if dv.shape != v.shape:
         _validate.fail("dv", f"the shape of v {v.shape} (a gradient must match its point)", dv.shape)
@@ -256,7 +255,7 @@ def value_step(ax: Axes, v, dv, u, lr, readout=None, u_scale=1.0,
 # ----------------------------------------------------------------------------- training runs over seeds
 
 @checked
-def seed_bands(ax: Axes, curves, color, label, steps=None, lw=1.6):
+def seed_bands(ax: Axes, curves, color, label, steps=None, lw: Positive = 1.6):
     """Median over seeds as a line and the min-max range over seeds as a band.
 
     ``curves`` is (seeds, steps); ``steps`` the x values (default 0, 1, ...). The label says how
@@ -264,7 +263,6 @@ def seed_bands(ax: Axes, curves, color, label, steps=None, lw=1.6):
     a seed did not record), so a curve with gaps should say why in its caption.
     """
     _color("color", color)
-    lw = _validate.positive("lw", lw)
     c = _array("curves", curves)
     if c.ndim != 2 or c.shape[0] == 0:
         _validate.fail("curves", "shape (seeds >= 1, steps)", f"shape {c.shape}", described=True)
@@ -366,14 +364,13 @@ def value_trajectories(axes, pca, colors, titles=None):
 # ----------------------------------------------------------------------------- chapters 4-5: curves and clouds
 
 @checked
-def binned(ax: Axes, x, y, n_bins=8, by_value: Flag = False, **kwargs):
+def binned(ax: Axes, x, y, n_bins: Whole(1) = 8, by_value: Flag = False, **kwargs):
     """Mean of ``y`` in ``n_bins`` quantile bins of ``x``, drawn as a line with markers at the bins'
     mean x. For relations too noisy to read from a scatter of thousands of points.
 
     ``by_value=True``: one bin per distinct value of ``x`` (rounded to 4 decimals) that holds at least
     1% of the points, for an ``x`` that takes few values, where a quantile bin would mix two of them and
     put its marker at an x no point has."""
-    n_bins = _validate.integer("n_bins", n_bins, minimum=1)
     x, y = _array("x", x).ravel(), _array("y", y).ravel()
     if x.shape != y.shape or x.size < n_bins:
         _validate.fail("x, y", f"two samples of the same size >= n_bins={n_bins}", f"{x.size} and {y.size}",

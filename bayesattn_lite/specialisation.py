@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 from . import _validate, attention, diagnostics, tasks
-from ._types import Float, Int, Tensor, checked, unchecked, words
+from ._types import Float, Int, Positive, Real, Seed, Seeds, Tensor, Whole, checked, declared_fields, unchecked, words
 from .attention import AttentionHead
 from .train import GROUPS, History, Recipe, em_like, pick_device, rates, train, usable_cpus
 
@@ -76,22 +76,22 @@ class Config:
     need routing), with the same sizes; its last two input coordinates are the stream tag and the cue."""
     _made_by = "Config.paper(), Config.small(...)"
 
-    n_sources: int = 3
+    n_sources: Whole(2) = 3
     d_x: int = 12
-    seq_len: int = 16
-    signal_prob: float = 0.25
-    separation: float = 2.0
-    noise: float = 1.0
-    task_seed: int = 0
-    d_k: int = 8
-    d_v: int = 8
-    init_std: float = 0.1
-    n_train: int = 1024
-    n_probe: int = 256
-    steps: int = 600
-    lr: float = 0.3
-    value_ratio: float = 1.0
-    log_every: int = 10
+    seq_len: Whole(1) = 16
+    signal_prob: Real(0.0, 1.0, low_open=True) = 0.25
+    separation: Positive = 2.0
+    noise: Positive = 1.0
+    task_seed: Seed = 0
+    d_k: Whole(1) = 8
+    d_v: Whole(1) = 8
+    init_std: Positive = 0.1
+    n_train: Whole(1) = 1024
+    n_probe: Whole(1) = 256
+    steps: Whole(1) = 600
+    lr: Positive = 0.3
+    value_ratio: Positive = 1.0
+    log_every: Whole(1) = 10
     frozen: tuple = ()
     cued: bool = False
 
@@ -103,20 +103,13 @@ class Config:
             v.fail("frozen", f"a tuple of distinct names among {list(PARAM_NAMES)}", self.frozen)
         if any(n not in PARAM_NAMES for n in self.frozen) or len(set(self.frozen)) != len(self.frozen):
             v.fail("frozen", f"distinct names among {list(PARAM_NAMES)}", self.frozen)
-        n_sources, cued = v.integer("n_sources", self.n_sources, 2), v.boolean("cued", self.cued)
-        checked = {"n_sources": n_sources, "d_x": v.integer("d_x", self.d_x, n_sources + 1 + cued), "cued": cued,
-                   "seq_len": v.integer("seq_len", self.seq_len, 1),
-                   "signal_prob": v.real("signal_prob", self.signal_prob, 0.0, 1.0, low_open=True),
-                   "separation": v.positive("separation", self.separation), "noise": v.positive("noise", self.noise),
-                   "task_seed": v.seed("task_seed", self.task_seed), "d_k": v.integer("d_k", self.d_k, 1),
-                   "d_v": v.integer("d_v", self.d_v, 1), "init_std": v.positive("init_std", self.init_std),
-                   "n_train": v.integer("n_train", self.n_train, 1), "n_probe": v.integer("n_probe", self.n_probe, 1),
-                   "steps": v.integer("steps", self.steps, 1), "lr": v.positive("lr", self.lr),
-                   "value_ratio": v.positive("value_ratio", self.value_ratio),
-                   "log_every": v.integer("log_every", self.log_every, 1), "frozen": tuple(self.frozen)}
-        if checked["n_probe"] * checked["seq_len"] < 2:   # the values' PCA on the probe needs two points
+        declared_fields(self)
+        cued = v.boolean("cued", self.cued)
+        checked = {"d_x": v.integer("d_x", self.d_x, self.n_sources + 1 + cued), "cued": cued,
+                   "frozen": tuple(self.frozen)}
+        if self.n_probe * self.seq_len < 2:   # the values' PCA on the probe needs two points
             v.fail("n_probe, seq_len", "n_probe * seq_len >= 2 (the probe's values are compared by a PCA)",
-                   f"{checked['n_probe']} x {checked['seq_len']}", described=True)
+                   f"{self.n_probe} x {self.seq_len}", described=True)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -152,9 +145,9 @@ def make_task(cfg: Config):
     return make(cfg.n_sources, cfg.d_x, cfg.seq_len, cfg.signal_prob, cfg.noise, cfg.separation, cfg.task_seed)
 
 
-def make_data(cfg, seed):
+@checked
+def make_data(cfg, seed: Seed):
     """(task, train, probe): the task is the same for every seed; the samples and the head are not."""
-    seed = _validate.seed("seed", seed)
     task = make_task(cfg)
     return task, task.sample(cfg.n_train, seed=10_000 + seed), task.sample(cfg.n_probe, seed=20_000 + seed)
 
@@ -319,15 +312,14 @@ def _one_thread():
 
 
 @checked
-def run(cfg: Config = Config(), seed=0, loop_every=0, loop_until=300, progress=False, device="cpu"):
+def run(cfg: Config = Config(), seed: Seed = 0, loop_every: Whole(0) = 0, loop_until: Whole(0) = 300, progress=False,
+        device="cpu"):
     """Train one head on the toy task and measure it (see the module docstring).
 
     ``device`` defaults to the CPU: at these sizes (a few thousand positions, an 8-wide head) a GPU
     only adds overhead; "cuda" (or None: the GPU when there is one) runs everything there."""
     if cfg.steps % cfg.log_every:
         _validate.fail("cfg.steps", f"a multiple of cfg.log_every={cfg.log_every}", cfg.steps)
-    seed = _validate.seed("seed", seed)
-    loop_every, loop_until = _validate.integer("loop_every", loop_every, 0), _validate.integer("loop_until", loop_until, 0)
     if loop_every and min(loop_until, cfg.steps - 1) <= 0:   # the loop measures steps t < min(loop_until, cfg.steps - 1)
         _validate.fail("loop_until", f"an int >= 1 with cfg.steps >= 2, so that loop_every={loop_every} measures a step",
                        f"loop_until={loop_until} and cfg.steps={cfg.steps}", described=True)
@@ -400,15 +392,14 @@ def _run(cfg, seed, loop_every, loop_until, progress, device):
 
 
 @checked
-def run_seeds(cfg: Config = Config(), seeds=(0, 1, 2, 3, 4), workers=None, **kwargs):
+def run_seeds(cfg: Config = Config(), seeds: Seeds = (0, 1, 2, 3, 4), workers: Whole(1) | None = None, **kwargs):
     """``run`` for each seed, in the order of ``seeds``. On the CPU the seeds train in ``workers``
     processes at once (default: one per CPU core, at most one per seed); each run is seeded on its
     own and uses one thread, so the results are those of one run after the other."""
-    seeds = list(_validate.distinct_seeds("seeds", seeds))
+    seeds = list(seeds)
     on_cpu = pick_device(kwargs.get("device", "cpu")).type == "cpu"
     if workers is None:
         workers = min(len(seeds), usable_cpus()) if on_cpu else 1
-    workers = _validate.integer("workers", workers, 1)
     if workers > 1 and not on_cpu:
         _validate.fail("workers", "1 on a GPU (worker processes are for CPU runs)", workers)
     if workers == 1 or len(seeds) < 2:
@@ -437,7 +428,7 @@ def _continue(cfg, seed, params, steps):
 
 
 @checked
-def continue_training(runs: Sequence[Run], steps, workers=None):
+def continue_training(runs: Sequence[Run], steps: Whole(1), workers: Whole(1) | None = None):
     """Train each run of ``runs`` for ``steps`` more steps of its own schedule, from its final weights,
     and measure the head again: one dict per run with ``steps`` (the total), the training ``loss``, the
     probe measurements of ``probe_metrics`` (``kl_bits``, ``attn_entropy``, ``signal_mass``, ...) and
@@ -447,11 +438,9 @@ def continue_training(runs: Sequence[Run], steps, workers=None):
     longer run, ``run(replace(cfg, steps=cfg.steps + steps))``, at a fraction of the cost (no probe
     measurements on the way). Workers as in ``run_seeds``."""
     runs = _check_runs(runs)
-    steps = _validate.integer("steps", steps, 1)
     jobs = [(r.cfg, r.seed, {n: p.detach().cpu().clone() for n, p in r.model.state_dict().items()}) for r in runs]
     if workers is None:
         workers = min(len(jobs), usable_cpus())
-    workers = _validate.integer("workers", workers, 1)
     if workers == 1 or len(jobs) < 2:
         return [_continue(*job, steps) for job in jobs]
     pool = _worker_pool(workers)
@@ -513,7 +502,7 @@ def reference_entropies(run_: Run):
 # ----------------------------------------------------------------------------- summaries
 
 @checked
-def loop_window(runs: Sequence[Run], key: str, start, stop):
+def loop_window(runs: Sequence[Run], key: str, start: Whole(0), stop):
     """One number per run: the mean of a loop measurement over the recorded steps in [start, stop)."""
     start, stop = _start_stop(start, stop)
     out = []
@@ -533,8 +522,7 @@ def loop_window(runs: Sequence[Run], key: str, start, stop):
 
 
 def _start_stop(start, stop):
-    """[start, stop): two steps >= 0 with start < stop."""
-    start = _validate.integer("start", start, 0)
+    """[start, stop): two steps with start < stop (start >= 0 is declared by the callers)."""
     return start, _validate.integer("stop", stop, start + 1)
 
 
@@ -548,7 +536,7 @@ def _time_corr(a, b):
 
 
 @checked
-def loop_correlations(run_: Run, start=0, stop=100):
+def loop_correlations(run_: Run, start: Whole(0) = 0, stop=100):
     """The loop's prediction-vs-realisation correlations of one run over the loop steps in
     [start, stop), each statistic for pairs and for groups of keys:
 
@@ -580,7 +568,7 @@ def loop_correlations(run_: Run, start=0, stop=100):
 
 
 @checked
-def loop_size(run_: Run, start=0, stop=100):
+def loop_size(run_: Run, start: Whole(0) = 0, stop=100):
     """Does the advantage flow predict the *size* of the aggregate change, or only its timing? From
     the loop measurements of one run (the means over all queries, ``flow`` and ``dmass``):
 
@@ -636,7 +624,7 @@ def _suffix(fraction, fractions):
 
 @checked
 def timescales(run_: Run, fractions: Sequence = diagnostics.SETTLE_FRACTIONS, window=diagnostics.SETTLE_WINDOW,
-               fraction=0.9):
+               fraction: Real(0, 1, low_open=True) = 0.9):
     """The two-timescale summary of one run (chapter 5), with the course's one settle measure.
 
     The **frame rate** is the mean total-variation distance between the attention rows of
@@ -662,7 +650,6 @@ def timescales(run_: Run, fractions: Sequence = diagnostics.SETTLE_FRACTIONS, wi
     h, steps = run_.history, run_.history.steps
     if not fractions:
         _validate.fail("fractions", "one or more fractions of the peak, e.g. (0.2, 0.1)", fractions)
-    fraction = _validate.real("fraction", fraction, 0, 1, low_open=True)
     last = int(steps[-1])
     frame = diagnostics.settle(steps[1:], run_.frame_rate, fractions, window)
     values = diagnostics.settle(steps[1:], run_.precision_rate, fractions, window)
@@ -690,7 +677,7 @@ def timescales(run_: Run, fractions: Sequence = diagnostics.SETTLE_FRACTIONS, wi
 
 
 @checked
-def normalisation_check(run_: Run, early=100):
+def normalisation_check(run_: Run, early: Whole(1) = 100):
     """The first-order attribution of the loss decrease to the parameter groups (chapter 5).
 
     peak_value_final        the step at which the precision rate (the values' change against their
@@ -701,7 +688,6 @@ def normalisation_check(run_: Run, early=100):
     first_order             the sum of the three shares (near 1 when the first-order account holds)
     """
     steps, loss = run_.history.steps, run_.history["loss"]
-    early = _validate.integer("early", early, 1)
     out = {"peak_value_final": int(steps[1:][np.argmax(run_.precision_rate)])}
     drop = loss[0] - loss[-1]
     for group, bought in run_.bought.items():
@@ -725,7 +711,7 @@ def _attended_inputs(x, params):
 
 
 @checked
-def content_gap(run_: Run, steps=None, iters=100):
+def content_gap(run_: Run, steps=None, iters: Whole(1) = 100):
     """The EM reading's prediction, measured: is the head's content (W_O W_V) the best content for
     the routing it has at that step, as an M-step for the current E-step would be?
 
@@ -743,7 +729,6 @@ def content_gap(run_: Run, steps=None, iters=100):
                     once (nan where nothing remains)
     """
     steps = sorted(run_.snapshots) if steps is None else _validate.step_list("steps", steps)
-    iters = _validate.integer("iters", iters, 1)
     missing = [t for t in steps if t not in run_.snapshots]
     if missing:
         _validate.fail("steps", f"snapshot steps of the run (multiples of log_every up to {run_.cfg.steps})",
@@ -777,7 +762,7 @@ def _loss_of(x, y, params):
 
 
 @checked
-def routing_gap(run_: Run, steps, iters=20, n_seqs=None):
+def routing_gap(run_: Run, steps, iters: Whole(1) = 20, n_seqs: Whole(1) | None = None):
     """The routing-side analogue of ``content_gap``: with W_V, W_O fixed at step t, how much lower
     the training loss gets by optimising W_Q, W_K alone (L-BFGS, ``iters`` iterations from the
     head's own routing). Not convex, so this is a lower bound on the routing gap. ``n_seqs``
@@ -785,12 +770,11 @@ def routing_gap(run_: Run, steps, iters=20, n_seqs=None):
     so both are compared on one set). Returns arrays: steps, loss, routing_best, routing_gap,
     content_gap."""
     x, y, _ = run_.train
-    steps, iters = _validate.step_list("steps", steps), _validate.integer("iters", iters, 1)
+    steps, iters = _validate.step_list("steps", steps), iters
     missing = [t for t in steps if t not in run_.snapshots]
     if missing:
         _validate.fail("steps", f"snapshot steps of the run ({sorted(run_.snapshots)[:3]}...)", missing[:3])
     if n_seqs is not None:
-        n_seqs = _validate.integer("n_seqs", n_seqs, 1)
         x, y = x[:n_seqs], y[:n_seqs]
     out = {k: [] for k in ("steps", "loss", "routing_best", "routing_gap", "content_gap")}
     with _one_thread():
@@ -822,7 +806,7 @@ def routing_gap(run_: Run, steps, iters=20, n_seqs=None):
 
 
 @checked
-def compare_with_gmm(run_: Run, n_iter=100, restarts=5, confident=0.9):
+def compare_with_gmm(run_: Run, n_iter=100, restarts=5, confident: Real(0, 1, high_open=True) = 0.9):
     """Chapter 5's side-by-side: EM for a (K+1)-component Gaussian mixture on the run's pooled
     training observations (no labels, no sequences), against the head trained on those sequences.
 
@@ -838,7 +822,6 @@ def compare_with_gmm(run_: Run, n_iter=100, restarts=5, confident=0.9):
     """
     from . import em
 
-    confident = _validate.real("confident", confident, 0, 1, high_open=True)
     with _one_thread():
         task, K = run_.task, run_.task.n_sources
         x_train = run_.train[0].reshape(-1, task.d_x).double()
@@ -900,7 +883,7 @@ def parameter_snapshots(cfg: Config, seed, at):
 
 @checked
 def score_step(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], p0: Mapping[str, Tensor], p1: Mapping[str, Tensor],
-               lr):
+               lr: Positive):
     """One step t -> t+1 of the scores on a batch (x, y), against two predictions, over the visible
     pairs with i >= 1 (query 0 has one key, so its score cannot matter):
 
@@ -913,7 +896,7 @@ def score_step(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], p0: Mapping
     kernel_error     |realised - first order| / |realised| (small: first order describes the step)
     decrease         -(dL/ds) . (first-order Delta s) / lr = grad_s L . K grad_s L, >= 0 (K is PSD)
     """
-    lr = _validate.positive("lr", lr)  # the rate of the step p0 -> p1 (a training rate: > 0)
+    # lr: Positive, the rate of the step p0 -> p1 (a training rate)
     attention._check_inputs(x, p0, y, "p0")
     attention._check_inputs(x, p1, y, "p1")
     for name in PARAM_NAMES:  # p1 is p0 after one step: the same matrices, of the same shapes
@@ -934,12 +917,11 @@ def score_step(x: Float[Tensor, "*B T d_x"], y: Int[Tensor, "*B T"], p0: Mapping
 
 
 @checked
-def kernel_offdiagonal(x: Float[Tensor, "B T d_x"], params: Mapping[str, Tensor], n_seqs=16):
+def kernel_offdiagonal(x: Float[Tensor, "B T d_x"], params: Mapping[str, Tensor], n_seqs: Whole(1) = 16):
     """The share of the score-space kernel's mass off its diagonal, sum_{off} |K| / sum |K|, over the
     visible pairs (i >= 1) of each of the first ``n_seqs`` sequences of x, one number per sequence.
     K[i'j', ij] = [(x_i.x_i')(k_j.k_j') + (x_j.x_j')(q_i.q_i')]/d_k (``attention.score_kernel``);
     its diagonal is the part of a pair's step that comes from the pair's own gradient."""
-    n_seqs = _validate.integer("n_seqs", n_seqs, 1)
     fw = attention.forward(x[:n_seqs], params)
     pairs = attention.movable_pairs(x.shape[-2])
     shares = []
@@ -951,12 +933,12 @@ def kernel_offdiagonal(x: Float[Tensor, "B T d_x"], params: Mapping[str, Tensor]
 
 
 @checked
-def score_kernel_record(cfg: Config, seed, every=10, until=300, kernel_at=(0, 100, 300), n_seqs=16, keep=()):
+def score_kernel_record(cfg: Config, seed, every: Whole(1) = 10, until: Whole(1) = 300, kernel_at=(0, 100, 300),
+                        n_seqs=16, keep=()):
     """Chapter 4's kernel measurements for one seed: ``score_step`` on the training batch at steps
     0, every, ... < until, and ``kernel_offdiagonal`` (mean over ``n_seqs`` sequences) at the steps
     ``kernel_at``. Returns {"step": ..., each key of score_step: (n,) arrays, "offdiag": {step: share},
     "snapshots": {step: params} for the steps in ``keep`` (from the same training run)}."""
-    every, until = _validate.integer("every", every, 1), _validate.integer("until", until, 1)
     kernel_at, keep = _validate.step_list("kernel_at", kernel_at), list(keep) and _validate.step_list("keep", keep)
     for what, steps in (("kernel_at", kernel_at), ("keep", keep)):   # named here, not as parameter_snapshots' at
         if steps and steps[-1] > cfg.steps:

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from . import _validate, diagnostics
-from ._types import Array, Float, Int, Tensor, checked
+from ._types import Array, Float, Int, Positive, Real, Seed, Tensor, Whole, checked, declared_fields
 
 
 @runtime_checkable
@@ -78,15 +78,16 @@ class Sample:
         return self._parts()[index]
 
 
-def circular_distance(n):
+@checked
+def circular_distance(n: Whole(1)):
     """(n, n) matrix of distances between symbols placed on a circle: min(|i-j|, n-|i-j|)."""
-    n = _validate.integer("n", n, 1)
     i = np.arange(n)
     d = np.abs(i[:, None] - i[None, :])
     return np.minimum(d, n - d)
 
 
-def sticky_transition_matrix(n_symbols=8, self_prob=0.3):
+@checked
+def sticky_transition_matrix(n_symbols: Whole(2) = 8, self_prob: Real(0.0, 1.0) = 0.3):
     """The authors' transition matrix, row-normalised.
 
     Row i: ``self_prob`` on i itself, and ``(1 - self_prob) * (1/d_ij) / (1 + sum_j' 1/d_ij')`` on
@@ -94,8 +95,7 @@ def sticky_transition_matrix(n_symbols=8, self_prob=0.3):
     so the row sums to less than 1 and the final renormalisation raises the diagonal. With the
     paper's settings row 0 is [0.3498, 0.166, 0.083, 0.0553, 0.0415, 0.0553, 0.083, 0.166].
     """
-    n = _validate.integer("n_symbols", n_symbols, 2)
-    self_prob = _validate.real("self_prob", self_prob, 0.0, 1.0)
+    n = n_symbols
     d = circular_distance(n).astype(np.float64)
     inverse = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)  # 0 on the diagonal
     P = (1.0 - self_prob) * inverse / (1.0 + inverse.sum(axis=1, keepdims=True))
@@ -114,13 +114,15 @@ class StickyMarkovChain:
     observation noise.
     """
 
-    def __init__(self, n_symbols=8, self_prob=0.3, d_embed=20, noise=1.0, embed_seed=0):
-        self.n_symbols = _validate.integer("n_symbols", n_symbols, 2)
-        self.d_embed = _validate.integer("d_embed", d_embed, 1)
+    @checked
+    def __init__(self, n_symbols: Whole(2) = 8, self_prob: Real(0.0, 1.0) = 0.3, d_embed: Whole(1) = 20, noise=1.0,
+                 embed_seed: Seed = 0):
+        self.n_symbols = n_symbols
+        self.d_embed = d_embed
         self.noise = _validate.positive("noise (the observation noise's standard deviation)", noise)
         self.transition_matrix = sticky_transition_matrix(self.n_symbols, self_prob)  # numpy float64
-        self.self_prob = _validate.real("self_prob", self_prob, 0.0, 1.0)
-        self.embed_seed = _validate.seed("embed_seed", embed_seed)
+        self.self_prob = self_prob
+        self.embed_seed = embed_seed
         gen = torch.Generator().manual_seed(self.embed_seed)
         self.means = torch.randn(self.n_symbols, self.d_embed, generator=gen, dtype=torch.float64)
 
@@ -147,10 +149,10 @@ class StickyMarkovChain:
 
     # ------------------------------------------------------------------------- sampling
 
-    def sample_symbols(self, T, seed):
+    @checked
+    def sample_symbols(self, T: Whole(2), seed: Seed):
         """The hidden path s_0..s_{T-1} (int64 numpy), from ``numpy.random.default_rng(seed)``."""
-        T = _validate.integer("T", T, 2)
-        rng = np.random.default_rng(_validate.seed("seed", seed))
+        rng = np.random.default_rng(seed)
         cumulative = np.cumsum(self.transition_matrix, axis=1)
         cumulative[:, -1] = 1.0  # guard against rounding: every uniform draw lands in some column
         draws = rng.random(T)
@@ -256,17 +258,14 @@ class SourcesTask:
 
     means: torch.Tensor
     distractor: torch.Tensor
-    signal_prob: float
-    noise: float
-    seq_len: int
+    signal_prob: Real(0.0, 1.0, low_open=True)
+    noise: Positive
+    seq_len: Whole(1)
 
     def __post_init__(self):
         """The fields checked where they are set, also for a task built directly (not by ``sources_task``)."""
         _sources_shapes(self.means, self.distractor)
-        for name, value in (("signal_prob", _validate.real("signal_prob", self.signal_prob, 0.0, 1.0, low_open=True)),
-                            ("noise", _validate.positive("noise", self.noise)),
-                            ("seq_len", _validate.integer("seq_len", self.seq_len, 1))):
-            object.__setattr__(self, name, value)   # frozen: the checked value replaces the given one
+        declared_fields(self)   # frozen: the checked value replaces the given one
 
     @property
     def n_sources(self):
@@ -276,13 +275,14 @@ class SourcesTask:
     def d_x(self):
         return self.means.shape[1]
 
-    def sample(self, n_seqs, seed=0, dtype=torch.float32):
+    @checked
+    def sample(self, n_seqs: Whole(1), seed: Seed = 0, dtype=torch.float32):
         """``n_seqs`` sequences, a ``Sample``: x (B, T, d_x), y (B, T) (the source, the same along a
         sequence), is_signal (B, T) (True where x_t came from the source rather than the distractor)
         and the exact ``posterior`` (B, T, K)."""
-        B, T = _validate.integer("n_seqs", n_seqs, 1), self.seq_len
+        B, T = n_seqs, self.seq_len
         dtype = _validate.float_dtype("dtype", dtype)
-        gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
+        gen = torch.Generator().manual_seed(seed)
         z = torch.randint(0, self.n_sources, (B,), generator=gen)
         is_signal = torch.rand(B, T, generator=gen, dtype=torch.float64) < self.signal_prob
         centres = torch.where(is_signal[..., None], self.means[z][:, None, :], self.distractor)
@@ -352,17 +352,17 @@ class SourcesTask:
         return self.kl_bits_by_position(logits, x).mean().item()
 
 
-def sources_task(n_sources=3, d_x=12, seq_len=16, signal_prob=0.4, noise=1.0, separation=3.0, seed=0):
+@checked
+def sources_task(n_sources: Whole(2) = 3, d_x=12, seq_len=16, signal_prob=0.4, noise=1.0, separation: Positive = 3.0,
+                 seed: Seed = 0):
     """Draw K source means and one distractor mean, each at distance ``separation`` from the origin.
 
     Random directions in d_x >= K + 1 dimensions are nearly orthogonal, so every pair of means is
     about separation * sqrt(2) apart: a single observation is informative but ambiguous, and a few
     signal positions pin the source down.
     """
-    n_sources = _validate.integer("n_sources", n_sources, 2)
     d_x = _validate.integer("d_x", d_x, n_sources + 1)
-    separation = _validate.positive("separation", separation)
-    gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
+    gen = torch.Generator().manual_seed(seed)
     directions = torch.randn(n_sources + 1, d_x, generator=gen, dtype=torch.float64)
     directions = separation * directions / directions.norm(dim=1, keepdim=True)
     return SourcesTask(means=directions[:n_sources], distractor=directions[n_sources],
@@ -394,12 +394,13 @@ class CuedSourcesTask:
     posterior, observation_posterior = SourcesTask.posterior, SourcesTask.observation_posterior
     bayes_loss, kl_bits_by_position, kl_bits = SourcesTask.bayes_loss, SourcesTask.kl_bits_by_position, SourcesTask.kl_bits
 
-    def sample(self, n_seqs, seed=0, dtype=torch.float32):
+    @checked
+    def sample(self, n_seqs: Whole(1), seed: Seed = 0, dtype=torch.float32):
         """``n_seqs`` sequences, a ``Sample``: x (B, T, d_x), y (B, T) (the cued source), is_signal
         (B, T) (True where x_t came from the cued source) and the exact ``posterior`` (B, T, K)."""
-        B, T = _validate.integer("n_seqs", n_seqs, 1), self.seq_len
+        B, T = n_seqs, self.seq_len
         dtype = _validate.float_dtype("dtype", dtype)
-        gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
+        gen = torch.Generator().manual_seed(seed)
         z = torch.randint(0, self.n_sources, (B, 2), generator=gen)           # sources of streams A, B
         cue = torch.randint(0, 2, (B,), generator=gen)                        # 0: A is asked for, 1: B
         is_signal = torch.rand(B, T, generator=gen, dtype=torch.float64) < self.signal_prob
@@ -421,15 +422,14 @@ class CuedSourcesTask:
         return content * (x[..., -2:-1] * x[..., -1:] > 0)
 
 
-def cued_sources_task(n_sources=3, d_x=12, seq_len=16, signal_prob=0.25, noise=1.0, separation=2.0, seed=0):
+@checked
+def cued_sources_task(n_sources: Whole(2) = 3, d_x=12, seq_len: Whole(1) = 16,
+                      signal_prob: Real(0.0, 1.0, low_open=True) = 0.25, noise: Positive = 1.0,
+                      separation: Positive = 2.0, seed: Seed = 0):
     """K source means at distance ``separation`` from the origin in the first d_x - 2 coordinates
     (the last two carry the stream tag and the cue, of size ``separation``). See ``CuedSourcesTask``."""
-    n_sources = _validate.integer("n_sources", n_sources, 2)
     d_x = _validate.integer("d_x", d_x, n_sources + 2)
-    seq_len = _validate.integer("seq_len", seq_len, 1)
-    signal_prob = _validate.real("signal_prob", signal_prob, 0.0, 1.0, low_open=True)
-    noise, separation = _validate.positive("noise", noise), _validate.positive("separation", separation)
-    gen = torch.Generator().manual_seed(_validate.seed("seed", seed))
+    gen = torch.Generator().manual_seed(seed)
     directions = torch.randn(n_sources, d_x - 2, generator=gen, dtype=torch.float64)
     means = torch.zeros(n_sources, d_x, dtype=torch.float64)
     means[:, :-2] = separation * directions / directions.norm(dim=1, keepdim=True)

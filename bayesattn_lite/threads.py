@@ -28,13 +28,15 @@ from collections import deque
 import torch
 
 from . import _validate
+from ._types import Positive, Whole, checked
 
 PROBE_STEPS = 3       # steps timed at each count; the median is robust to one slow step
 EVERY_SECONDS = 30.0  # how long a choice holds before it is checked again
 SLOWER = 1.5          # the kept count's steps this much slower than when chosen: check again now
 
 
-def tuned(steps, device, probe=PROBE_STEPS, every=EVERY_SECONDS):
+@checked
+def tuned(steps, device, probe: Whole(1) = PROBE_STEPS, every: Positive = EVERY_SECONDS):
     """Yield from ``steps`` (a loop's iterable, e.g. its tqdm bar), each step on the thread count
     that is faster now. On a GPU, with one thread, or with BAYESATTN_TUNE_THREADS=0, the steps are
     yielded untouched. Use it as ``with contextlib.closing(tuned(bar, device)) as steps:``, so that
@@ -42,7 +44,6 @@ def tuned(steps, device, probe=PROBE_STEPS, every=EVERY_SECONDS):
     if not hasattr(steps, "__iter__"):
         _validate.fail("steps", "an iterable (the loop's range or tqdm bar)", steps)
     device = _validate.device("device", "cpu" if device is None else device)
-    probe, every = _validate.integer("probe", probe, 1), _validate.positive("every", every)
     if device.type != "cpu" or torch.get_num_threads() == 1 or os.environ.get("BAYESATTN_TUNE_THREADS") == "0":
         return (item for item in steps)   # a generator all the same: closing() closes it
     return _tuned(steps, probe, every)

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from . import _validate, checkpoints
-from ._types import Flag, checked
+from ._types import Flag, OneOf, Positive, Real, Whole, checked, declared_fields
 
 # What each matrix of a head does: queries and keys decide where it looks (routing), W_V what it
 # reads (values), W_O how that reaches the output (readout). The EM-like schedule speeds up "values".
@@ -66,9 +66,10 @@ def usable_cpus():
     return max(1, cpus)
 
 
-def seed_everything(seed):
+@checked
+def seed_everything(seed: Whole(0, 2**32 - 1)):
     """Seed python's random, numpy's global RNG and torch (CPU and every CUDA device)."""
-    seed = _validate.integer("seed", seed, 0, 2**32 - 1)  # numpy's limit
+    # seed < 2**32: numpy's limit
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # seeds the CPU generator and all CUDA devices (lazily)
@@ -79,18 +80,19 @@ def seed_everything(seed):
 EM_LIKE_RATIO = 10.0  # the paper's EM-like schedule: W_V learns this many times faster than the rest
 
 
-def em_like(value_ratio=EM_LIKE_RATIO):
+@checked
+def em_like(value_ratio: Positive = EM_LIKE_RATIO):
     """The paper's EM-like schedule, as ``lr_multipliers``: the values' matrix W_V gets
     ``value_ratio`` times the base rate, routing (W_Q, W_K) and readout (W_O) the base rate.
     ``value_ratio=1`` is plain gradient descent."""
-    return {"W_V": _validate.positive("value_ratio", value_ratio)}
+    return {"W_V": value_ratio}
 
 
-def rates(lr, lr_multipliers=None, names=("W_Q", "W_K", "W_V", "W_O")):
+@checked
+def rates(lr: Real(0), lr_multipliers=None, names=("W_Q", "W_K", "W_V", "W_O")):
     """The learning rate of each matrix in ``names``: ``lr`` times its factor in ``lr_multipliers``
     (e.g. ``em_like()``), 1 where none is given. ``rates(0.01, em_like())`` ->
     {"W_Q": 0.01, "W_K": 0.01, "W_V": 0.1, "W_O": 0.01}."""
-    lr = _validate.real("lr", lr, 0)
     if isinstance(names, str) or not all(isinstance(n, str) for n in names):
         _validate.fail("names", "a list of matrix names, e.g. ('W_Q', 'W_K')", names)
     if lr_multipliers is not None and not isinstance(lr_multipliers, dict):
@@ -104,7 +106,7 @@ def rates(lr, lr_multipliers=None, names=("W_Q", "W_K", "W_V", "W_O")):
 
 
 @checked
-def param_groups(model: torch.nn.Module, lr, lr_multipliers=None):
+def param_groups(model: torch.nn.Module, lr: Positive, lr_multipliers=None):
     """Optimizer parameter groups with a learning rate per parameter, chosen by name.
 
     ``lr_multipliers`` maps fnmatch patterns on ``model.named_parameters()`` names to a factor
@@ -116,7 +118,6 @@ def param_groups(model: torch.nn.Module, lr, lr_multipliers=None):
         param_groups(head, 0.1, {"W_Q": 0.1, "W_K": 0.1})     # slow routing, fast content
         param_groups(model, 0.1, {f"*{m}": 0.1 for m in GROUPS["routing"]})  # same, any nesting
     """
-    _validate.positive("lr", lr)
     lr_multipliers = _multipliers(lr_multipliers)
     named = list(model.named_parameters())
     names = [name for name, _ in named]
@@ -138,7 +139,8 @@ def param_groups(model: torch.nn.Module, lr, lr_multipliers=None):
 SCHEDULES = ("constant", "cosine")
 
 
-def lr_factor(step, steps, schedule="constant", warmup=0):
+@checked
+def lr_factor(step, steps: Whole(1), schedule: OneOf(SCHEDULES) = "constant", warmup=0):
     """The factor on every group's base rate at ``step`` (0-based) of a run of ``steps`` steps
     (``step == steps`` is allowed: the rate the schedule ends at).
 
@@ -147,8 +149,6 @@ def lr_factor(step, steps, schedule="constant", warmup=0):
     from 1 after the warm-up down toward 0 at the last step (large early steps find the basin,
     small late ones settle into it: what takes a model from near the posterior to on it).
     """
-    _validate.choice("schedule", schedule, SCHEDULES)
-    steps = _validate.integer("steps", steps, 1)
     step = _validate.integer("step", step, 0, steps)
     return _factor(step, steps, schedule, _warmup(warmup, steps))
 
@@ -187,7 +187,7 @@ class History:
         self._columns = {}  # metric name -> one float per logged step (nan where it was absent)
 
     def append(self, step, **metrics):
-        step = _validate.integer("step", step, 0)
+        step = _validate.integer("step", step, 0)   # by hand, not declared: a training loop logs every step
         for key, value in metrics.items():   # one number per metric: float() also unwraps 0-d tensors
             try:
                 float(value)
@@ -346,34 +346,27 @@ class Recipe:
     ``lr_factor(step, steps, schedule, warmup)``; ``clip_grad_norm`` rescales the gradients to at
     most that total norm; ``weight_decay`` goes to the optimizer (decoupled for AdamW)."""
 
-    steps: int
-    optimizer: str = "sgd"  # a key of OPTIMIZERS
-    lr: float = 1e-2
+    steps: Whole(0)
+    optimizer: OneOf(OPTIMIZERS) = "sgd"
+    lr: Positive = 1e-2
     lr_multipliers: dict = field(default_factory=dict)
-    schedule: str = "constant"  # one of SCHEDULES
+    schedule: OneOf(SCHEDULES) = "constant"
     warmup: int = 0  # steps of linear warm-up
-    clip_grad_norm: float = None  # None: no clipping
-    weight_decay: float = 0.0
+    clip_grad_norm: Positive | None = None  # None: no clipping
+    weight_decay: Real(0) = 0.0
 
     def __post_init__(self):
-        steps = _validate.integer("steps", self.steps, 0)
-        checked = {"steps": steps,
-                   "optimizer": _validate.choice("optimizer", self.optimizer, OPTIMIZERS),
-                   "lr": _validate.positive("lr", self.lr),
-                   "lr_multipliers": _multipliers(self.lr_multipliers),
-                   "schedule": _validate.choice("schedule", self.schedule, SCHEDULES),
-                   "warmup": _warmup(self.warmup, steps),
-                   "clip_grad_norm": None if self.clip_grad_norm is None else
-                   _validate.positive("clip_grad_norm", self.clip_grad_norm),
-                   "weight_decay": _validate.real("weight_decay", self.weight_decay, 0)}
-        if checked["schedule"] != "constant" and checked["steps"] and checked["warmup"] >= checked["steps"]:
-            _validate.fail("warmup", f"fewer steps than steps={checked['steps']} (the {checked['schedule']} schedule "
+        declared_fields(self)   # plain floats and ints: what the fingerprint hashes
+        checked = {"lr_multipliers": _multipliers(self.lr_multipliers), "warmup": _warmup(self.warmup, self.steps)}
+        if self.schedule != "constant" and self.steps and checked["warmup"] >= self.steps:
+            _validate.fail("warmup", f"fewer steps than steps={self.steps} (the {self.schedule} schedule "
                            "would never run)", self.warmup)
-        for name, value in checked.items():  # plain floats and ints: what the fingerprint hashes
+        for name, value in checked.items():
             object.__setattr__(self, name, value)
 
     def rate_factor(self, step):
-        """The factor on every base rate at ``step`` (the schedule and the warm-up)."""
+        """The factor on every base rate at ``step`` (the schedule and the warm-up); checked by hand,
+        not declared: the training loop calls it every step."""
         return _factor(_validate.integer("step", step, 0), self.steps, self.schedule, self.warmup)
 
     def fingerprint_fields(self):
@@ -470,8 +463,9 @@ def _step(model, loss_fn, opt, recipe, step, on_step):
 
 
 @checked
-def train(model: torch.nn.Module, loss_fn: Callable, recipe: "Recipe", *, seed=None, device=None, log_every=1,
-          on_step: Callable | None = None, checkpoint_path=None, checkpoint_every=100, resume: Flag = True,
+def train(model: torch.nn.Module, loss_fn: Callable, recipe: "Recipe", *, seed: Whole(0, 2**32 - 1) | None = None,
+          device=None, log_every: Whole(1) = 1,
+          on_step: Callable | None = None, checkpoint_path=None, checkpoint_every: Whole(1) = 100, resume: Flag = True,
           progress: Flag = True, desc: str = "training") -> History:
     """Train ``model`` on ``loss_fn(model, step)`` with ``recipe`` (a ``Recipe``); return the History.
 
@@ -488,11 +482,10 @@ def train(model: torch.nn.Module, loss_fn: Callable, recipe: "Recipe", *, seed=N
     the history and the RNG states, so a resumed run equals one that never stopped. A checkpoint
     written with another recipe, another model or another ``seed`` is refused, saying what differs.
     """
+    # seed < 2**32: as seed_everything takes it, and as stored
     _validate.function("loss_fn", loss_fn, "a function loss_fn(model, step)", n_args=2)
     if on_step is not None:
         _validate.function("on_step", on_step, "a function on_step(model, step)", n_args=2)
-    log_every, checkpoint_every = _validate.integer("log_every", log_every, 1), _validate.integer(
-        "checkpoint_every", checkpoint_every, 1)
     checkpoint_path = _validate.writable_path("checkpoint_path", checkpoint_path) if checkpoint_path else None
     if not any(p.requires_grad for p in model.parameters()):
         _validate.fail("model", "a module with trainable parameters",
@@ -500,7 +493,6 @@ def train(model: torch.nn.Module, loss_fn: Callable, recipe: "Recipe", *, seed=N
     model.to(pick_device(device))
     opt = _make_optimizer(model, recipe)
     if seed is not None:
-        seed = _validate.integer("seed", seed, 0, 2**32 - 1)   # as seed_everything takes it, and as stored
         seed_everything(seed)
     history, start = History(), 0
     if checkpoint_path and resume and os.path.exists(checkpoint_path):  # RNGs too: after seeding

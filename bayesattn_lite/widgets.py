@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from . import _validate, experiments, plots, specialisation
-from ._types import Float, Int, Shaped, Tensor, checked
+from ._types import Float, Int, Real, Seeds, Shaped, Tensor, checked
 from .plots import COLORS, heatmap, to_numpy
 from .train import TrainingDiverged
 
@@ -47,7 +47,8 @@ def _softmax(s):
     return e / e.sum()
 
 
-def advantage_state(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES, eta=DEFAULT_ETA):
+@checked
+def advantage_state(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES, eta: Real(0) = DEFAULT_ETA):
     """Everything the advantage panel shows for one query, computed with numpy (float64).
 
     ``values`` is (n, 2) (one row per visible position j), ``u`` the error signal u_i (2,),
@@ -55,6 +56,7 @@ def advantage_state(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES, e
     Returns a dict: values, u, scores, eta, alpha, b, expected_b, advantage, ds (= dL/ds_ij),
     g (= sum_j alpha_ij v_j), scores_next, alpha_next and delta_alpha (= alpha_next - alpha).
     """
+    # eta >= 0, a step size: a negative one would be a step of gradient ascent
     values, u, scores = (_validate.number_array(what, a) for what, a in (("values", values), ("u", u), ("scores", scores)))
     if values.ndim != 2 or values.shape[1] != 2 or not len(values):
         _validate.fail("values", "shape (n >= 1, 2): one value v_j in the plane per position", values)
@@ -65,7 +67,6 @@ def advantage_state(values=DEFAULT_VALUES, u=DEFAULT_U, scores=DEFAULT_SCORES, e
     for what, a in (("values", values), ("u", u), ("scores", scores)):   # NaN in would be NaN on every panel
         if not np.isfinite(a).all():
             _validate.fail(what, "finite values", f"{int((~np.isfinite(a)).sum())} NaN/inf entries", described=True)
-    eta = _validate.real("eta", eta, 0)   # a step size: a negative one would be a step of gradient ascent
     alpha = _softmax(scores)
     b = values @ u                      # b_ij = u_i . v_j = dL/dalpha_ij
     expected_b = float(alpha @ b)       # E_{alpha_i}[b] = u_i . g_i
@@ -390,14 +391,14 @@ def specialisation_figure(cfg: specialisation.Config | None = None, seeds=(0, 1)
 
 
 @checked
-def specialisation_explorer(cfg: specialisation.Config | None = None, seeds=(0, 1), figsize=(13.0, 3.2)):
+def specialisation_explorer(cfg: specialisation.Config | None = None, seeds: Seeds = (0, 1), figsize=(13.0, 3.2)):
     """An ipywidgets panel: choose the learning rate, the value/routing rate ratio and the number of
     steps; it retrains a small version (``specialisation.Config.small()``) for ``seeds`` and redraws ``specialisation_figure``."""
+    # seeds declared: checked here, as inside the panel an error would only be shown there
     import ipywidgets
     from IPython.display import display
 
     cfg = cfg or specialisation.Config.small()
-    seeds = _validate.distinct_seeds("seeds", seeds)   # here: inside the panel an error would only be shown there
     figsize = _validate.figsize("figsize", figsize)
 
     def update(lr, value_ratio, steps):

@@ -19,11 +19,12 @@ run draws its batches from ``data_seed(seed, step)``, one stream per run seed.
 import inspect
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from . import _validate
-from ._types import Float, Int, Tensor, checked
+from ._types import Float, Int, OneOf, Real, Seed, SeedBelow, Tensor, Whole, checked
 
 IGNORE_INDEX = -100  # targets at positions that are not scored (torch's cross_entropy default)
 
@@ -37,12 +38,10 @@ MAX_STEPS = 2**24  # steps per stream: one more would reach the next run seed's 
 MAX_SEED = 2**16   # run seeds below it keep every stream seed below 2**63 for up to 2**16 processes
 
 
-def data_seed(seed, step, rank=0, world=1):
+@checked
+def data_seed(seed: SeedBelow(MAX_SEED), step: Whole(0, MAX_STEPS - 1), rank=0, world: Whole(1, 2**16) = 1):
     """The seed of the training batch of run ``seed`` at ``step``, on process ``rank`` of ``world``:
     DATA_SEED_BASE + (seed * MAX_STEPS + step) * world + rank. Distinct for every (seed, step, rank)."""
-    seed = _validate.seed("seed", seed, MAX_SEED)
-    step = _validate.integer("step", step, 0, MAX_STEPS - 1)
-    world = _validate.integer("world", world, 1, 2**16)
     rank = _validate.integer("rank", rank, 0, world - 1)
     return DATA_SEED_BASE + (seed * MAX_STEPS + step) * world + rank
 
@@ -103,13 +102,13 @@ class WindTunnelBatch:
 
 
 @checked
-def _generator(seed, generator: torch.Generator | None):
+def _generator(seed: Seed | None, generator: torch.Generator | None):
     """The torch.Generator a sampler draws from: a fresh one seeded by ``seed``, the one given, or
     None (torch's global generator) when neither is given."""
     if seed is not None and generator is not None:
         _validate.fail("seed, generator", "at most one of them", "both", described=True)
     if seed is not None:
-        return torch.Generator().manual_seed(_validate.seed("seed", seed))
+        return torch.Generator().manual_seed(seed)
     return generator
 
 
@@ -196,8 +195,9 @@ class BijectionTask(WindTunnel):
     # within 0.01 bits of the posterior after about half the steps, creeping down as the rate decays
     converged_steps = {"small": 3000, "paper": 50_000}  # Paper I's budget at the paper size
 
-    def __init__(self, V=8, L=None):
-        self.V = _validate.integer("V", V, 2)
+    @checked
+    def __init__(self, V: Whole(2) = 8, L=None):
+        self.V = V
         self.L = _validate.integer("L", self.V - 1 if L is None else L, 1)
         if self.L > self.V:
             _validate.fail("L", f"at most V={self.V} pairs (keys are drawn without replacement)", self.L)
@@ -251,7 +251,10 @@ class BijectionTask(WindTunnel):
         return WindTunnelBatch(tokens, targets, posterior, mask, type(self).__name__)
 
 
-def quantised_stochastic_rows(n_rows, n_cols, batch_size, resolution, floor, gen):
+@checked
+def quantised_stochastic_rows(n_rows: Whole(1), n_cols: Whole(1), batch_size: Whole(1),
+                              resolution: Real(0, 1, low_open=True),
+                              floor, gen: Annotated[torch.Generator, "torch.Generator().manual_seed(0)"] | None):
     """(batch_size, n_rows, n_cols) float64 row-stochastic matrices, as in Paper I's HMM wind tunnel.
 
     Each row is Dirichlet(1) (normalised Exp(1) draws), raised to at least ``floor`` and renormalised,
@@ -259,12 +262,7 @@ def quantised_stochastic_rows(n_rows, n_cols, batch_size, resolution, floor, gen
     added to the smallest entries or taken from the largest (never below the floor). Returned with the
     integer grid units, (…, n_cols) int64, which are the tokens the model reads.
     """
-    n_rows, n_cols = _validate.integer("n_rows", n_rows, 1), _validate.integer("n_cols", n_cols, 1)
-    batch_size = _validate.integer("batch_size", batch_size, 1)
-    resolution = _validate.real("resolution", resolution, 0, 1, low_open=True)
     floor = _validate.real("floor", floor, 0, 1 / n_cols)   # every entry at least floor: n_cols floors fit in 1
-    if gen is not None and not isinstance(gen, torch.Generator):
-        _validate.fail("gen", "None or a torch.Generator (torch.Generator().manual_seed(0))", gen)
     n_units = round(1 / resolution)
     if not math.isclose(n_units * resolution, 1.0, rel_tol=1e-9):
         _validate.fail("resolution", "1/n for a whole number n (a grid of n units per row)", resolution)
@@ -343,12 +341,14 @@ class HMMTask(WindTunnel):
     converged_steps = {"small": 10_000, "paper": 100_000}
     test_ratios = (1.5, 2.5)  # Paper I trains at K = 20 and tests at 30 and 50
 
-    def __init__(self, S=3, O=3, K=12, resolution=0.05, floor=0.05):
-        self.S, self.O, self.K = _validate.integer("S", S, 2), _validate.integer("O", O, 2), _validate.integer("K", K, 1)
-        self.resolution = _validate.real("resolution", resolution, 0.0, 0.5)
+    @checked
+    def __init__(self, S: Whole(2) = 3, O: Whole(2) = 3, K: Whole(1) = 12, resolution: Real(0.0, 0.5) = 0.05,
+                 floor: Real(0.0, 1.0, high_open=True) = 0.05):
+        self.S, self.O, self.K = S, O, K
+        self.resolution = resolution
         if self.resolution == 0 or abs(1 / self.resolution - round(1 / self.resolution)) > 1e-9:
             _validate.fail("resolution", "1/n for an integer n >= 2 (e.g. 0.05 or 0.01)", resolution)
-        self.floor = _validate.real("floor", floor, 0.0, 1.0, high_open=True)
+        self.floor = floor
         units = self.floor / self.resolution
         if abs(units - round(units)) > 1e-9 or self.floor * max(self.S, self.O) > 1:
             _validate.fail("floor", f"a multiple of resolution={self.resolution:g} with floor * max(S, O) <= 1", floor)
@@ -455,10 +455,11 @@ class AssociativeRecallTask(WindTunnel):
     # within 0.01 bits of the posterior after about half the steps, creeping down as the rate decays
     converged_steps = {"small": 4000, "paper": 50_000}
 
-    def __init__(self, n_keys=6, n_values=6, n_pairs=12, noise=0.2):
-        self.n_keys = _validate.integer("n_keys", n_keys, 1)
-        self.n_values = _validate.integer("n_values", n_values, 2)
-        self.n_pairs = _validate.integer("n_pairs", n_pairs, 1)
+    @checked
+    def __init__(self, n_keys: Whole(1) = 6, n_values: Whole(2) = 6, n_pairs: Whole(1) = 12, noise=0.2):
+        self.n_keys = n_keys
+        self.n_values = n_values
+        self.n_pairs = n_pairs
         self.noise = _validate.real("noise", noise, 0.0, (self.n_values - 1) / self.n_values, high_open=True)
         self.vocab_size, self.n_classes = self.n_keys + self.n_values, self.n_values
 
@@ -514,11 +515,11 @@ class AssociativeRecallTask(WindTunnel):
 WIND_TUNNELS = {cls.name: cls for cls in (BijectionTask, HMMTask, AssociativeRecallTask)}
 
 
-def wind_tunnel(name, size="small"):
+@checked
+def wind_tunnel(name: OneOf(sorted(WIND_TUNNELS)), size: OneOf('small', 'paper') = "small"):
     """A wind tunnel by name ("bijection", "hmm", "recall"), CPU-sized (``size="small"``, the
     constructor defaults) or at the paper's sizes (``size="paper"``, for a GPU)."""
-    cls = WIND_TUNNELS[_validate.choice("name", name, sorted(WIND_TUNNELS))]
-    _validate.choice("size", size, ("small", "paper"))
+    cls = WIND_TUNNELS[name]
     return cls.paper() if size == "paper" else cls()
 
 

@@ -217,7 +217,7 @@ def test_one_size_rule_keeps_the_paper_sizes_under_any_override():
     transformer = REGISTRY["transformer"]
     assert sizes("transformer", "paper", n_layers=1) == {**transformer.small, **transformer.paper, "n_layers": 1}
     assert sizes("lstm") == REGISTRY["lstm"].small
-    with pytest.raises(ValueError, match="'small' or 'paper'"):
+    with pytest.raises(ValueError, match=r"scale: expected one of \['small', 'paper'\]"):
         sizes("mlp", "gpu")
 
 

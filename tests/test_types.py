@@ -2,6 +2,7 @@
 
 import dataclasses
 import inspect
+import math
 
 import numpy as np
 import pytest
@@ -216,3 +217,78 @@ def test_a_declared_class_is_named_with_where_it_comes_from(call, message):
 
     with pytest.raises(ValueError, match=message):
         eval(call)
+
+
+# ----------------------------------------------------------------------------- declared ranges (issue 38)
+
+def _ranged():
+    from bayesattn_lite._types import OneOf, Positive, Real, Seed, SeedBelow, Seeds, Whole
+
+    @checked
+    def f(steps: Whole(1) = 5, lr: Positive = 0.1, p: Real(0, 1, high_open=True) = 0.5, *, seed: Seed = 0,
+          small: SeedBelow(16) = 0, schedule: OneOf("constant", "cosine") = "constant", every: Whole(0) | None = None,
+          seeds: Seeds = (0,), check: Flag = True):
+        return steps, lr, p, seed, small, schedule, every, seeds
+
+    return f
+
+
+@pytest.mark.parametrize("kind", [int, np.int64, np.int32, lambda v: torch.tensor(v), lambda v: np.array(v)])
+def test_a_declared_range_accepts_every_kind_of_number_and_passes_python_numbers_on(kind):
+    f = _ranged()
+    got = f(kind(3), kind(2), torch.tensor(0.25), seed=kind(7), small=kind(15), every=kind(0), seeds=[kind(1), 2])
+    assert got == (3, 2.0, 0.25, 7, 15, "constant", 0, (1, 2))
+    assert [type(v) for v in got] == [int, float, float, int, int, str, int, tuple]
+    assert type(got[-1][0]) is int
+    assert type(f(np.int64(4), check=False)[0]) is int   # converted on the unchecked path too
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"steps": 0}, r"^steps: expected an int >= 1, got 0$"),
+    ({"steps": True}, r"^steps: expected an int >= 1, got True$"),   # a bool is not a number
+    ({"steps": 2.0}, r"^steps: expected an int >= 1, got 2.0$"),
+    ({"steps": np.int64(0)}, r"^steps: expected an int >= 1, got np.int64\(0\)$"),   # the value as given
+    ({"steps": torch.tensor([1, 2])}, r"^steps: expected an int >= 1, got Tensor of shape \(2,\)"),
+    ({"lr": math.nan}, r"^lr: expected a positive finite number, got nan$"),
+    ({"lr": math.inf}, r"^lr: expected a positive finite number, got inf$"),
+    ({"lr": np.bool_(True)}, r"^lr: expected a positive finite number, got"),
+    ({"lr": "0.1"}, r"^lr: expected a positive finite number, got '0.1'$"),
+    ({"p": 1}, r"^p: expected a number in \[0, 1\), got 1$"),
+    ({"p": math.nan}, r"^p: expected a number in \[0, 1\), got nan$"),
+    ({"seed": -1}, r"^seed: expected an int in \[0, 2\*\*63\), got -1$"),
+    ({"small": 16}, r"^small: expected an int in \[0, 16\), got 16$"),
+    ({"schedule": "cosin"}, r"^schedule: expected one of \['constant', 'cosine'\], got 'cosin'$"),
+    ({"every": -1}, r"^every: expected an int >= 0 or None, got -1$"),
+    ({"seeds": (1, 1)}, r"^seeds: expected one or more distinct ints \(a seed given twice"),
+    ({"seeds": (1, -1)}, r"^seeds\[1\]: expected an int in \[0, 2\*\*63\), got -1$"),
+])
+def test_a_declared_range_refuses_what_the_hand_checks_refused_in_their_words(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _ranged()(**kwargs)
+
+
+def test_a_declared_range_is_said_by_help_and_words():
+    from bayesattn_lite._types import OneOf, Real, Whole
+
+    assert words(Whole(1)) == "an int >= 1" and words(Whole(0, 9)) == "an int >= 0 and <= 9"
+    assert words(Real(0, 1, low_open=True)) == "a number in (0, 1]" and words(Real()) == "a finite number"
+    assert words(OneOf({"b": 1, "a": 2})) == "one of ['a', 'b']"   # a dict's keys sorted, as _validate.choice
+    assert "steps: typing.Annotated[object, an int >= 1] = 5" in str(inspect.signature(_ranged()))
+
+
+def test_a_dataclass_declares_its_fields():
+    from bayesattn_lite._types import Positive, Whole, declared_fields
+
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        steps: Whole(1) = 10
+        lr: Positive | None = None
+
+        def __post_init__(self):
+            declared_fields(self)
+
+    assert type(Settings(np.int64(3), np.float32(0.5)).steps) is int and Settings(lr=None).lr is None
+    with pytest.raises(ValueError, match=r"^steps: expected an int >= 1, got 0$"):
+        Settings(0)
+    with pytest.raises(ValueError, match=r"^lr: expected a positive finite number or None, got -1$"):
+        Settings(lr=-1)
