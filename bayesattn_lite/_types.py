@@ -17,15 +17,19 @@ A number's range is declared too, with ``typing.Annotated`` and a beartype valid
     Seed                a random seed, an int in [0, 2**63); SeedBelow(limit) one in [0, limit)
     Seeds               one or more distinct seeds (a list, tuple or range), received as a tuple
     OneOf(*options)     one of the strings given (a schedule's name, an architecture)
+    Distinct(items, one, counted, key=None)   a list or tuple whose items (or ``key(item)``) differ:
+                        "names: expected distinct names (a name given twice would count one model twice)"
+    Finite[Float[Tensor, "n d"]]   that array type, its float values all finite (no NaN, no inf)
+    NonNegative[Int[Tensor, "n"]]  that array type, its values all >= 0 (positions, counts)
 
 They accept and refuse what ``_validate.integer``, ``real``, ``positive``, ``seed``, ``distinct_seeds``
 and ``choice`` do (a bool is never a number; NaN and inf are not finite), say so in the same words
 ("steps: expected an int >= 1, got 0"), and the function receives a Python int or float (JSON
 cannot save numpy's), converted once in ``checked``. A frozen dataclass declares its fields the
 same way and calls ``declared_fields(self)`` in its ``__post_init__``. What a type cannot say (rows
-that sum to 1, finite values, a range that depends on another argument) stays a short check at the
-top of the function (``_validate``); so does a range checked in a function a training loop calls
-every step, where a declaration would cost a check's 20 microseconds.
+that sum to 1, a range that depends on another argument, the finite values of what is no argument)
+stays a short check at the top of the function (``_validate``); so does a range checked in a
+function a training loop calls every step, where a declaration would cost a check's 20 microseconds.
 
 Where one comes from goes after the type in the message: a class of the package says it in
 ``_made_by`` ("what run_schedules returns"), another class in its annotation,
@@ -56,6 +60,7 @@ import types
 import typing
 
 import numpy as np
+import torch
 from beartype import beartype
 from beartype.vale import Is
 from jaxtyping import AbstractArray, AbstractDtype, Bool, Float, Int, Shaped, TypeCheckError, jaxtyped
@@ -63,8 +68,8 @@ from torch import Tensor
 
 from . import _validate
 
-__all__ = ["Array", "Bool", "Flag", "Float", "Int", "OneOf", "Positive", "Real", "Seed", "SeedBelow", "Seeds", "Shaped",
-           "Tensor", "TokenIds", "Whole", "checked", "declared_fields", "unchecked"]
+__all__ = ["Array", "Bool", "Distinct", "Finite", "Flag", "Float", "Int", "NonNegative", "OneOf", "Positive", "Real",
+           "Seed", "SeedBelow", "Seeds", "Shaped", "Tensor", "TokenIds", "Whole", "checked", "declared_fields", "unchecked"]
 
 Flag = bool | np.bool_   # a yes/no argument: numpy's bool (what a comparison of arrays gives) is one too
 Array = Tensor | np.ndarray   # where a numpy array is taken as well as a tensor: Float[Array, "n d"]
@@ -188,6 +193,90 @@ def OneOf(*options):  # noqa: N802
 @functools.lru_cache(maxsize=None, typed=True)
 def _one_of(options):
     return _declared(f"one of {list(options)}", lambda value: isinstance(value, str) and value in options)
+
+
+def _hashable(item):
+    """``item`` as something a set holds: a dict or list by its contents, a numpy or 0-d torch number as a Python one."""
+    if isinstance(item, dict):
+        return tuple(sorted((repr(k), _hashable(v)) for k, v in item.items()))
+    if isinstance(item, (list, tuple)):
+        return tuple(_hashable(v) for v in item)
+    if isinstance(item, (np.generic, Tensor, np.ndarray)) and getattr(item, "ndim", 0) == 0:
+        return item.item()
+    hash(item)
+    return item
+
+
+def _repeated(value, key):
+    """The first item of ``value`` (a list, tuple, range or array) whose ``key`` came before, as a 1-tuple;
+    () if none, or if ``value`` is not such a sequence (its own check says so)."""
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (list, tuple, range, np.ndarray, Tensor)):
+        return ()
+    seen = set()
+    for item in value:
+        try:
+            k = _hashable(key(item) if key else item)
+        except Exception:  # noqa: BLE001 - an item the key cannot read: the function's own check names it
+            return ()
+        if k in seen:
+            return (item,)
+        seen.add(k)
+    return ()
+
+
+def Distinct(items, one, counted, key=None):  # noqa: N802
+    """A list or tuple of ``items`` none given twice (by ``key(item)`` where given): ``Distinct("names", "a name",
+    "model")`` says "distinct names (a name given twice would count one model twice)". Its type and items are
+    the function's to check; this says only that none repeats."""
+    said = f"distinct {items} ({one} given twice would count one {counted} twice)"
+
+    def explain(name, value):
+        twice = _repeated(value, key)
+        if twice:
+            raise ValueError(f"{name}: expected {said}, got {twice[0]!r} twice in {_validate.describe(value)}")
+
+    return _declared(said, lambda value: not _repeated(value, key), explain=explain)
+
+
+class _Check(typing.NamedTuple):
+    test: object     # value -> bool (True for a value of another type: the annotation it wraps refuses that)
+    explain: object  # (name, value) -> raises the message
+
+
+_CHECKS = {}   # each validator of a wrapping annotation (Finite[...]) -> its _Check; said by the type it wraps
+
+
+class _Wrapping:
+    """``Finite[Float[Tensor, "n d"]]``: the type in brackets, whose values also pass ``test``; a value that
+    fits the type but not the test gets ``explain(name, value)``'s message, any other the type's own."""
+
+    def __init__(self, words, test, explain):
+        self._validator = Is[test]
+        self._validator.get_repr = words   # help(fn): "Annotated[Float[Tensor, 'n d'], finite values]"
+        _CHECKS[self._validator] = _Check(test, explain)
+
+    def __getitem__(self, hint):
+        return typing.Annotated[hint, self._validator]
+
+
+def _values(value):
+    """A numpy array as a tensor (a view), anything else as it is."""
+    return torch.from_numpy(value) if isinstance(value, np.ndarray) and value.dtype != object else value
+
+
+def _negatives(name, value):
+    bad = torch.as_tensor(value) < 0
+    _validate.fail(name, "values >= 0", f"{int(bad.sum())} negative (the first at index "
+                   f"{tuple(bad.nonzero()[0].tolist())})", described=True)
+
+
+# Only finite values (NaN in must not become NaN out without a word): "x: expected finite values, got 1 NaN/inf ...".
+Finite = _Wrapping("finite values", lambda value: not (
+    isinstance(v := _values(value), Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())),
+    lambda name, value: _validate.finite_values(name, torch.as_tensor(value)))
+# Only values >= 0 (positions, counts): "positions: expected values >= 0, got 1 negative (the first at index (1,))".
+NonNegative = _Wrapping("values >= 0", lambda value: not (
+    isinstance(v := _values(value), Tensor) and v.numel() and not v.is_complex() and bool((v < 0).any())), _negatives)
 
 
 def _conversions(signature):
@@ -317,6 +406,13 @@ def _message(signature, name, args, kwargs, text, names):
     hint, value = signature.parameters[name].annotation, bound.arguments.get(name)
     if isinstance(hint, str):
         hint = eval(hint, names)  # noqa: S307 (the package's own annotation, a class it defines later)
+    for check in [_CHECKS[m] for h in _alternatives(hint, unwrap=False) if typing.get_origin(h) is typing.Annotated
+                  for m in typing.get_args(h)[1:] if m in _CHECKS]:
+        if not check.test(value):   # Finite[...]: the type fits, a value is NaN
+            try:
+                check.explain(name, value)
+            except ValueError as exc:
+                return str(exc)
     for explain in [d.explain for d in _declarations(hint)[0] if d.explain]:
         try:   # Seeds: which seed is wrong, or that one is given twice
             explain(name, value)
@@ -422,11 +518,15 @@ def _word(hint):
     return f"a {getattr(origin, '__name__', str(hint))}"
 
 
-def _alternatives(hint):
-    """The members of a Union (``X | None`` too), or the hint itself."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return typing.get_args(hint)
-    return (hint,)
+def _alternatives(hint, unwrap=True):
+    """The members of a Union (``X | None`` too), or the hint itself; with ``unwrap``, the type a
+    ``Finite[...]`` wraps in its place (said and sized as that type)."""
+    hints = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if not unwrap:
+        return hints
+    return tuple(a for h in hints for a in (
+        _alternatives(typing.get_args(h)[0]) if typing.get_origin(h) is typing.Annotated
+        and any(m in _CHECKS for m in typing.get_args(h)[1:]) else (h,)))
 
 
 def _is_array(hint):

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from . import _validate
-from ._types import Flag, Float, Int, Positive, Real, Seed, Tensor, Whole, checked
+from ._types import Finite, Flag, Float, Int, NonNegative, Positive, Real, Seed, Tensor, Whole, checked
 
 PARAM_NAMES = ("W_Q", "W_K", "W_V", "W_O")
 
@@ -104,8 +104,8 @@ def movable_pairs(T: Whole(1), device="cpu"):
 
 
 @checked
-def scores(q: Float[Tensor, "*B Tq d_k"], k: Float[Tensor, "*B Tk d_k"], causal: Flag = True,
-           positions: Int[Tensor, " Tq"] | None = None) -> Float[Tensor, "*B Tq Tk"]:
+def scores(q: Finite[Float[Tensor, "*B Tq d_k"]], k: Finite[Float[Tensor, "*B Tk d_k"]], causal: Flag = True,
+           positions: NonNegative[Int[Tensor, " Tq"]] | None = None) -> Float[Tensor, "*B Tq Tk"]:
     """s_ij = q_i . k_j / sqrt(d_k), (..., T_q, T_k), -inf where the causal mask forbids j > i
     (``forward``'s convention). ``positions`` are the sequence positions of the rows of q (default
     0, 1, ...: every query), so that the scores of a few queries can be computed alone; a position past
@@ -119,8 +119,6 @@ def scores(q: Float[Tensor, "*B Tq d_k"], k: Float[Tensor, "*B Tk d_k"], causal:
     many models' scores in one fused einsum, block by block of keys."""
     if q.shape[-1] == 0:
         _fail("q", "d_k >= 1", f"shape {tuple(q.shape)}")
-    _validate.finite_values("q", q)
-    _validate.finite_values("k", k)
     return _scores(q, k, causal, None if positions is None else positions.to(q.device))
 
 

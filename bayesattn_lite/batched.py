@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from . import _validate, attention, checkpoints, threads
-from ._types import Flag, Float, Int, Tensor, Whole, checked
+from ._types import Distinct, Flag, Float, Int, Tensor, Whole, checked
 from .attention import PARAM_NAMES
 from .train import TrainingDiverged, pick_device
 
@@ -346,9 +346,10 @@ def _resume(path, fingerprint, steps, device, dtype):
 
 
 @checked
-def train(x, y, params, lrs, steps: Whole(1), names=None, record_every: Whole(1) = 10, block_size=None, device=None,
-          dtype=torch.float32, progress=True, desc="training", checkpoint_path=None,
-          checkpoint_every: Whole(1) = 100, resume=True, sampler=None, workers: Whole(1) = 1):
+def train(x, y, params, lrs, steps: Whole(1), names: Distinct("names", "a name", "model") = None,
+          record_every: Whole(1) = 10, block_size=None, device=None, dtype=torch.float32, progress: Flag = True,
+          desc="training", checkpoint_path=None, checkpoint_every: Whole(1) = 100, resume: Flag = True, sampler=None,
+          workers: Whole(1) = 1):
     """Plain full-batch gradient descent on M models at once, each with its own learning rates.
 
     ``x`` (M, N, d_x), ``y`` (M, N), ``params`` stacked (M, out, in); ``lrs`` maps each matrix

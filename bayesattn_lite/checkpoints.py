@@ -22,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import _validate
-from ._types import Whole, checked
+from ._types import Flag, Whole, checked
 
 
 class CheckpointMismatch(ValueError):
@@ -190,7 +190,7 @@ def refuse(path, expected_fingerprint, ckpt, differences):
 
 
 @checked
-def progress_bar(start: Whole(0), steps, desc, progress=True):
+def progress_bar(start: Whole(0), steps, desc, progress: Flag = True):
     """A tqdm bar over range(start, steps); BAYESATTN_PROGRESS=0 silences every bar (CI, scripts)."""
     steps = _validate.integer("steps", steps, start)
     show = progress and os.environ.get("BAYESATTN_PROGRESS", "1") != "0"

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _validate, diagnostics, models, wind_tunnels
-from ._types import OneOf, Seed, SeedBelow, Seeds, Whole, checked, unchecked
+from ._types import Distinct, OneOf, Seed, SeedBelow, Seeds, Whole, checked, unchecked
 from .train import Recipe, pick_device, seed_everything, train
 
 Model = Annotated[torch.nn.Module, "models.build(...)"]   # in the message where one was expected
@@ -54,7 +54,11 @@ def task_loss(model: Model, batch: wind_tunnels.WindTunnelBatch):
     """Cross-entropy of the model's logits against the batch's targets on the scored positions
     (targets are samples of the hidden answer, so its minimiser is the exact posterior)."""
     logits = model(batch.tokens)
-    return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=wind_tunnels.IGNORE_INDEX)
+    try:   # a target out of range named, not torch's "Target 50 is out of bounds" (free when none is)
+        return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=wind_tunnels.IGNORE_INDEX)
+    except IndexError as exc:
+        _validate.fail("batch.targets", f"class indices in [0, {logits.shape[-1]}) (the model's classes), or "
+                       f"{wind_tunnels.IGNORE_INDEX} where a position is not scored", str(exc), described=True)
 
 
 @checked
@@ -141,7 +145,8 @@ def horizon_label(horizon):
     return ", ".join(f"{k}={v}" for k, v in sorted(horizon.items())) or "trained"
 
 
-def score(model, task, horizons=(), n_seqs=256, seed=EVAL_SEED):
+@checked
+def score(model, task, horizons: Distinct("horizons", "a horizon", "horizon") = (), n_seqs=256, seed=EVAL_SEED):
     """``evaluate`` at the trained horizon and at each of ``horizons`` (e.g. [{"K": 30}]), without the
     per-position arrays: {"trained": metrics, "K=30": metrics, ...}."""
     _horizons("horizons", horizons)
@@ -194,8 +199,9 @@ def model_sizes_for(arch, task, size="small", horizons=None, overrides=None):
 
 
 @checked
-def compare(archs, task_names, seeds: Seeds, steps, size: OneOf("small", "paper") = "small", lr=3e-3, batch_size=32,
-            n_eval: Whole(1) = 256,
+def compare(archs: Distinct("architectures", "an architecture", "architecture"),
+            task_names: Distinct("tasks", "a task", "task"), seeds: Seeds, steps,
+            size: OneOf("small", "paper") = "small", lr=3e-3, batch_size=32, n_eval: Whole(1) = 256,
             horizons=None, device=None, checkpoint_dir=None, progress=False, model_sizes=None,
             keep_models=False, workers: Whole(1) = 1, threads: Whole(1) | None = None):
     """Train and evaluate every architecture x task x seed; a list of row dicts.
@@ -263,7 +269,14 @@ def compare(archs, task_names, seeds: Seeds, steps, size: OneOf("small", "paper"
     return rows, trained
 
 
-def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon")):
+def _run(row):
+    """What makes a row of ``compare`` one run's: two rows alike in these count one run twice."""
+    return tuple(row[k] for k in ("arch", "task", "seed", "horizon")) + (row.get("variant"), row.get("n_params"))
+
+
+@checked
+def summarise(rows: Distinct("rows", "a row (one arch, task, seed and horizon)", "run", key=_run),
+              metric="entropy_error_bits", by=("arch", "task", "horizon")):
     """Mean, standard deviation (ddof=1; 0 for one seed), min, max and count of ``metric`` over the
     rows sharing ``by``: a dict keyed by the tuple of those fields, in first-seen order."""
     if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) for r in rows):
@@ -276,8 +289,8 @@ def summarise(rows, metric="entropy_error_bits", by=("arch", "task", "horizon"))
         if any(k not in row for k in (metric, *by)):
             _validate.fail(f"rows[{i}]", f"a row with {metric!r} and {list(by)}, as rows[0] has",
                            f"one without {[k for k in (metric, *by) if k not in row]}", described=True)
-        if not isinstance(row[metric], (int, float)) or isinstance(row[metric], bool):   # None would count as nan
-            _validate.fail(f"rows[{i}][{metric!r}]", f"a number (the metric {metric!r})", row[metric])
+        if not isinstance(row[metric], (int, float)) or isinstance(row[metric], bool) or not math.isfinite(row[metric]):
+            _validate.fail(f"rows[{i}][{metric!r}]", f"a finite number (the metric {metric!r})", row[metric])
     groups = {}
     for row in rows:
         groups.setdefault(tuple(row[k] for k in by), []).append(row[metric])

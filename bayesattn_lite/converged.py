@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from . import _validate, checkpoints, comparison, diagnostics, models, wind_tunnels
-from ._types import OneOf, Positive, Whole, checked
+from ._types import Distinct, OneOf, Positive, Whole, checked
 from .comparison import EVAL_SEED, run_name
 
 # The recipe, measured on the 2-core CPU: AdamW at 3e-3, a 5% linear warm-up, a cosine decay to 0,
@@ -441,7 +441,8 @@ def ladder_row(arch, task_name, seed, variant=None, size="small", directory=None
 
 
 @checked
-def ladder_rows(arch: OneOf(models.ARCHITECTURES), tasks=tuple(wind_tunnels.WIND_TUNNELS), variants=(None,),
+def ladder_rows(arch: OneOf(models.ARCHITECTURES), tasks: Distinct("tasks", "a task", "task's runs") = tuple(
+        wind_tunnels.WIND_TUNNELS), variants=(None,),
                 size="small"):
     """``ladder_row`` for every shipped run of ``arch`` on ``tasks`` at each of ``variants`` (None:
     the base runs, seeds 0-2), in that order. A variant that does not cover a task is left out; a

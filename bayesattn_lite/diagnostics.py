@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from . import _validate, attention, models
-from ._types import Array, Flag, Float, Positive, Real, Seed, Shaped, Tensor, Whole, checked
+from ._types import Array, Distinct, Finite, Flag, Float, Positive, Real, Seed, Shaped, Tensor, Whole, checked
 from .wind_tunnels import WindTunnelBatch
 
 # What the measures take: a torch tensor or a numpy array (Array), shapes declared in each signature
@@ -290,8 +290,11 @@ def _smooth(rates, window):
     return np.convolve(padded, kernel, mode="valid")
 
 
+Fractions = Distinct("fractions", "a fraction", "settle step")   # settle's, and dynamics.summarise's
+
+
 @checked
-def settle(steps, rates, fractions=SETTLE_FRACTIONS, window: Whole(1) = SETTLE_WINDOW,
+def settle(steps, rates, fractions: Fractions = SETTLE_FRACTIONS, window: Whole(1) = SETTLE_WINDOW,
            min_span: Real(0, 1, high_open=True) = SETTLE_MIN_SPAN):
     """The course's one settle measure: a change rate against its own peak.
 
@@ -590,7 +593,7 @@ def per_position_kl_bits(logits, batch):
 # that focus layer by layer, and values on a low-dimensional manifold ordered by posterior entropy.
 
 @checked
-def group_means(vectors: Shaped[Array, "n d"], labels: Shaped[Array, " n"]):
+def group_means(vectors: Finite[Shaped[Array, "n d"]], labels: Shaped[Array, " n"]):
     """The mean of the rows of ``vectors`` (n, d) sharing each label (n,): returns (labels present,
     sorted) and their means (n_labels, d). E.g. one key vector per token, averaged over positions."""
     vectors, labels = torch.as_tensor(vectors), torch.as_tensor(labels)
@@ -603,7 +606,7 @@ def group_means(vectors: Shaped[Array, "n d"], labels: Shaped[Array, " n"]):
 
 
 @checked
-def key_orthogonality(keys: Shaped[Array, "n d"]) -> float:
+def key_orthogonality(keys: Finite[Shaped[Array, "n d"]]) -> float:
     """Mean |cosine| between distinct rows of ``keys`` (n >= 2, d): 0 for orthogonal keys, 1 for
     parallel ones. Paper I's check: below 0.1 for the layer-0 keys of a trained transformer. Random
     directions in d dimensions give about sqrt(2 / (pi d))."""

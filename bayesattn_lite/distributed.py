@@ -43,7 +43,10 @@ def _sizes(text):
 
 def _horizon(text):
     """'K=30' -> {'K': 30}."""
-    sizes = _sizes(text)
+    try:
+        sizes = _sizes(text)
+    except argparse.ArgumentTypeError:   # said below as --horizon's, not as --sizes'
+        sizes = {}
     if len(sizes) != 1:
         raise argparse.ArgumentTypeError(f"--horizon: expected one name=int such as K=30, got {text!r}")
     return sizes

@@ -342,7 +342,8 @@ def _settle_at(result, fraction):
     return result["settled"][fraction]
 
 
-def summarise(record, fractions=diagnostics.SETTLE_FRACTIONS, window=diagnostics.SETTLE_WINDOW):
+@checked
+def summarise(record, fractions: diagnostics.Fractions = diagnostics.SETTLE_FRACTIONS, window=diagnostics.SETTLE_WINDOW):
     """Per layer of one record: the settle measure of its frame and precision rates
     (``diagnostics.settle``: peak, the step the rate falls for good below each fraction of its
     peak, or None), t_frame and t_values (the settle steps at the first fraction), the share of the

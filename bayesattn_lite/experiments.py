@@ -1002,8 +1002,8 @@ def within(steps, excess, tolerance: Real()):
     # tolerance may be < 0: excess is signed (below the target)
     excess = np.atleast_2d(_validate.number_array("excess", excess))
     steps = _validate.number_array("steps", steps)
-    if steps.ndim != 1 or len(steps) != excess.shape[-1]:
-        _validate.fail("steps", f"{excess.shape[-1]} steps (one per column of excess)", steps)
+    if steps.ndim != 1 or len(steps) != excess.shape[-1] or (np.diff(steps) <= 0).any():   # as _check_curve refuses
+        _validate.fail("steps", f"{excess.shape[-1]} strictly increasing steps (one per column of excess)", steps)
     out = np.full(len(excess), np.nan)
     for i, e in enumerate(excess):
         above = np.nonzero(~(e <= tolerance))[0]

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _validate
-from ._types import Float, OneOf, Tensor, TokenIds, Whole, checked
+from ._types import Finite, Float, OneOf, Tensor, TokenIds, Whole, checked
 
 
 # ----------------------------------------------------------------------------- validation
@@ -186,14 +186,8 @@ def _shift(x, k):
     return F.pad(x, [0, 0] * (x.dim() - 2) + [k, 0])[:, :x.shape[1]]
 
 
-def _check_scan(a, b):
-    a = _validate.tensor("a", a, finite=False, convert=False)
-    b = _validate.tensor("b", b, finite=False, convert=False)
-    if a.shape != b.shape or a.dim() < 2:
-        _validate.fail("a, b", "two tensors of the same shape (B, T, ...)", (tuple(a.shape), tuple(b.shape)))
-
-
-def selective_scan(a, b):
+@checked
+def selective_scan(a: Finite[Float[Tensor, "B T *rest"]], b: Finite[Float[Tensor, "B T *rest"]]):
     """h_t = a_t * h_{t-1} + b_t with h_{-1} = 0, along dim 1, for all t at once.
 
     A parallel (Hillis-Steele) scan: the pairs (a, b) compose associatively,
@@ -202,9 +196,6 @@ def selective_scan(a, b):
     SSM) are formed, never their inverses, so it is as stable as the recurrence itself.
     Works on any device; a and b have the same shape (B, T, ...).
     """
-    _check_scan(a, b)
-    if a.shape != b.shape or a.dim() < 2:
-        _validate.fail("selective_scan", "a and b of the same shape (B, T, ...)", (tuple(a.shape), tuple(b.shape)))
     T, offset = a.shape[1], 1
     while offset < T:
         # position t absorbs the composed segment ending at t - offset (zeros before the start)
@@ -215,9 +206,9 @@ def selective_scan(a, b):
     return b
 
 
-def sequential_scan(a, b):
+@checked
+def sequential_scan(a: Finite[Float[Tensor, "B T *rest"]], b: Finite[Float[Tensor, "B T *rest"]]):
     """The same recurrence one step at a time: the reference the parallel scan is tested against."""
-    _check_scan(a, b)
     h, out = torch.zeros_like(b[:, 0]), []
     for t in range(a.shape[1]):
         h = a[:, t] * h + b[:, t]
@@ -294,7 +285,8 @@ class SelectiveSSMLayer(nn.Module):
     @checked
     def forward(self, x: Float[Tensor, "B T d_model"], scan=selective_scan):
         a, b, C, u, z = self.ssm_inputs(x)
-        h = scan(a, b)
+        # the layer's own a, b, unchecked (``__wrapped__``): a NaN check at every step would cost a pass over them
+        h = getattr(scan, "__wrapped__", scan)(a, b)
         y = (h @ C.unsqueeze(-1)).squeeze(-1) + self.D * u
         return self.out_proj(y * F.silu(z))
 
@@ -479,8 +471,8 @@ def run_with_probes(model: nn.Module, inputs, names=PROBES):
     a list indexed by layer of dicts probe name without "probe_" -> tensor, e.g. "k" (B, H, T, d_head),
     "alpha" (B, H, T, T). ``inputs`` is what the model takes: tokens for a model of this module, a
     (B, T, d_model) tensor for a bare ``CausalSelfAttention``."""
-    if isinstance(names, str) or not isinstance(names, (list, tuple)) or not set(names) <= set(PROBES):
-        _validate.fail("names", f"a list of probe names from {PROBES}", names)
+    if isinstance(names, str) or not isinstance(names, (list, tuple)) or not names or not set(names) <= set(PROBES):
+        _validate.fail("names", f"a non-empty list of probe names from {PROBES}", names)
     layers = [m for m in model.modules() if has_probes(m)]
     if not layers:
         _validate.fail("model", f"a model with attention layers carrying the probe points {PROBES}",

@@ -183,7 +183,7 @@ def precision_rates(snapshots):
     if isinstance(snapshots, (str, torch.Tensor, np.ndarray)) or not hasattr(snapshots, "__len__") \
             or not all(isinstance(s, (torch.Tensor, np.ndarray)) for s in snapshots):
         _validate.fail("snapshots", "a list of value tensors or arrays (one per record)", snapshots)
-    snapshots = [torch.as_tensor(s) for s in snapshots]
+    snapshots = [_validate.finite_values(f"snapshots[{i}]", torch.as_tensor(s)) for i, s in enumerate(snapshots)]
     if len(snapshots) < 2:
         return [math.nan] * len(snapshots)
     last = snapshots[-1]

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from . import _validate, models, specialisation
-from ._types import Flag, Positive, Real, Whole, checked
+from ._types import Distinct, Flag, Positive, Real, Whole, checked
 from .experiments import EMvsSGDResult
 from .specialisation import Run
 
@@ -109,7 +109,7 @@ def _formats_a_number(fmt):
 
 
 @checked
-def heatmap(ax: Axes, matrix, title="", signed=False, mask=None, fmt=None, xlabel="key j", ylabel="query i"):
+def heatmap(ax: Axes, matrix, title="", signed: Flag = False, mask=None, fmt=None, xlabel="key j", ylabel="query i"):
     """Draw a (T, T) matrix; ``signed`` centres a red-blue scale on zero; ``mask`` greys entries out.
 
     ``fmt`` (e.g. "{:.2f}") writes each value in its cell, for small matrices.
@@ -255,7 +255,7 @@ def value_step(ax: Axes, v, dv, u, lr: Positive, readout=None, u_scale: Positive
 # ----------------------------------------------------------------------------- training runs over seeds
 
 @checked
-def seed_bands(ax: Axes, curves, color, label, steps=None, lw: Positive = 1.6):
+def seed_bands(ax: Axes, curves, color, label, steps=None, lw: Positive = 1.6, *, _what="curves"):
     """Median over seeds as a line and the min-max range over seeds as a band.
 
     ``curves`` is (seeds, steps); ``steps`` the x values (default 0, 1, ...). The label says how
@@ -263,9 +263,9 @@ def seed_bands(ax: Axes, curves, color, label, steps=None, lw: Positive = 1.6):
     a seed did not record), so a curve with gaps should say why in its caption.
     """
     _color("color", color)
-    c = _array("curves", curves)
+    c = _array(_what, curves)   # _what: the name the caller gave curves (score_kernel_panels' agree_gradient)
     if c.ndim != 2 or c.shape[0] == 0:
-        _validate.fail("curves", "shape (seeds >= 1, steps)", f"shape {c.shape}", described=True)
+        _validate.fail(_what, "shape (seeds >= 1, steps)", f"shape {c.shape}", described=True)
     x = np.arange(c.shape[1]) if steps is None else _validate.shape("steps", _array("steps", steps), (c.shape[1],),
                                                                      "one x value per column of curves, shape")
     ax.fill_between(x, c.min(axis=0), c.max(axis=0), color=color, alpha=0.2, lw=0)
@@ -275,7 +275,8 @@ def seed_bands(ax: Axes, curves, color, label, steps=None, lw: Positive = 1.6):
 
 
 @checked
-def strip(ax: Axes, labels, values, colors=None, reference=None, reference_label=None, ylabel="", log=False):
+def strip(ax: Axes, labels: Distinct("labels", "a label", "column"), values, colors=None, reference=None,
+          reference_label=None, ylabel="", log: Flag = False):
     """One column of points per label (one point per seed) with its median as a bar.
 
     ``values`` is a list of 1-D arrays (nan entries are left out and counted in the tick label);
@@ -416,8 +417,10 @@ def score_kernel_panels(axes: AxesList, steps, agree_gradient, agree_kernel, ker
     divided by the mean of its diagonal, on a signed scale."""
     _, axes = figure_or_axes("axes", axes, 2)
     ax = axes[0]
-    seed_bands(ax, agree_gradient, COLORS["error"], r"sign of $-\partial L/\partial s_{ij}$", steps=steps)
-    seed_bands(ax, agree_kernel, COLORS["query"], r"sign of the first-order step $-\eta \mathcal{K} \nabla_s L$", steps=steps)
+    seed_bands(ax, agree_gradient, COLORS["error"], r"sign of $-\partial L/\partial s_{ij}$", steps=steps,
+               _what="agree_gradient")
+    seed_bands(ax, agree_kernel, COLORS["query"], r"sign of the first-order step $-\eta \mathcal{K} \nabla_s L$",
+               steps=steps, _what="agree_kernel")
     ax.axhline(0.5, color="0.5", ls=":", lw=1)
     ax.set(title="realised $\\Delta s_{ij}$ agrees in sign with ...", xlabel="step t", ylabel="share of pairs",
            ylim=(0.4, 1.03))
@@ -608,7 +611,7 @@ def _number_of(value, row):
 
 
 @checked
-def ladder(ax: Axes, rows, value, group="task", colors=None, ylabel="", log_y=False, labels=None):
+def ladder(ax: Axes, rows, value, group="task", colors=None, ylabel="", log_y: Flag = False, labels=None):
     """One panel of the size ladder: ``value(row)`` against the parameter count (log scale), one
     point per run and a line through the mean of each rung, one colour per ``group`` (rows from
     ``converged.ladder_rows``). ``labels`` maps a group to its legend text."""
@@ -626,6 +629,9 @@ def ladder(ax: Axes, rows, value, group="task", colors=None, ylabel="", log_y=Fa
         mine = [r for r in rows if r[group] == g]
         x = np.array([r["n_params"] for r in mine], dtype=float)
         y = np.array([_number_of(value, r) for r in mine], dtype=float)
+        if log_y and (y <= 0).any():   # a log axis would drop these points without a word (as strip refuses)
+            _validate.fail("value", "positive values on a log axis (log_y=True)", f"{y[y <= 0].min():g} for {g!r}",
+                           described=True)
         ax.scatter(x, y, s=14, color=color, alpha=0.7)
         rungs = sorted(set(x))
         ax.plot(rungs, [y[x == n].mean() for n in rungs], color=color, lw=1.4, marker="o", ms=3,

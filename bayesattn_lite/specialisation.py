@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 from . import _validate, attention, diagnostics, tasks
-from ._types import Float, Int, Positive, Real, Seed, Seeds, Tensor, Whole, checked, declared_fields, unchecked, words
+from ._types import Distinct, Float, Int, Positive, Real, Seed, Seeds, Tensor, Whole, checked, declared_fields, unchecked, words
 from .attention import AttentionHead
 from .train import GROUPS, History, Recipe, em_like, pick_device, rates, train, usable_cpus
 
@@ -854,7 +854,7 @@ def compare_with_gmm(run_: Run, n_iter=100, restarts=5, confident: Real(0, 1, hi
 # ----------------------------------------------------------------------------- chapter 4: the score-space kernel, an oracle head, snapshots
 
 @checked
-def parameter_snapshots(cfg: Config, seed, at):
+def parameter_snapshots(cfg: Config, seed, at: Distinct("steps", "a step", "snapshot")):
     """Retrain ``seed``'s head exactly as ``run`` does (same data, initial weights, rates and seed,
     hence the same weights) and keep a copy of its parameters at every step in ``at``: the state
     *before* that step's update, ``cfg.steps`` for the final state. Trains only as far as needed.
@@ -976,7 +976,8 @@ def _best_readout(g, y, n_classes, iters=100, init=None):
         return M.detach(), torch.nn.functional.cross_entropy(g @ M.T, y).item()
 
 
-def oracle_heads(cfg, seed, temperatures=(0.25, 0.5, 1.0, 2.0)):
+@checked
+def oracle_heads(cfg, seed, temperatures: Distinct("temperatures", "a temperature", "candidate") = (0.25, 0.5, 1.0, 2.0)):
     """Two averaging heads with oracle attention and the best linear readout, on ``seed``'s data:
     the output is g_i = sum_j alpha_ij x_j, the logits M g_i with M = argmin of the training loss
     (the best W_O W_V for these weights; ``_best_readout``). KL to the Bayes posterior on the probe.

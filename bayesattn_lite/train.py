@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from . import _validate, checkpoints
-from ._types import Flag, OneOf, Positive, Real, Whole, checked, declared_fields
+from ._types import Distinct, Flag, OneOf, Positive, Real, Whole, checked, declared_fields
 
 # What each matrix of a head does: queries and keys decide where it looks (routing), W_V what it
 # reads (values), W_O how that reaches the output (readout). The EM-like schedule speeds up "values".
@@ -89,7 +89,7 @@ def em_like(value_ratio: Positive = EM_LIKE_RATIO):
 
 
 @checked
-def rates(lr: Real(0), lr_multipliers=None, names=("W_Q", "W_K", "W_V", "W_O")):
+def rates(lr: Real(0), lr_multipliers=None, names: Distinct("names", "a name", "matrix") = ("W_Q", "W_K", "W_V", "W_O")):
     """The learning rate of each matrix in ``names``: ``lr`` times its factor in ``lr_multipliers``
     (e.g. ``em_like()``), 1 where none is given. ``rates(0.01, em_like())`` ->
     {"W_Q": 0.01, "W_K": 0.01, "W_V": 0.1, "W_O": 0.01}."""
@@ -187,10 +187,11 @@ class History:
         self._columns = {}  # metric name -> one float per logged step (nan where it was absent)
 
     def append(self, step, **metrics):
-        step = _validate.integer("step", step, 0)   # by hand, not declared: a training loop logs every step
+        # by hand, not declared: a training loop logs every step; each step after the last one logged
+        step = _validate.integer("step", step, self._steps[-1] + 1 if self._steps else 0)
         for key, value in metrics.items():   # one number per metric: float() also unwraps 0-d tensors
             try:
-                float(value)
+                float(value if not isinstance(value, (bool, np.bool_)) else None)   # True is not a number
             except (TypeError, ValueError, RuntimeError):
                 _validate.fail(f"metric {key!r}", "a number (a float, or a 0-d tensor)", value)
         for key in metrics:
@@ -229,8 +230,9 @@ class History:
     @classmethod
     def from_dict(cls, d):
         ok = isinstance(d, dict) and isinstance(d.get("steps"), list) and isinstance(d.get("metrics"), dict)
-        if not ok or any(not isinstance(v, list) or len(v) != len(d["steps"]) for v in d["metrics"].values()):
-            _validate.fail("d", "what History.to_dict returns: {'steps': [...], 'metrics': {name: [one per step]}}", d)
+        if not ok or any(not isinstance(v, list) or len(v) != len(d["steps"]) for v in d["metrics"].values()) \
+                or any(b <= a for a, b in zip(d["steps"], d["steps"][1:])):
+            _validate.fail("d", "what to_dict returns: {'steps': [increasing], 'metrics': {name: [one per step]}}", d)
         history = cls()
         history._steps = [int(s) for s in d["steps"]]
         history._columns = {k: [float(x) for x in v] for k, v in d["metrics"].items()}
@@ -367,7 +369,7 @@ class Recipe:
     def rate_factor(self, step):
         """The factor on every base rate at ``step`` (the schedule and the warm-up); checked by hand,
         not declared: the training loop calls it every step."""
-        return _factor(_validate.integer("step", step, 0), self.steps, self.schedule, self.warmup)
+        return _factor(_validate.integer("step", step, 0, self.steps), self.steps, self.schedule, self.warmup)
 
     def fingerprint_fields(self):
         """The fields a checkpoint must match (the number of steps only where the schedule uses it)."""
@@ -432,15 +434,16 @@ def _loss_of(out, step, optimizer):
     return loss, value, metrics
 
 
-def _measured(out, step, taken):
-    """What on_step returned, checked where it is read: None, or a dict of names the run does not log itself."""
+def _measured(out, step, taken, what="on_step"):
+    """What on_step (or ``what``: loss_fn's metrics) returned, checked where it is read: None, or a dict of
+    names the run does not log itself."""
     if out is None:
         return {}
     if not isinstance(out, dict):
-        _validate.fail("on_step", "a function returning a dict of numbers or None", f"a {type(out).__name__} at "
+        _validate.fail(what, "a function returning a dict of numbers or None", f"a {type(out).__name__} at "
                        f"step {step}", described=True)
     if set(out) & taken:
-        _validate.fail("on_step", f"a dict without the run's own keys {sorted(taken)} (they would be overwritten)",
+        _validate.fail(what, f"a dict without the run's own keys {sorted(taken)} (they would be overwritten)",
                        f"keys {sorted(set(out) & taken)} at step {step}", described=True)
     return out
 
@@ -452,6 +455,7 @@ def _step(model, loss_fn, opt, recipe, step, on_step):
     for group in opt.param_groups:
         group["lr"] = group["base_lr"] * factor
     loss, value, metrics = _loss_of(loss_fn(model, step), step, opt)
+    metrics = _measured(metrics, step, {"loss", "grad_norm", "lr"}, "loss_fn's metrics")
     loss.backward()
     grad_norm = _grad_norm(model, opt, step)
     if recipe.clip_grad_norm is not None:

@@ -523,7 +523,8 @@ def wind_tunnel(name: OneOf(sorted(WIND_TUNNELS)), size: OneOf('small', 'paper')
     return cls.paper() if size == "paper" else cls()
 
 
-def as_wind_tunnel(task, size="small"):
+@checked
+def as_wind_tunnel(task, size: OneOf('small', 'paper') = "small"):
     """A wind tunnel object, from itself or its name (``wind_tunnel(task, size)``)."""
     if isinstance(task, str) and task in WIND_TUNNELS:
         return wind_tunnel(task, size)

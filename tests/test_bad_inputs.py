@@ -772,7 +772,105 @@ ROWS = [
                                                                            checkpoint_dir=_A_FILE), "checkpoint_dir file"),
     ("train.train a model without parameters", lambda: train.train(nn.ReLU(), head_loss, ONE_STEP, progress=False),
      "model trainable parameters ReLU"),
+    # the seventh held-out table's silent and unclear cases, by class
+    # a string where a flag is wanted: declared Flag
+    ("batched.train progress str", lambda: batched.train(BX, BY, PST, LRS, 2, progress="no"), "progress true false"),
+    ("batched.train resume str", lambda: batched.train(BX, BY, PST, LRS, 2, resume="no", progress=False),
+     "resume true false"),
+    ("checkpoints.progress_bar progress str", lambda: checkpoints.progress_bar(0, 3, "x", progress="no"),
+     "progress true false"),
+    ("plots.heatmap signed str", lambda: __import__("bayesattn_lite.plots").plots.heatmap(
+        _axes(), np.ones((2, 2)), signed="no"), "signed true false"),
+    ("plots.strip log str", lambda: __import__("bayesattn_lite.plots").plots.strip(_axes(), ["a"], [np.ones(3)], log="no"),
+     "log true false"),
+    # duplicates that count one thing twice: declared Distinct
+    ("batched.train names twice", lambda: batched.train(BX, BY, PST, LRS, 2, names=["a", "a"], progress=False),
+     "names distinct twice"),
+    ("train.rates names twice", lambda: train.rates(0.1, names=("W_Q", "W_Q")), "names distinct twice"),
+    ("comparison.compare archs twice", lambda: comparison.compare(["lstm", "lstm"], ["hmm"], [0], 2), "archs distinct"),
+    ("comparison.compare tasks twice", lambda: comparison.compare(["lstm"], ["hmm", "hmm"], [0], 2),
+     "task_names distinct"),
+    ("comparison.score horizons twice", lambda: comparison.score(TF_BIJ, BIJ, horizons=[{"L": 3}, {"L": 3}], n_seqs=8),
+     "horizons distinct"),
+    ("comparison.summarise one row twice", lambda: comparison.summarise([SUMMARY_ROW, SUMMARY_ROW]), "rows distinct twice"),
+    ("converged.ladder_rows tasks twice", lambda: converged.ladder_rows("lstm", tasks=("hmm", "hmm")), "tasks distinct"),
+    ("diagnostics.settle fractions twice", lambda: diagnostics.settle(
+        [0, 1, 2, 3], [0.3, 0.2, 0.1, 0.05], fractions=(0.2, 0.2)), "fractions distinct"),
+    ("dynamics.summarise fractions twice", lambda: __import__("bayesattn_lite.dynamics").dynamics.summarise(
+        {}, fractions=(0.2, 0.2)), "fractions distinct"),
+    ("specialisation.oracle_heads temperatures twice", lambda: specialisation.oracle_heads(
+        TINY_CFG, 0, temperatures=(0.5, 0.5)), "temperatures distinct"),
+    ("specialisation.parameter_snapshots at twice", lambda: specialisation.parameter_snapshots(TINY_CFG, 0, at=[2, 2]),
+     "at distinct"),
+    ("plots.strip labels twice", lambda: __import__("bayesattn_lite.plots").plots.strip(
+        _axes(), ["a", "a"], [np.ones(3), np.zeros(3)]), "labels distinct"),
+    # NaN/inf in numeric inputs: declared Finite[...], or _validate.finite_values where it is no argument
+    ("models.selective_scan a nan", lambda: models.selective_scan(_nan(torch.rand(2, 5, 3)), torch.rand(2, 5, 3)),
+     "a finite"),
+    ("diagnostics.group_means vectors nan", lambda: diagnostics.group_means(_nan(torch.randn(4, 3)),
+                                                                            torch.tensor([0, 1, 0, 1])), "vectors finite"),
+    ("diagnostics.key_orthogonality keys nan", lambda: diagnostics.key_orthogonality(_nan(torch.randn(3, 3))),
+     "keys finite"),
+    ("monitor.precision_rates nan after a shape change", lambda: monitor.precision_rates(
+        [torch.randn(3), torch.randn(4), _nan(torch.randn(4))]), "snapshots[2] finite"),
+    ("comparison.summarise nan metric", lambda: comparison.summarise(
+        [SUMMARY_ROW, dict(SUMMARY_ROW, seed=1, entropy_error_bits=NAN)]), "rows[1] entropy_error_bits finite"),
+    # order and ranges
+    ("attention.scores negative position", lambda: attention.scores(torch.randn(3, 3), torch.randn(5, 3),
+                                                                    positions=torch.tensor([0, -4, 1])), "positions >= 0"),
+    ("train.Recipe.rate_factor past the run", lambda: train.Recipe(10, schedule="cosine").rate_factor(15), "step <= 10"),
+    ("train.History.append the same step twice", lambda: _appended((0, 1.0), (0, 2.0)), "step >= 1"),
+    ("train.History.append steps going back", lambda: _appended((5, 1.0), (2, 2.0)), "step >= 6"),
+    ("train.History.append a bool metric", lambda: _appended((0, True)), "metric 'loss' number"),
+    ("train.History.from_dict decreasing steps", lambda: train.History.from_dict(
+        {"steps": [3, 1], "metrics": {"loss": [1.0, 2.0]}}), "d increasing"),
+    ("experiments.within decreasing steps", lambda: experiments.within([2, 1, 0], [[0.3, 0.05, 0.01]], 0.1),
+     "steps increasing"),
+    ("models.run_with_probes no names", lambda: models.run_with_probes(TF, TOK, names=[]), "names non-empty"),
+    ("wind_tunnels.as_wind_tunnel size of an object", lambda: wind_tunnels.as_wind_tunnel(BIJ, size="huge"),
+     "size small paper"),
+    ("plots.ladder negative value on a log axis", lambda: __import__("bayesattn_lite.plots").plots.ladder(
+        _axes(), [{"task": "hmm", "n_params": 10}], lambda r: -1.0, log_y=True), "value log_y=True -1"),
+    # callbacks: loss_fn's metrics may not use the run's own keys, as on_step's may not
+    ("train.train loss_fn metric grad_norm", lambda: train.train(_head(), lambda m, s: (head_loss(m, s), {"grad_norm": 1.0}),
+                                                                 ONE_STEP, progress=False), "loss_fn's metrics grad_norm"),
+    ("train.train loss_fn metric loss", lambda: train.train(_head(), lambda m, s: (head_loss(m, s), {"loss": 5.0}),
+                                                            ONE_STEP, progress=False), "loss_fn's metrics loss"),
+    ("train.train loss_fn metric lr", lambda: train.train(_head(), lambda m, s: (head_loss(m, s), {"lr": 5.0}),
+                                                          train.Recipe(1, schedule="cosine"), progress=False),
+     "loss_fn's metrics lr"),
+    # unclear messages
+    ("distributed --horizon", lambda: _parse_error(["--horizon", "K"]), "--horizon K=30"),
+    ("comparison.task_loss targets out of range", lambda: comparison.task_loss(TF_BIJ, wind_tunnels.WindTunnelBatch(
+        BBATCH.tokens, BBATCH.targets.masked_fill(BBATCH.mask, 50), BBATCH.posterior, BBATCH.mask)),
+     "batch.targets [0, 4)"),
+    ("plots.score_kernel_panels 1-D agree_gradient", lambda: __import__("bayesattn_lite.plots").plots.score_kernel_panels(
+        [_axes(), _axes()], [0, 1], [0.5, 0.5], [[0.5, 0.5]], np.eye(2)), "agree_gradient (seeds"),
 ]
+
+SUMMARY_ROW = {"arch": "lstm", "task": "hmm", "seed": 0, "horizon": "trained", "entropy_error_bits": 0.1}
+
+
+def _appended(*entries):
+    """A fresh History with ``(step, loss)`` appended for each entry."""
+    history = train.History()
+    for step, loss in entries:
+        history.append(step, loss=loss)
+    return history
+
+
+def _parse_error(extra):
+    """distributed.parser()'s message for ``extra`` after a valid command line, as a ValueError."""
+    import contextlib
+    import io
+
+    from bayesattn_lite import distributed
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            distributed.parser().parse_args(["--arch", "lstm", "--task", "hmm", "--steps", "10", *extra])
+    except SystemExit:
+        raise ValueError(err.getvalue().strip().splitlines()[-1]) from None
 
 TINY_CFG = specialisation.Config(n_train=16, n_probe=8, steps=6, log_every=2, seq_len=8)
 
