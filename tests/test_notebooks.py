@@ -275,9 +275,8 @@ def test_a_renamed_paste_of_a_package_function_is_caught():
 def first_time_within(xs, gaps, tol):
     gaps = np.atleast_2d(_validate.number_array("excess", gaps))
     xs = _validate.number_array("steps", xs)
-    if xs.ndim != 1 or len(xs) != gaps.shape[-1]:
-        _validate.fail("steps", f"{gaps.shape[-1]} steps (one per column of excess)", xs)
-    tol = _validate.real("tolerance", tol)
+    if xs.ndim != 1 or len(xs) != gaps.shape[-1] or (np.diff(xs) <= 0).any():
+        _validate.fail("steps", f"{gaps.shape[-1]} strictly increasing steps (one per column of excess)", xs)
     result = np.full(len(gaps), np.nan)
     for row, g in enumerate(gaps):
         over = np.nonzero(~(g <= tol))[0]
