@@ -360,6 +360,12 @@ ANSWER_DEF = "def biased_qk_gradients(q, k, v, u, tau, slope):\n"   # a checked 
      ["line 3: f(x + 2 * e) - f(x - 2 * e) (a finite difference", "line 3: f(x + e) - f(x - e) (a finite difference"]),
     ("ps1_derivations", ANSWER_DEF + "    import numpy as np\n    return (a - b) * 500000 + (c - d) * 2 ** 19 + (g - h) * np.float64(5e5)",
      ["line 3: (a - b) * 500000 (a finite", "line 3: (c - d) * 2 ** 19 (a finite", "line 3: (g - h) * np.float64(500000.0) (a finite"]),
+    # its re-check: a name held in a variable, any module's __builtins__, object.__subclasses__, requires_grad=
+    ("ps1_derivations", ANSWER_DEF + "    Q = torch.tensor(q.tolist(), requires_grad=True)\n    b = 'backward'\n    getattr(L, b)()",
+     ["line 2: requires_grad= (autograd", "line 4: getattr() by a name held in a variable"]),
+    ("ps1_derivations", "import warnings\nwarnings.__builtins__['exec']('x = 1')\ns = object.__subclasses__()",
+     ["line 2: __builtins__() (code", "line 3: __subclasses__() (code"]),
+    ("ps1_derivations", ANSWER_DEF + "    z = torch.zeros(3, requires_grad=False)\n    return z", []),
     # honest code: a BERT-style mask, a discrete difference of an index, a sum of strings that names nothing
     ("ps1_derivations", ANSWER_DEF + "    mask = (1.0 - keep) * -10000.0\n    d = f(i + 1) - f(i)\n    s = 'ab' + 'cd'\n    return mask",
      []),

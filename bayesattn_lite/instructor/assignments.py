@@ -911,6 +911,13 @@ def _uses(source, assignment_id, context, context_aliases, answer):
                 and node.args and _looked_up(node.args[0], aliases, assignment_id):
             what = f"{node.func.id}() on {_looked_up(node.args[0], aliases, assignment_id)} (a name looked up at run " \
                    "time: not scanned)"
+        elif assignment_id in _AUTOGRAD_ASSIGNMENTS and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "setattr") and len(node.args) >= 2 \
+                and not isinstance(node.args[1], ast.Constant):   # b = "backward"; getattr(loss, b)()
+            what = f"{node.func.id}() by a name held in a variable (a name looked up at run time: not scanned)"
+        elif assignment_id in _AUTOGRAD_ASSIGNMENTS and isinstance(node, ast.keyword) and node.arg == "requires_grad" \
+                and not (isinstance(node.value, ast.Constant) and node.value.value is False):
+            what = "requires_grad= (autograd: the question asks for a derivation)"
         elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("sys.modules") and \
                 _module_looked_up(node.slice, assignment_id):
             what = "sys.modules[...] (a module looked up at run time: not scanned)"
@@ -1021,7 +1028,8 @@ _RUN_TIME_CODE = {"run_cell", "run_cell_async", "run_cell_magic", "FunctionType"
                   "PyRun_SimpleString", "PyRun_String", "pythonapi", "exec_module", "load_module", "_gcd_import",
                   "getattr_static", "resolve_name", "methodcaller", "attrgetter",
                   "__self__", "f_builtins", "f_globals", "__globals__", "_getframe",   # the builtins by other roads
-                  "get_objects", "get_referents", "get_referrers"}   # gc: every object, the builtins' dict among them
+                  "get_objects", "get_referents", "get_referrers",   # gc: every object, the builtins' dict among them
+                  "__builtins__", "__subclasses__"}   # any module's __builtins__; object.__subclasses__()
 # the same under their modules' names (from operator import methodcaller), and what starts another Python
 _RUN_TIME_NAMES = {"operator.methodcaller", "operator.attrgetter", "pydoc.locate", "pkgutil.resolve_name",
                    "inspect.getattr_static", "importlib.util.spec_from_file_location", "subprocess.run",
