@@ -71,7 +71,6 @@ from . import _validate
 __all__ = ["Array", "Bool", "Distinct", "Finite", "Flag", "Float", "Int", "NonNegative", "OneOf", "Positive", "Real",
            "Seed", "SeedBelow", "Seeds", "Shaped", "Tensor", "TokenIds", "Whole", "checked", "declared_fields", "unchecked"]
 
-Flag = bool | np.bool_   # a yes/no argument: numpy's bool (what a comparison of arrays gives) is one too
 Array = Tensor | np.ndarray   # where a numpy array is taken as well as a tensor: Float[Array, "n d"]
 
 
@@ -97,6 +96,17 @@ def _declared(words, test, convert=None, explain=None):
     validator.get_repr = words   # help(fn) shows "steps: Annotated[object, an int >= 1]"
     _SCALARS[validator] = _Declared(words, test, convert, explain)   # not in the Annotated: beartype refuses
     return typing.Annotated[object, validator]                      # other metadata beside its validators
+
+
+def _flag(value):
+    """A yes/no value as a Python bool: numpy's bool (what a comparison of arrays gives) and a 0-d
+    bool tensor are one too."""
+    if isinstance(value, np.bool_) or isinstance(value, Tensor) and value.dtype == torch.bool and value.ndim == 0:
+        return bool(value)
+    return value
+
+
+Flag = _declared("True or False", lambda value: isinstance(value, bool), convert=_flag)   # a yes/no argument
 
 
 def _declarations(hint):
@@ -432,16 +442,19 @@ def _message(signature, name, args, kwargs, text, names):
         if known:
             expected += " with " + ", ".join(f"{d} = {sizes[d.lstrip('*')]} (as in {source})"
                                              for d, source in known.items())
+            odd = [(d, source, _agreeing(signature, bound, name, d.lstrip("*"), own[d], names))
+                   for d, source in known.items() if d in own]
+            hint = "; ".join(f"{', '.join(others)} {'has' if len(others) == 1 else 'have'} {d} = {own[d]} too: "
+                             f"{source} may be the one to change" for d, source, others in odd if others)
+            if hint:
+                return f"{name}: expected {expected}, got {_validate.describe(value)} ({hint})"
     return f"{name}: expected {expected}, got {_validate.describe(value)}"
 
 
-def _sizes_before(signature, bound, name, names):
-    """The axis sizes that the arguments before ``name`` give, read from their shapes: jaxtyping's
-    message lists them only on some calls (which depends on the order it tries a union's members in)."""
-    sizes = {}
+def _argument_axes(signature, bound, names):
+    """(argument, {axis: size}) for each array argument whose shape fits its annotation on its own, in
+    the signature's order."""
     for other, parameter in signature.parameters.items():
-        if other == name:
-            break
         value, hint = bound.arguments.get(other), parameter.annotation
         if isinstance(hint, str):
             hint = eval(hint, names)  # noqa: S307 (the package's own annotation)
@@ -449,10 +462,27 @@ def _sizes_before(signature, bound, name, names):
             with jaxtyped("context"):
                 fits = isinstance(value, h)
             if fits:
-                for d, size in _axes(h.dim_str, value.shape).items():
-                    sizes.setdefault(d.lstrip("*"), size)
+                yield other, {d.lstrip("*"): size for d, size in _axes(h.dim_str, value.shape).items()}
                 break
+
+
+def _sizes_before(signature, bound, name, names):
+    """The axis sizes that the arguments before ``name`` give, read from their shapes: jaxtyping's
+    message lists them only on some calls (which depends on the order it tries a union's members in)."""
+    sizes = {}
+    for other, axes in _argument_axes(signature, bound, names):
+        if other == name:
+            break
+        for d, size in axes.items():
+            sizes.setdefault(d, size)
     return sizes
+
+
+def _agreeing(signature, bound, name, dim, size, names):
+    """The arguments after ``name`` whose axis ``dim`` has ``size``, the size ``name`` has: where
+    they outnumber the one it was checked against, that one is likelier the one to change."""
+    after = list(signature.parameters)[list(signature.parameters).index(name) + 1:]
+    return [other for other, axes in _argument_axes(signature, bound, names) if other in after and axes.get(dim) == size]
 
 
 def _source(signature, bound, name, dim):

@@ -37,6 +37,8 @@ def damaged(path, what, why, advice):
     """Raise DamagedFile: the file at ``path`` should hold ``what`` but ``why``; ``advice`` says what to do."""
     if Path(path).is_dir():   # not a damaged file: the wrong path, and "train it again" would not help
         raise DamagedFile(f"{path}: expected the file of {what}, got a folder")
+    if not Path(path).exists():   # not damaged either: missing
+        raise DamagedFile(f"{path}: expected the file of {what}, got no file there: {advice}")
     raise DamagedFile(f"{path}: expected {what}, but {why}; it may be damaged or another kind of file: {advice}")
 
 
@@ -46,13 +48,18 @@ def _key_names(what, value):
         _validate.fail(what, "a tuple of key names, e.g. ('model',)", value)
 
 
+def _no_constant(name):
+    """json's hook for NaN, Infinity and -Infinity, which no record holds (JSON itself has no such numbers)."""
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 def read_json(path, what, keys=(), advice="delete it and train it again"):
     """The JSON object (a dict holding ``keys``) in the file at ``path``; DamagedFile naming the file,
     what it should hold and ``advice`` when it cannot be read as one."""
     _validate.file_path("path", path)
     _key_names("keys", keys)
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(), parse_constant=_no_constant)
     except (OSError, UnicodeDecodeError, ValueError) as exc:   # JSONDecodeError is a ValueError
         damaged(path, what, f"it cannot be read ({type(exc).__name__}: {str(exc)[:100]})", advice)
     missing = [k for k in keys if k not in data] if isinstance(data, dict) else list(keys)

@@ -281,8 +281,11 @@ def summarise(rows: Distinct("rows", "a row (one arch, task, seed and horizon)",
     rows sharing ``by``: a dict keyed by the tuple of those fields, in first-seen order."""
     if not isinstance(rows, (list, tuple)) or not rows or not all(isinstance(r, dict) for r in rows):
         _validate.fail("rows", "a non-empty list of row dicts from compare", rows)
-    if not isinstance(rows[0].get(metric), (int, float)) or isinstance(rows[0].get(metric), bool):
-        _validate.fail("metric", f"one of {sorted(k for k, v in rows[0].items() if isinstance(v, float))}", metric)
+    numeric = sorted(k for k, v in rows[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+    if metric not in numeric:   # where the rows hold no number at all, they are not compare's rows
+        _validate.fail("metric", f"a field of the rows holding numbers, one of {numeric}" if numeric else
+                       f"a field of the rows holding numbers, but rows[0] has none among {sorted(rows[0])} "
+                       "(rows from compare have 'entropy_error_bits')", metric)
     if isinstance(by, str) or not all(k in rows[0] for k in by):
         _validate.fail("by", f"a tuple of fields of the rows, from {sorted(rows[0])}", by)
     for i, row in enumerate(rows):   # rows of one table: each has what the first has

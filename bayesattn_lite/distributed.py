@@ -20,6 +20,7 @@ checkpoints, so that a resumed run restores every replica. Rerunning the same co
 import argparse
 import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -69,7 +70,7 @@ def parser():
     p.add_argument("--arch", required=True, choices=models.ARCHITECTURES)
     p.add_argument("--task", required=True, choices=sorted(wind_tunnels.WIND_TUNNELS))
     p.add_argument("--size", default="small", choices=("small", "paper"),
-                   help="task and model sizes: the course's CPU sizes or Paper I's (default cpu)")
+                   help="task and model sizes: the course's CPU sizes or Paper I's (default small)")
     p.add_argument("--steps", type=_count, required=True)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--batch-size", type=_count, default=32, help="sequences per rank and step")
@@ -100,8 +101,21 @@ def load_model(path, arch, task, size="small", **sizes):
                                     advice="pass the arch, task and sizes it was trained with", transform=state)
 
 
+def _unknown_options(p, argv):
+    """The --options ``p`` has none of (nor one they abbreviate): argparse names them only after a missing
+    required option, so a misspelt --step would be reported as --steps missing."""
+    options = [o for action in p._actions for o in action.option_strings]
+    return [t for t in argv if t.startswith("--") and t != "--" and
+            not any(o.startswith(t.split("=")[0]) for o in options)]
+
+
 def main(argv=None):
-    args = parser().parse_args(argv)
+    p = parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    unknown = _unknown_options(p, argv)
+    if unknown:
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args = p.parse_args(argv)
     if "RANK" not in os.environ:
         raise SystemExit("run me under torchrun, e.g. torchrun --nproc_per_node=2 -m bayesattn_lite.distributed ...")
     cuda = torch.cuda.is_available()

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _validate
-from ._types import Finite, Float, OneOf, Tensor, TokenIds, Whole, checked
+from ._types import Distinct, Finite, Float, OneOf, Tensor, TokenIds, Whole, checked
 
 
 # ----------------------------------------------------------------------------- validation
@@ -465,7 +465,7 @@ def _keeper(record, key):
 
 
 @checked
-def run_with_probes(model: nn.Module, inputs, names=PROBES):
+def run_with_probes(model: nn.Module, inputs, names: Distinct("probe names", "a name", "probe") = PROBES):
     """Run ``model(inputs)`` without gradients and return what passed through the probe points
     ``names`` of every attention layer (``has_probes``, in model order, the model itself included):
     a list indexed by layer of dicts probe name without "probe_" -> tensor, e.g. "k" (B, H, T, d_head),

@@ -264,8 +264,11 @@ def seed_bands(ax: Axes, curves, color, label, steps=None, lw: Positive = 1.6, *
     """
     _color("color", color)
     c = _array(_what, curves)   # _what: the name the caller gave curves (score_kernel_panels' agree_gradient)
-    if c.ndim != 2 or c.shape[0] == 0:
-        _validate.fail(_what, "shape (seeds >= 1, steps)", f"shape {c.shape}", described=True)
+    if c.ndim != 2 or 0 in c.shape:
+        _validate.fail(_what, "shape (seeds >= 1, steps >= 1)", f"shape {c.shape}", described=True)
+    if np.isinf(c).any() or np.isnan(c).all():   # a nan is a gap; all nan or an inf is no curve
+        _validate.fail(_what, "finite values, nan only where a seed did not record a step",
+                       "an inf" if np.isinf(c).any() else "nothing but nan", described=True)
     x = np.arange(c.shape[1]) if steps is None else _validate.shape("steps", _array("steps", steps), (c.shape[1],),
                                                                      "one x value per column of curves, shape")
     ax.fill_between(x, c.min(axis=0), c.max(axis=0), color=color, alpha=0.2, lw=0)

@@ -179,6 +179,14 @@ class MetricNotFound(KeyError, ValueError):
         return str(self.args[0])
 
 
+def _metric_value(key, value):
+    """A metric as a float: a number or a 0-d tensor (float() unwraps it); True is not a number."""
+    try:
+        return float(value if not isinstance(value, (bool, np.bool_)) else None)
+    except (TypeError, ValueError, RuntimeError):
+        _validate.fail(f"metric {key!r}", "a number (a float, or a 0-d tensor)", value)
+
+
 class History:
     """One dict of floats per logged step. ``h["loss"]`` and ``h.steps`` are numpy arrays."""
 
@@ -189,16 +197,12 @@ class History:
     def append(self, step, **metrics):
         # by hand, not declared: a training loop logs every step; each step after the last one logged
         step = _validate.integer("step", step, self._steps[-1] + 1 if self._steps else 0)
-        for key, value in metrics.items():   # one number per metric: float() also unwraps 0-d tensors
-            try:
-                float(value if not isinstance(value, (bool, np.bool_)) else None)   # True is not a number
-            except (TypeError, ValueError, RuntimeError):
-                _validate.fail(f"metric {key!r}", "a number (a float, or a 0-d tensor)", value)
-        for key in metrics:
+        values = {key: _metric_value(key, value) for key, value in metrics.items()}
+        for key in values:
             if key not in self._columns:  # a metric first seen late is nan before that
                 self._columns[key] = [math.nan] * len(self._steps)
         for key, column in self._columns.items():
-            column.append(float(metrics.get(key, math.nan)))  # float() also unwraps 0-d tensors
+            column.append(values.get(key, math.nan))
         self._steps.append(int(step))
 
     def __getitem__(self, key):
@@ -235,7 +239,7 @@ class History:
             _validate.fail("d", "what to_dict returns: {'steps': [increasing], 'metrics': {name: [one per step]}}", d)
         history = cls()
         history._steps = [int(s) for s in d["steps"]]
-        history._columns = {k: [float(x) for x in v] for k, v in d["metrics"].items()}
+        history._columns = {k: [_metric_value(f"{k}[{i}]", x) for i, x in enumerate(v)] for k, v in d["metrics"].items()}
         return history
 
     def __repr__(self):
@@ -456,6 +460,10 @@ def _step(model, loss_fn, opt, recipe, step, on_step):
         group["lr"] = group["base_lr"] * factor
     loss, value, metrics = _loss_of(loss_fn(model, step), step, opt)
     metrics = _measured(metrics, step, {"loss", "grad_norm", "lr"}, "loss_fn's metrics")
+    for key, value in metrics.items():   # a nan accuracy is a broken batch or model, not a gap to plot
+        if not math.isfinite(_metric_value(key, value)):
+            raise TrainingDiverged(f"step {step}: loss_fn's metric {key!r} is {_metric_value(key, value)}; "
+                                   "expected a finite number (the run stops here, before the update)")
     loss.backward()
     grad_norm = _grad_norm(model, opt, step)
     if recipe.clip_grad_norm is not None:

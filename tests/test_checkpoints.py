@@ -76,3 +76,12 @@ def test_states_of_the_training_loops_are_accepted(tmp_path):
              "rng": train._rng_state(), "shape": torch.Size([2]), "dtype": torch.float64, "none": None}
     checkpoints.save(tmp_path / "c.pt", state)
     assert checkpoints.load(tmp_path / "c.pt", "train.train", device=torch.device("cpu"))["shape"] == (2,)
+
+
+def test_a_record_is_refused_for_a_nan_and_a_missing_file_is_said_to_be_missing(tmp_path):
+    path = tmp_path / "record.json"
+    path.write_text('{"loss": NaN}')
+    with pytest.raises(checkpoints.DamagedFile, match=r"record\.json: expected a record.*NaN is not a number JSON allows"):
+        checkpoints.read_json(path, "a record", keys=("loss",))
+    with pytest.raises(checkpoints.DamagedFile, match=r"gone\.json: expected the file of a record, got no file there"):
+        checkpoints.read_json(tmp_path / "gone.json", "a record")

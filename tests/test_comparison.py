@@ -208,3 +208,8 @@ def test_training_draws_the_data_stream_of_wind_tunnels_data_seed(monkeypatch):
     monkeypatch.setattr(type(task), "sample", spy)
     train_on_task("mlp", task, 3, seed=5, progress=False, **TINY)
     assert seen == [wind_tunnels.data_seed(5, step) for step in range(3)]
+
+
+def test_summarise_says_when_the_rows_hold_no_number():
+    with pytest.raises(ValueError, match=r"metric: .*rows\[0\] has none among \['arch', 'horizon', 'task'\]"):
+        summarise([{"arch": "lstm", "task": "hmm", "horizon": "trained"}])

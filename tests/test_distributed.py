@@ -89,3 +89,9 @@ def test_refuses_to_run_outside_torchrun(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(SystemExit, match="torchrun"):
         distributed.main(["--arch", "lstm", "--task", "hmm", "--steps", "1"])
+
+
+def test_a_misspelt_option_is_named_before_the_missing_ones(capsys):
+    with pytest.raises(SystemExit):
+        distributed.main(["--stepz", "3"])
+    assert "unrecognized arguments: --stepz" in capsys.readouterr().err

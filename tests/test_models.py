@@ -289,3 +289,9 @@ def test_stream_start_must_fit_the_position_table():
 def test_layers_name_a_bad_size_or_input(make, named):
     with pytest.raises(ValueError, match=f"^{named}: expected"):
         make()
+
+
+def test_run_with_probes_refuses_a_probe_name_given_twice():
+    model = Transformer(vocab_size=5, n_classes=5, d_model=8, n_layers=1, n_heads=2, max_len=8)
+    with pytest.raises(ValueError, match="names: expected distinct probe names.*'k' twice"):
+        models.run_with_probes(model, torch.zeros(1, 4, dtype=torch.long), names=["k", "k"])

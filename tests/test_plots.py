@@ -219,3 +219,10 @@ def test_value_trajectories_name_what_does_not_fit_a_plane():
         plots.value_trajectories(["x", "y"], {**pca, "projections": {k: np.zeros((3, 2, 2)) for k in "ab"}},
                                  {"a": "red", "b": "blue"})
     plt.close("all")
+
+
+@pytest.mark.parametrize("curves, said", [([[1.0, np.inf]], "an inf"), ([[np.nan, np.nan]], "nothing but nan"),
+                                          (np.zeros((2, 0)), r"shape \(2, 0\)")])
+def test_seed_bands_refuses_curves_with_nothing_to_draw(ax, curves, said):
+    with pytest.raises(ValueError, match=f"curves: expected .*got {said}"):
+        plots.seed_bands(ax, curves, "C0", "x")

@@ -415,3 +415,17 @@ def test_a_warm_up_as_long_as_a_cosine_run_is_refused():
     with pytest.raises(ValueError, match=r"warmup: expected fewer steps than steps=10 \(the cosine schedule"):
         Recipe(10, schedule="cosine", warmup=10)
     assert Recipe(10, schedule="cosine", warmup=9).warmup == 9 and Recipe(10, warmup=10).warmup == 10
+
+
+def test_a_nan_metric_of_loss_fn_stops_the_run_naming_it():
+    def nan_accuracy(model, step):
+        loss, _ = random_batch_loss(model, step)
+        return loss, {"acc": math.nan if step == 2 else 0.5}
+
+    with pytest.raises(TrainingDiverged, match="step 2: loss_fn's metric 'acc' is nan"):
+        train(make_head(), nan_accuracy, Recipe(5), progress=False)
+
+
+def test_from_dict_names_a_value_that_is_not_a_number():
+    with pytest.raises(ValueError, match=r"metric 'loss\[1\]': expected a number.*got 'a'"):
+        History.from_dict({"steps": [0, 1], "metrics": {"loss": [1.0, "a"]}})

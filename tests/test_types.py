@@ -292,3 +292,27 @@ def test_a_dataclass_declares_its_fields():
         Settings(0)
     with pytest.raises(ValueError, match=r"^lr: expected a positive finite number or None, got -1$"):
         Settings(lr=-1)
+
+
+def test_a_flag_takes_a_python_numpy_or_0d_torch_bool_and_passes_a_python_one():
+    @checked
+    def flag(on: Flag = True):
+        return on
+
+    for value in (True, np.bool_(False), torch.tensor(True)):
+        assert type(flag(value)) is bool and flag(value) == bool(value)
+    for bad in ("no", 1, torch.tensor([True])):
+        with pytest.raises(ValueError, match="on: expected True or False"):
+            flag(bad)
+
+
+def test_a_size_clash_says_when_later_arguments_side_with_the_one_refused():
+    """x's d_x is the odd one out, but x comes first: W_Q is refused, and the message says that W_K
+    and W_V agree with W_Q, so x may be the one to change."""
+    params = attention.init_params(4, 3, 3, 5)
+    with pytest.raises(ValueError, match=r"W_Q: expected .* d_x = 5 \(as in x\).*\(W_K, W_V have d_x = 4 too: "
+                                         r"x may be the one to change\)"):
+        attention.forward(torch.zeros(2, 6, 5), params)
+    wrong_w_q = {**params, "W_Q": torch.zeros(3, 5)}   # here W_Q is the odd one: no such hint
+    with pytest.raises(ValueError, match=r"W_Q: expected .* d_x = 4 \(as in x\), got Tensor of shape \(3, 5\)[^(]*$"):
+        attention.forward(torch.zeros(2, 6, 4), wrong_w_q)

@@ -603,22 +603,33 @@ def _definitions(tree):
     return defined
 
 
-def _value(node):
-    """The number a constant expression (``1e-6``, ``-1e-6``, ``10 ** -6``, ``1 / 1000``) stands for, or None."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+_NUMBER_WRAPPERS = {"float", "int", "float64", "float32", "double", "tensor", "as_tensor", "array", "asarray"}
+
+
+def _value(node, depth=0):
+    """The number a constant expression (``1e-6``, ``-1e-6``, ``10 ** -6``, ``1 / 1000``, ``np.float64(5e5)``)
+    stands for, or None; read at most 8 levels deep."""
+    if depth > 8:
+        return None
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
         return float(node.value) if abs(node.value) < 1e300 else None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _value(node.operand)
+        value = _value(node.operand, depth + 1)
         return None if value is None else -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.Call) and len(node.args) == 1 and \
+            (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in _NUMBER_WRAPPERS:
+        return _value(node.args[0], depth + 1)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Pow, ast.Mult, ast.Div)):
-        left, right = _value(node.left), _value(node.right)
-        if left is None or right is None or isinstance(node.op, ast.Pow) and (abs(right) > 400 or left <= 0):
+        left, right = _value(node.left, depth + 1), _value(node.right, depth + 1)
+        if left is None or right is None or isinstance(node.op, ast.Pow) and \
+                (abs(right) > 400 or left < 0 and right != int(right)):
             return None
         try:
-            return left ** right if isinstance(node.op, ast.Pow) else left * right if isinstance(node.op, ast.Mult) \
+            value = left ** right if isinstance(node.op, ast.Pow) else left * right if isinstance(node.op, ast.Mult) \
                 else left / right
         except (OverflowError, ZeroDivisionError):
             return None
+        return float(value) if abs(value) < 1e300 else None
     return None
 
 
@@ -644,7 +655,7 @@ def _terms(node):
             todo.append((n.operand, below))
         elif isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Mult, ast.Div)):
             todo += [(n.left, below), (n.right, below != isinstance(n.op, ast.Div))]
-        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) and _constant_number(n) is None:
+        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) and _value(n) is None:
             todo.append((n.left, below))   # h ** 2 stands for h; 2 ** 19 is a number
         else:
             (down if below else up).append(n)
@@ -711,35 +722,8 @@ def _inverse_step(node, steps, inverses):
         return node.id in inverses
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and any(_small(f, steps) for f in _factors(node.right)):
         return True
-    value = _constant_number(node)
+    value = _value(node)
     return value is not None and abs(value) >= _INVERSE
-
-
-_NUMBER_WRAPPERS = {"float", "int", "float64", "float32", "double", "tensor", "as_tensor", "array", "asarray"}
-
-
-def _constant_number(node, depth=0):
-    """The number an expression of constants gives (``2**19``, ``-5e4``, ``np.float64(5e5)``), or None."""
-    if depth > 8:
-        return None
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return float(node.value)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _constant_number(node.operand, depth + 1)
-        return None if value is None else -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.Call) and len(node.args) == 1 and \
-            (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in _NUMBER_WRAPPERS:
-        return _constant_number(node.args[0], depth + 1)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div, ast.Pow)):
-        a, b = _constant_number(node.left, depth + 1), _constant_number(node.right, depth + 1)
-        if a is None or b is None or (isinstance(node.op, ast.Pow) and abs(b) > 64) or \
-                (isinstance(node.op, ast.Div) and b == 0):
-            return None
-        try:
-            return a * b if isinstance(node.op, ast.Mult) else a / b if isinstance(node.op, ast.Div) else float(a ** b)
-        except (OverflowError, ZeroDivisionError, TypeError):
-            return None
-    return None
 
 
 def _shifted_calls(node):
@@ -780,7 +764,7 @@ def _finite_difference(node, steps, inverses=frozenset()):
         return False
     up, down = _terms(node)
     differences = [f for f in up if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Sub)   # (1.0 - keep) * -1e4:
-                   and _constant_number(f.left) is None and _constant_number(f.right) is None]   # a mask, not a step
+                   and _value(f.left) is None and _value(f.right) is None]   # a mask, not a step
     if not differences:
         return False
     if any(_small(f, steps) for f in down) or any(_inverse_step(f, steps, inverses) for f in up):

@@ -1522,15 +1522,17 @@ def main(argv=None):
         if failed:
             print(f"{failed} submission(s) could not be graded: see their rows (status 'not graded' or "
                   "'grader error') and grade them again with --regrade", file=sys.stderr)
+        def handout_problem(p):   # a problem string that says the notebook is not this handout's
+            return "does not match the assignment" in p or "handed out" in p
+
         def wrong_handout(r):
-            return any("does not match the assignment" in p or "handed out" in p for p in r.get("problems", []))
+            return any(handout_problem(p) for p in r.get("problems", []))
 
         def lost_tag(r):
             return any(q.get("tag_missing") for q in r.get("questions", []))
 
         def other(r):   # a problem that is neither of the two above
-            return any(not ("does not match the assignment" in p or "handed out" in p or "lost its tag" in p)
-                       for p in r.get("problems", []))
+            return any(not (handout_problem(p) or "lost its tag" in p) for p in r.get("problems", []))
 
         flags = {"uses of reference functions or autograd": [r for r in reports if r.get("reference_calls")],
                  "late": [r for r in reports if (r.get("late") or {}).get("kept", 1) < 1],

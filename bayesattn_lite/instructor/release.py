@@ -391,7 +391,8 @@ def manual_template(reports, path):
     old = ""
     if path.exists():
         try:
-            old, have = path.read_text(encoding="utf-8-sig"), set(read_manual(path))
+            old = path.read_text(encoding="utf-8-sig")
+            have = set(read_manual(path, text=old))
         except (OSError, ValueError, KeyError, UnicodeDecodeError):   # the instructor's to mend: left as it is
             return []
         rows = [row for row in rows if (row[0], row[1]) not in have]
@@ -407,30 +408,32 @@ def manual_template(reports, path):
 CLEAR = "clear"   # in a manual-points file's points cell: take back the points set before (an empty cell changes nothing)
 
 
-def read_manual(path):
+def read_manual(path, text=None):
     """The manual points: {(submission, question): (points, comment)}, points a number, None (an empty
     cell: no change) or CLEAR, the comment "" where empty (no change). Raises ValueError naming the file,
-    the line and what was expected."""
+    the line and what was expected. ``text``: the file's text where it was read already."""
     path = Path(path)
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in MANUAL_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path}: expected the columns {', '.join(MANUAL_COLUMNS)}; missing {', '.join(missing)}")
-        marks, lines = {}, {}
-        for line, row in enumerate(reader, start=2):
-            text = (row["points"] or "").strip()
-            try:
-                points = CLEAR if text.lower() == CLEAR else float(text) if text else None
-            except ValueError:
-                raise ValueError(f"{path}, line {line}: points must be a number, empty (no change) or "
-                                 f"{CLEAR!r} (take back the points set before), got {text!r}") from None
-            key = row["submission"].strip(), row["question"].strip()
-            if key in lines:   # a second row would silently replace the first's points
-                raise ValueError(f"{path}, line {line}: {key[0]} {key[1]} has a row already, on line {lines[key]}; "
-                                 "expected one row per submission and question")
-            lines[key] = line
-            marks[key] = (points, (row["comment"] or "").strip())
+    if text is None:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            text = f.read()
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    missing = [c for c in MANUAL_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ValueError(f"{path}: expected the columns {', '.join(MANUAL_COLUMNS)}; missing {', '.join(missing)}")
+    marks, lines = {}, {}
+    for line, row in enumerate(reader, start=2):
+        cell = (row["points"] or "").strip()
+        try:
+            points = CLEAR if cell.lower() == CLEAR else float(cell) if cell else None
+        except ValueError:
+            raise ValueError(f"{path}, line {line}: points must be a number, empty (no change) or "
+                             f"{CLEAR!r} (take back the points set before), got {cell!r}") from None
+        key = row["submission"].strip(), row["question"].strip()
+        if key in lines:   # a second row would silently replace the first's points
+            raise ValueError(f"{path}, line {line}: {key[0]} {key[1]} has a row already, on line {lines[key]}; "
+                             "expected one row per submission and question")
+        lines[key] = line
+        marks[key] = (points, (row["comment"] or "").strip())
     return marks
 
 
