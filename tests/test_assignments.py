@@ -369,6 +369,18 @@ ANSWER_DEF = "def biased_qk_gradients(q, k, v, u, tau, slope):\n"   # a checked 
     # honest code: a BERT-style mask, a discrete difference of an index, a sum of strings that names nothing
     ("ps1_derivations", ANSWER_DEF + "    mask = (1.0 - keep) * -10000.0\n    d = f(i + 1) - f(i)\n    s = 'ab' + 'cd'\n    return mask",
      []),
+    # the last stop's residue: names by join, % and format; a step bound by a loop; diff times one over a step;
+    # a module's backward hook; and two false alarms (a duration in microseconds, a centring over a small scale)
+    ("ps1_derivations", "getattr(L, ''.join(['back', 'ward']))()\nimport operator\nm = operator.attrgetter('%sward' % 'back')",
+     ["line 1: .backward() (autograd", "line 3: 'backward' (an autograd name", "line 3: operator.attrgetter() (code"]),
+    ("ps1_derivations", ANSWER_DEF + "    for h in (1e-4,):\n        g = (L(x + h) - L0) / h\n    return g",
+     ["line 3: (L(x + h) - L0) / h (a finite difference"]),
+    ("ps1_derivations", ANSWER_DEF + "    return torch.diff(ys, dim=0)[0] * 500 + np.diff(ys) / np.diff(xs)",
+     ["line 2: np.diff(ys) / np.diff(xs) (a finite", "line 2: torch.diff(ys, dim=0)[0] * 500 (a finite"]),
+    ("ps1_derivations", "m.register_full_backward_hook(keep)", ["line 1: .register_full_backward_hook (a backward hook"]),
+    ("ps1_derivations", ANSWER_DEF + "    t0 = time.perf_counter()\n    t1 = time.perf_counter()\n"
+     "    us = (time.perf_counter() - t0) * 1e6 + (t1 - t0) * 1e6\n    return (s - s.mean()) / 1e-3 + (s - np.max(s)) / 1e-3",
+     []),
 ])
 def test_the_scans_holes_are_closed(assignment_id, source, expected):
     test_reference_calls_are_found(assignment_id, source, expected)

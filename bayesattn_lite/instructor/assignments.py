@@ -515,9 +515,10 @@ def _tree(source):
 
 
 def _fold_strings(tree):
-    """A string spelt in pieces of constants (f"backward", f"{'back'}ward", "back" + "ward") made one
-    constant in place, so that it names what it names. Children before parents, without recursion (a
-    cell's chain can be thousands deep); a result over 200 characters is left in pieces (names are short)."""
+    """A string spelt in pieces of constants (f"backward", f"{'back'}ward", "back" + "ward", "".join(["back",
+    "ward"]), "%sward" % "back", "{}ward".format("back")) made one constant in place, so that it names what it
+    names. Children before parents, without recursion (a cell's chain can be thousands deep); a result over
+    200 characters is left in pieces (names are short)."""
     for node in reversed(list(ast.walk(tree))):   # breadth first, reversed: a node after its children
         for field, value in ast.iter_fields(node):
             for i, child in enumerate(value if isinstance(value, list) else [value]):
@@ -536,13 +537,34 @@ def _constant_text(node):
             part = part.value
         return part.value if isinstance(part, ast.Constant) and isinstance(part.value, str) else None
 
+    def texts(parts):   # the pieces of a list or tuple of constants, or a string's letters
+        return [text(p) for p in parts.elts] if isinstance(parts, (ast.List, ast.Tuple)) else list(text(parts) or [None])
+
+    template = text(node.left) if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) else \
+        text(node.func.value) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
+    template = template if template is not None and len(template) <= 200 else None   # its copies are the result
+    pieces, joined = None, None
     if isinstance(node, ast.JoinedStr):
         pieces = [text(v) for v in node.values]
     elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         pieces = [text(node.left), text(node.right)]
-    else:
+    elif template is not None and isinstance(node, ast.Call) and not node.keywords and \
+            node.func.attr == "join" and len(node.args) == 1:
+        pieces, joined = texts(node.args[0]), template.join
+    elif template is not None and isinstance(node, ast.Call) and not node.keywords and node.func.attr == "format" \
+            and all(re.fullmatch(r"\{\d?\}", f) for f in re.findall(r"\{[^{}]*\}", template.replace("{{", ""))):
+        pieces, joined = [text(a) for a in node.args], lambda ps: template.format(*ps)   # no width: "{:>9999999}"
+    elif template is not None and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and \
+            set(re.findall(r"%.", template.replace("%%", ""))) <= {"%s"}:
+        pieces = [text(p) for p in node.right.elts] if isinstance(node.right, ast.Tuple) else [text(node.right)]
+        joined = lambda ps: template % tuple(ps)   # noqa: E731
+    if pieces is None or None in pieces or sum(map(len, pieces)) > 200:
         return None
-    return "".join(pieces) if None not in pieces and sum(map(len, pieces)) <= 200 else None
+    try:
+        result = joined(pieces) if joined else "".join(pieces)
+    except (TypeError, ValueError, IndexError, KeyError):   # "%d" % "x", "{0}{5}".format("a"): not a name
+        return None
+    return result if len(result) <= 200 else None
 
 
 def _recovered(source, error):
@@ -668,8 +690,8 @@ def _factors(node):
 
 
 def _step_names(tree):
-    """Names bound to a small constant (``h = 1e-6``, a default ``eps=1e-5``) or added to a point
-    (``x[i] += h``): the step sizes of a finite difference."""
+    """Names bound to a small constant (``h = 1e-6``, a default ``eps=1e-5``, ``for h in [1e-5]``) or added
+    to a point (``x[i] += h``): the step sizes of a finite difference."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and _small(node.value, set()):
@@ -677,6 +699,10 @@ def _step_names(tree):
         elif isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)) and \
                 isinstance(node.target, ast.Subscript) and isinstance(node.value, ast.Name):
             names.add(node.value.id)  # x[i] += h
+        elif isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name) and \
+                isinstance(node.iter, (ast.List, ast.Tuple, ast.Set)) and node.iter.elts and \
+                all(_small(e, set()) for e in node.iter.elts):
+            names.add(node.target.id)   # for h in (1e-4, 1e-5): a step bound by a loop
         elif isinstance(node, ast.arguments):
             positional = node.posonlyargs + node.args
             pairs = list(zip(positional[len(positional) - len(node.defaults):], node.defaults))
@@ -688,7 +714,7 @@ def _step_names(tree):
 def _numerical(tree, aliases, assignment_id):
     """[(line, what)]: numerical differentiation in a cell: a complex step (``1j``, ``complex(...)``, a
     complex dtype), a finite difference ``(f(x + h) - f(x)) / h`` or a library's finite differences."""
-    steps, found, covered = _step_names(tree), [], set()
+    steps, clocks, found, covered = _step_names(tree), _clock_names(tree), [], set()
     inverses = {t.id for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
                 and _inverse_step(node.value, steps, set())
                 for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)}   # inv = 5e4
@@ -705,7 +731,7 @@ def _numerical(tree, aliases, assignment_id):
             name = _canonical(_dotted(node, aliases), assignment_id) or ""
             if name.startswith(_COMPLEX + _FINITE_DIFFERENCES):
                 used, kind = name, "a complex step" if name.startswith(_COMPLEX) else "finite differences"
-        elif id(node) not in covered and (_finite_difference(node, steps, inverses) or _shifted_calls(node)):
+        elif id(node) not in covered and (_finite_difference(node, steps, inverses, clocks) or _shifted_calls(node)):
             used, kind = ast.unparse(node)[:80], "a finite difference"
             covered |= {id(n) for n in ast.walk(node)}   # its own f(x + h) - f(x - h) is not a second one
         if used:
@@ -714,8 +740,8 @@ def _numerical(tree, aliases, assignment_id):
     return found
 
 
-def _inverse_step(node, steps, inverses):
-    """True when ``node`` is one over a step: a number of at least _INVERSE written in the expression
+def _inverse_step(node, steps, inverses, at_least=_INVERSE):
+    """True when ``node`` is one over a step: a number of at least ``at_least`` written in the expression
     (``5e4``, ``500000``, ``2**19``, ``np.float64(5e5)``), a name bound to a float one (``inv = 5e4``; an int
     name such as ``T = 10000`` is a count, not a step's inverse) or ``1 / h``."""
     if isinstance(node, ast.Name):
@@ -723,7 +749,7 @@ def _inverse_step(node, steps, inverses):
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and any(_small(f, steps) for f in _factors(node.right)):
         return True
     value = _value(node)
-    return value is not None and abs(value) >= _INVERSE
+    return value is not None and abs(value) >= at_least
 
 
 def _shifted_calls(node):
@@ -750,21 +776,55 @@ def _shifted_calls(node):
 
 
 _DIVIDES = {"div", "divide", "true_divide"}   # torch.div(a - b, 2 * h), np.divide(...)
+_REDUCTIONS = {"mean", "nanmean", "median", "max", "amax", "min", "amin", "sum", "logsumexp"}   # s - s.mean(): centring
+_CLOCKS = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time",
+           "process_time_ns", "default_timer"}   # (perf_counter() - t0) * 1e6: a time in microseconds
 
 
-def _finite_difference(node, steps, inverses=frozenset()):
+def _called(node):
+    """The name a call calls (``np.diff(y)`` -> "diff", ``f(x)`` -> "f"), or None for what is no call."""
+    return (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) if isinstance(node, ast.Call) else None
+
+
+def _clock_names(tree):
+    """Names bound to a clock's reading (``t0 = time.perf_counter()``): their differences are durations."""
+    return {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _called(node.value) in _CLOCKS
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+def _two_points(d, clocks):
+    """True when the difference ``d`` (a - b) may be a function's values at two points: not a constant on
+    either side (``(1.0 - keep) * -1e4`` is a mask), not a centring (``s - s.mean()``, ``s - max(s)``) and
+    not a duration (``time.perf_counter() - t0``)."""
+    a, b = d.left, d.right
+    if _value(a) is not None or _value(b) is not None:
+        return False
+    if _called(b) in _REDUCTIONS and any(ast.dump(x) == ast.dump(a) for x in [getattr(b.func, "value", None), *b.args[:1]]):
+        return False
+    return not any(_called(x) in _CLOCKS or isinstance(x, ast.Name) and x.id in clocks for x in (a, b))
+
+
+def _finite_difference(node, steps, inverses=frozenset(), clocks=frozenset()):
     """True for a difference divided by a step (``(A - B) / h``, ``/ (2 * eps)``, ``/ 2 / h``, ``torch.div(A - B,
     h)``) or multiplied by one over a step (``(a - b) * inv``, ``inv = 5e4``), whatever sign or constant
-    factors surround it; or a difference of one function's calls at two points that a name of the divisor
-    moves apart (``(f(x + h) - f(x - h)) / (2 * h)``)."""
+    factors surround it; differences taken by ``diff`` (``np.diff(y) / np.diff(x)``, ``torch.diff(y) * 500``:
+    one over a step from 1 / _SMALL); or a difference of one function's calls at two points that a name of
+    the divisor moves apart (``(f(x + h) - f(x - h)) / (2 * h)``)."""
     if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)) and len(node.args) == 2 and \
-            (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) in _DIVIDES:
+            _called(node) in _DIVIDES:
         node = ast.BinOp(left=node.args[0], op=ast.Div(), right=node.args[1])
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div))):
         return False
     up, down = _terms(node)
-    differences = [f for f in up if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Sub)   # (1.0 - keep) * -1e4:
-                   and _value(f.left) is None and _value(f.right) is None]   # a mask, not a step
+    def diff(f):   # np.diff(y), torch.diff(y, dim=0)[0]: a difference of neighbouring values
+        while isinstance(f, ast.Subscript):
+            f = f.value
+        return _called(f) == "diff"
+
+    if any(diff(f) for f in up) and (any(diff(f) for f in down) or any(_small(f, steps) for f in down)
+                  or any(_inverse_step(f, steps, inverses, at_least=1 / _SMALL) for f in up)):
+        return True
+    differences = [f for f in up if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Sub) and _two_points(f, clocks)]
     if not differences:
         return False
     if any(_small(f, steps) for f in down) or any(_inverse_step(f, steps, inverses) for f in up):
@@ -794,6 +854,8 @@ def _reference(node, aliases, assignment_id):
         return f"{name} (symbolic differentiation: the question asks for a derivation)"
     if assignment_id in _AUTOGRAD_ASSIGNMENTS and attr and attr.endswith(("_backward", "_backward_data")):
         return f".{attr} (a backward kernel: the question asks for a derivation)"
+    if assignment_id in _AUTOGRAD_ASSIGNMENTS and attr and ("backward_hook" in attr or "backward_pre_hook" in attr):
+        return f".{attr} (a backward hook, handed autograd's gradients: the question asks for a derivation)"
     if name and assignment_id in _AUTOGRAD_ASSIGNMENTS and (name.startswith(_AUTOGRAD) or (
             name.split(".")[0] == "torch" and _AUTOGRAD_PARTS & set(name.split(".")))):
         return f"{name} (autograd: the question asks for a derivation)"
