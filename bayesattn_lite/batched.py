@@ -386,10 +386,13 @@ def train(x, y, params, lrs, steps: Whole(1), names: Distinct("names", "a name",
         drawn = sampler(step)   # checked where it is read: (x, y) of the first batch's shapes
         if not isinstance(drawn, tuple) or len(drawn) != 2 or not all(isinstance(t, torch.Tensor) for t in drawn) \
                 or drawn[0].shape != x.shape or drawn[1].shape != y.shape:
+            got = ", ".join(map(_validate.describe, drawn)) if isinstance(drawn, tuple) else _validate.describe(drawn)
             _validate.fail("sampler", f"a function returning (x, y) of shapes {tuple(x.shape)} and {tuple(y.shape)}",
-                           f"one returning {_validate.describe(drawn)} at step {step}", described=True)
+                           f"one returning ({got}) at step {step}", described=True)
         if not bool(torch.isfinite(drawn[0]).all()):   # else the step would diverge and blame the rates
             _validate.fail("sampler", "a function returning finite x", f"nan/inf in x at step {step}", described=True)
+        if step == 0:   # its labels once, as the first batch's were: else torch's index error deep in a step
+            _validate.labels("sampler(0)'s y", drawn[1], params["W_O"].shape[1])
         return drawn[0].to(device, dtype), drawn[1].to(device)
 
     names = list(names) if names is not None else [f"model {m}" for m in range(M)]

@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -168,6 +169,7 @@ def load(path, kind, device="cpu", required=()):
     """The checkpoint at ``path`` if it is a readable checkpoint of ``kind`` holding ``required``
     keys; otherwise CheckpointMismatch saying why and what to do."""
     advice = "delete it, choose another checkpoint_path, or pass resume=False"
+    _validate.file_path("path", path)   # not a number or None, which "cannot be read; it may be damaged" would blame
     _key_names("required", required)
     if device is not None:
         device = _validate.device("device", device)
@@ -187,6 +189,9 @@ def load(path, kind, device="cpu", required=()):
 def refuse(path, expected_fingerprint, ckpt, differences):
     """Raise CheckpointMismatch when the run that wrote ``ckpt`` differs from this one."""
     _validate.record("ckpt", ckpt, (), "checkpoints.load")
+    if isinstance(differences, str):   # one string would be joined letter by letter
+        _validate.fail("differences", "a list of what differs, e.g. ['lr: 0.1 here, 0.01 in the checkpoint']",
+                       differences)
     if differences:
         raise CheckpointMismatch(
             f"checkpoint {path}: expected a checkpoint of this run (fingerprint {expected_fingerprint}), but it "
@@ -205,7 +210,8 @@ def progress_bar(start: Whole(0), steps, desc, progress: Flag = True):
 
 
 @contextlib.contextmanager
-def saved_on_interrupt(path, save_now, done):
+@checked
+def saved_on_interrupt(path, save_now: Callable, done: Callable):
     """On Ctrl-C inside the block, call ``save_now()`` (when there is a ``path``), say where the run
     stopped (``done()`` gives the step) and re-raise, so the user can resume from there."""
     try:

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _validate, diagnostics, models, wind_tunnels
-from ._types import Distinct, OneOf, Seed, SeedBelow, Seeds, Whole, checked, unchecked
+from ._types import Distinct, Flag, OneOf, Seed, SeedBelow, Seeds, Whole, checked, unchecked
 from .train import Recipe, pick_device, seed_everything, train
 
 Model = Annotated[torch.nn.Module, "models.build(...)"]   # in the message where one was expected
@@ -202,8 +202,9 @@ def model_sizes_for(arch, task, size="small", horizons=None, overrides=None):
 def compare(archs: Distinct("architectures", "an architecture", "architecture"),
             task_names: Distinct("tasks", "a task", "task"), seeds: Seeds, steps,
             size: OneOf("small", "paper") = "small", lr=3e-3, batch_size=32, n_eval: Whole(1) = 256,
-            horizons=None, device=None, checkpoint_dir=None, progress=False, model_sizes=None,
-            keep_models=False, workers: Whole(1) = 1, threads: Whole(1) | None = None):
+            horizons: Annotated[dict, "{task: [horizon, ...]}, e.g. {'hmm': [{'K': 30}]}"] | None = None,
+            device=None, checkpoint_dir=None, progress=False, model_sizes=None, keep_models: Flag = False,
+            workers: Whole(1) = 1, threads: Whole(1) | None = None):
     """Train and evaluate every architecture x task x seed; a list of row dicts.
 
     Each row: arch, task, primitive, seed, horizon ("trained" or e.g. "K=30"), n_params, steps,

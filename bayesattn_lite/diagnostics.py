@@ -299,8 +299,9 @@ def settle(steps, rates, fractions: Fractions = SETTLE_FRACTIONS, window: Whole(
     """The course's one settle measure: a change rate against its own peak.
 
     ``rates[t]`` is how fast a pathway moved in the interval ending at ``steps[t]`` (a frame rate,
-    a precision rate). The rates are smoothed by a centred running mean over ``window`` intervals,
-    then compared with their own peak, which makes the measure scale-free (a TV distance and a
+    a precision rate). The rates are smoothed by a centred running mean over ``window`` intervals
+    (at most as many as there are rates; a run of fewer than the default ``SETTLE_WINDOW`` is left
+    unsmoothed), then compared with their own peak, which makes the measure scale-free (a TV distance and a
     relative norm compare fairly) and not bound by the run's length: a pathway whose rate is still
     rising, or has not fallen far from its peak, is reported as not settled, not as settling at the
     end of the run. A settled state must also *last*: a step later than the last ``min_span`` of the
@@ -327,6 +328,8 @@ def settle(steps, rates, fractions: Fractions = SETTLE_FRACTIONS, window: Whole(
     fractions = tuple(_validate.real("fractions", f, 0, 1, low_open=True, high_open=True) for f in fractions)
     if not fractions:
         _validate.fail("fractions", "a tuple of fractions in (0, 1), e.g. (0.2, 0.1)", fractions)
+    if window > len(rates) and window != SETTLE_WINDOW:   # the default skips a short run's smoothing, as said above
+        _validate.fail("window", f"at most the number of rates ({len(rates)}), or 1 for no smoothing", window)
     smooth = _smooth(rates, window)
     k = int(np.argmax(smooth))
     peak = float(smooth[k])

@@ -314,6 +314,9 @@ def save_record(record, directory=None):
     """Write ``record`` into ``directory`` (default ``DYNAMICS_DIR``) under ``record_path``'s name;
     returns the path."""
     record = _check_record(record, ("task", "seed"))
+    _validate.choice("record['task']", record["task"], TASKS)   # named as the record's, not as record_path's task_name
+    _validate.seed("record['seed']", record["seed"], 2**16)
+    _validate.choice("record['optimizer']", record.get("optimizer", SHIPPED), list(OPTIMIZERS))
     path = record_path(record["task"], record["seed"], directory, record.get("optimizer", SHIPPED))
     path = Path(_validate.writable_path("directory", path))
     path.write_text(json.dumps(record, separators=(",", ":")) + "\n")

@@ -180,7 +180,8 @@ def match(found: Float[Array, "K d"], reference: Float[Array, "K d"]) -> list:
 
 @checked
 def fit_best(x, n_components, restarts: Whole(1) = 5, seed: Seed = 0, **kwargs):
-    """``fit`` from ``restarts`` random initialisations (seeds seed, seed+1, ...); the one with the
-    highest final log-likelihood. EM only climbs to a local maximum, so restarts are the usual cure."""
-    fits = [fit(x, n_components, seed=seed + k, **kwargs) for k in range(restarts)]
+    """``fit`` from ``restarts`` random initialisations (seeds seed, seed+1, ..., modulo 2**63: each a
+    valid seed); the one with the highest final log-likelihood. EM only climbs to a local maximum, so
+    restarts are the usual cure."""
+    fits = [fit(x, n_components, seed=(seed + k) % 2**63, **kwargs) for k in range(restarts)]
     return max(fits, key=lambda f: f.log_likelihood[-1])

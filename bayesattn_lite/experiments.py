@@ -891,9 +891,9 @@ def save_schedule_run(run: ScheduleRun, path):
     """Save what ``ScheduleRun``'s speed-ups, tables and held-out scores need (the curves, final and
     Bayes metrics, final weights), not the snapshots, as one compressed numpy file (numpy adds
     ".npz" to a path without it; ``load_schedule_run`` takes either path)."""
-    if os.fspath(_validate.file_path("path", path)).endswith(("/", os.sep)):  # "dir/" would become dir.npz
-        _validate.fail("path", "a file path for the run's .npz file", f"{path!r}, a folder path (it ends in a separator)",
-                       described=True)
+    if os.fspath(_validate.file_path("path", path)).endswith(("/", os.sep)) or os.path.isdir(path):  # not dir.npz
+        _validate.fail("path", "a file path for the run's .npz file", f"{path!r}, a folder (one that exists, or a path "
+                       "ending in a separator)", described=True)
     path = _validate.writable_path("path", _npz(path))
     arrays = {f"bayes/{k}": np.asarray(v) for k, v in run.bayes.items()}
     for i, name in enumerate(run.schedules):
@@ -978,7 +978,8 @@ def load_controls(directory=None):
     return load_schedule_run(path)
 
 
-def record_path(name, directory=None):
+@checked
+def record_path(name: str, directory=None):
     return (_validate.folder("directory", directory) or RECORDS) / f"long-{name}.json"
 
 

@@ -98,6 +98,8 @@ class CausalSelfAttention(nn.Module):
         B, T, D = x.shape
         if D != self.proj.out_features:
             _validate.fail("x", f"(B, T, d_model={self.proj.out_features}) for this layer", tuple(x.shape))
+        if bias is not None and bias.shape[0] != self.n_heads:   # one (T, T) bias per head, not a broadcast
+            _validate.fail("bias", f"shape (H={self.n_heads}, T={T}, T={T}): one (T, T) bias per head", bias)
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
         q, k, v = self.probe_q(q), self.probe_k(k), self.probe_v(v)            # (B, H, T, d_head)
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)             # (B, H, T, T)
@@ -268,7 +270,7 @@ class SelectiveSSMLayer(nn.Module):
         return a, b, C, u, z
 
     @checked
-    def mixing_weights(self, x: Float[Tensor, "B T d_model"]):
+    def mixing_weights(self, x: Finite[Float[Tensor, "B T d_model"]]):
         """omega (B, d_inner, T, T): the unrolled weights, C_t . h_t = sum_s omega_ts u_s, with
         omega_ts = sum_n C_tn [prod_{r=s+1..t} exp(Delta_r A_n)] Delta_s B_sn  (0 for s > t).
         Attention's alpha_ts, for a selective SSM (chapter 8 compares the two)."""

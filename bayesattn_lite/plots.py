@@ -1,5 +1,6 @@
 """Figure helpers shared by the chapters, so every chapter draws the same things the same way."""
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated
 
@@ -7,8 +8,11 @@ import matplotlib
 import matplotlib.axes
 import matplotlib.colors
 import matplotlib.figure
+import matplotlib.lines
+import matplotlib.markers
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
 
 from . import _validate, models, specialisation
 from ._types import Distinct, Flag, Positive, Real, Whole, checked
@@ -391,7 +395,16 @@ def binned(ax: Axes, x, y, n_bins: Whole(1) = 8, by_value: Flag = False, **kwarg
         keep = [b for b in range(n_bins) if (idx == b).any()]
     centres = np.array([x[idx == b].mean() for b in keep])
     means = np.array([y[idx == b].mean() for b in keep])
-    ax.plot(centres, means, marker="o", ms=4, **kwargs)
+    try:
+        ax.plot(centres, means, marker="o", ms=4, **kwargs)
+    except (AttributeError, TypeError) as exc:   # a misspelt line property (colour=): matplotlib names only Line2D.set
+        bad = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        if bad is None:
+            raise
+        near = _validate.near_name(bad.group(1), [n[4:] for n in dir(matplotlib.lines.Line2D) if n.startswith("set_")])
+        raise TypeError(f"plots.binned(): got an unexpected keyword argument {bad.group(1)!r}"
+                        f"{f'; did you mean {near!r}?' if near else ''} (its **kwargs go to ax.plot: a Line2D's "
+                        "properties)") from None
     return centres, means
 
 
@@ -400,6 +413,10 @@ def trajectories(ax: Axes, paths, color, label=None, ls="-", marker="o"):
     """Paths of K points over iterations, ``paths`` of shape (n_iter + 1, K, 2): a line per point,
     a hollow marker where it starts and a filled one where it ends."""
     _color("color", color)
+    try:
+        matplotlib.markers.MarkerStyle(marker)
+    except ValueError:
+        _validate.fail("marker", "a matplotlib marker (e.g. 'o', 's', '^', 'x' or '$...$')", marker)
     p = _array("paths", paths)
     if p.ndim != 3 or p.shape[2] != 2:
         _validate.fail("paths", "shape (n_iter + 1, K, 2)", f"shape {p.shape}", described=True)
@@ -422,6 +439,8 @@ def score_kernel_panels(axes: AxesList, steps, agree_gradient, agree_kernel, ker
     ax = axes[0]
     seed_bands(ax, agree_gradient, COLORS["error"], r"sign of $-\partial L/\partial s_{ij}$", steps=steps,
                _what="agree_gradient")
+    _validate.shape("agree_kernel", _array("agree_kernel", agree_kernel), np.shape(agree_gradient),
+                    "the shape of agree_gradient (seeds, steps):")
     seed_bands(ax, agree_kernel, COLORS["query"], r"sign of the first-order step $-\eta \mathcal{K} \nabla_s L$",
                steps=steps, _what="agree_kernel")
     ax.axhline(0.5, color="0.5", ls=":", lw=1)
@@ -511,6 +530,8 @@ def signal_attention_maps(axes, alphas, is_signal, titles):
         a = _array("alphas", alpha, ndim=2, expected="(T, T) attention maps")
         if a.shape != (len(flags), len(flags)):
             _validate.fail("alphas", f"(T, T) maps with T = {len(flags)} (one flag of is_signal per position)", a)
+        _validate.distributions("alphas", torch.from_numpy(a), expected="attention maps, rows of probabilities (entries in [0, 1] "
+                                "summing to 1), not raw scores")
         im = ax.imshow(np.ma.masked_where(np.triu(np.ones_like(a), 1) > 0, a), cmap="viridis", vmin=0)
         im.cmap.set_bad("0.92")
         T = a.shape[0]
@@ -625,10 +646,11 @@ def ladder(ax: Axes, rows, value, group="task", colors=None, ylabel="", log_y: F
     for what, given in (("colors", colors), ("labels", labels)):
         if given is not None and not isinstance(given, Mapping):
             _validate.fail(what, f"None or a dict {{{group}: {what[:-1]}}}, e.g. {{'recall': ...}}", given)
+    colors = {g: _color(f"colors[{g!r}]", c) for g, c in (colors or {}).items()}
     groups = list(dict.fromkeys(r[group] for r in rows))
     palette = list(OKABE_ITO.values())
     for i, g in enumerate(groups):
-        color = (colors or {}).get(g, palette[i % len(palette)])
+        color = colors.get(g, palette[i % len(palette)])
         mine = [r for r in rows if r[group] == g]
         x = np.array([r["n_params"] for r in mine], dtype=float)
         y = np.array([_number_of(value, r) for r in mine], dtype=float)

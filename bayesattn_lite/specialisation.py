@@ -131,8 +131,8 @@ class Config:
 
 def _check_runs(runs):
     """``runs: Sequence[Run]`` as a list, not empty and every one a Run (beartype checks one of them)."""
-    if not runs:
-        _validate.fail("runs", "at least one Run", "none", described=True)
+    if not isinstance(runs, (list, tuple)) or not runs:   # one Run not in a list too (curves' Distinct lets it by)
+        _validate.fail("runs", "a list of at least one Run ([run_] for one)", runs or "none", described=not runs)
     for i, r in enumerate(runs):
         if not isinstance(r, Run):
             _validate.fail(f"runs[{i}]", words(Run), r)
@@ -473,7 +473,7 @@ def _close_pools():
 
 
 @checked
-def curves(runs: Sequence[Run], key: str):
+def curves(runs: Distinct("runs", "a run (one cfg and seed)", "run", key=lambda r: (r.cfg, r.seed)), key: str):
     """(steps, values): values is (n_runs, n_logged) for one metric of several runs."""
     runs = _check_runs(runs)
     steps = runs[0].history.steps
@@ -688,6 +688,8 @@ def normalisation_check(run_: Run, early: Whole(1) = 100):
     first_order             the sum of the three shares (near 1 when the first-order account holds)
     """
     steps, loss = run_.history.steps, run_.history["loss"]
+    if early > steps[-1]:   # the early window would be the whole run
+        _validate.fail("early", f"an int <= the run's {int(steps[-1])} steps", early)
     out = {"peak_value_final": int(steps[1:][np.argmax(run_.precision_rate)])}
     drop = loss[0] - loss[-1]
     for group, bought in run_.bought.items():
@@ -863,7 +865,8 @@ def parameter_snapshots(cfg: Config, seed, at: Distinct("steps", "a step", "snap
         _validate.fail("at", "steps (ints, e.g. [0, 10, 20])", at)
     at = sorted(set(_validate.integer(f"at[{i}]", s, 0) for i, s in enumerate(at)))
     if not at or at[0] < 0 or at[-1] > cfg.steps:
-        _validate.fail("at", f"steps in [0, cfg.steps={cfg.steps}]", f"{at[:3]}...{at[-3:]}", described=True)
+        _validate.fail("at", f"steps in [0, cfg.steps={cfg.steps}]", f"{at[:3]}...{at[-3:]}" if at else "an empty list",
+                       described=True)
     with _one_thread():
         _, (x, y, _), _ = make_data(cfg, seed)
         model = make_model(cfg, seed)

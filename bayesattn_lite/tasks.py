@@ -385,10 +385,14 @@ class CuedSourcesTask:
     4's with the uncued positions left out. Make one with ``cued_sources_task``."""
 
     means: torch.Tensor   # (K, d_x), zero in the last two (tag) coordinates
-    signal_prob: float
-    noise: float
-    seq_len: int
-    tag: float
+    signal_prob: Real(0.0, 1.0, low_open=True)
+    noise: Positive
+    seq_len: Whole(1)
+    tag: Positive
+
+    def __post_init__(self):
+        """The fields checked where they are set, as a ``SourcesTask``'s, also for a task built directly."""
+        declared_fields(self)
 
     n_sources, d_x = SourcesTask.n_sources, SourcesTask.d_x
     posterior, observation_posterior = SourcesTask.posterior, SourcesTask.observation_posterior

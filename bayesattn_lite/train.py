@@ -93,8 +93,8 @@ def rates(lr: Real(0), lr_multipliers=None, names: Distinct("names", "a name", "
     """The learning rate of each matrix in ``names``: ``lr`` times its factor in ``lr_multipliers``
     (e.g. ``em_like()``), 1 where none is given. ``rates(0.01, em_like())`` ->
     {"W_Q": 0.01, "W_K": 0.01, "W_V": 0.1, "W_O": 0.01}."""
-    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
-        _validate.fail("names", "a list of matrix names, e.g. ('W_Q', 'W_K')", names)
+    if isinstance(names, str) or not names or not all(isinstance(n, str) for n in names):
+        _validate.fail("names", "a non-empty list of matrix names, e.g. ('W_Q', 'W_K')", names)
     if lr_multipliers is not None and not isinstance(lr_multipliers, dict):
         _validate.fail("lr_multipliers", "a dict {matrix name: factor}, e.g. train.em_like(10)", lr_multipliers)
     factors = dict(lr_multipliers or {})

@@ -400,7 +400,7 @@ class HMMTask(WindTunnel):
         return out * batch.mask[..., None]
 
     @checked
-    def batch_from_parts(self, A_units: Int[Tensor, "B S S"], E_units: Int[Tensor, "B S O"],
+    def batch_from_parts(self, A_units: Int[Tensor, "B S S"], E_units: Int[Tensor, "B _S O"],
                          observations: Int[Tensor, "B K"], states: Int[Tensor, "B K"]) -> WindTunnelBatch:
         """The batch for given grid units of A (B, S, S) and E (B, S, O), observations and states (B, K)."""
         n_units = self.n_levels - 1

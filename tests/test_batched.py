@@ -190,3 +190,17 @@ def test_stack_refuses_a_parameter_dict_with_an_unknown_key():
     p = attention.init_params(4, 3, 3, 2)
     with pytest.raises(ValueError, match=r"^param_dicts\[1\]: .*unknown keys 'b_Q'"):
         batched.stack([p, {**p, "b_Q": torch.zeros(3)}])
+
+
+@pytest.mark.parametrize("sampler, match", [
+    (lambda s: (torch.randn(2, 5, 6), torch.zeros(2, 5, dtype=torch.long)),
+     r"sampler: expected a function returning \(x, y\) of shapes \(2, 5, 4\) and \(2, 5\), got one returning "
+     r"\(Tensor of shape \(2, 5, 6\) and dtype torch.float32, Tensor of shape \(2, 5\) .*\) at step 0"),
+    (lambda s: (torch.randn(2, 5, 4), torch.full((2, 5), 7)),
+     r"sampler\(0\)'s y: expected class indices in \[0, 2\], got values from 7 to 7"),
+])
+def test_a_samplers_first_batch_is_checked_naming_the_sampler(sampler, match):
+    params = batched.stack([attention.init_params(4, 3, 3, 3, seed=s) for s in range(2)])
+    x, y = torch.randn(2, 5, 4), torch.randint(0, 3, (2, 5))
+    with pytest.raises(ValueError, match=match):
+        batched.train(x, y, params, {n: 0.1 for n in attention.PARAM_NAMES}, 3, sampler=sampler, progress=False)

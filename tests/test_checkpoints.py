@@ -85,3 +85,15 @@ def test_a_record_is_refused_for_a_nan_and_a_missing_file_is_said_to_be_missing(
         checkpoints.read_json(path, "a record", keys=("loss",))
     with pytest.raises(checkpoints.DamagedFile, match=r"gone\.json: expected the file of a record, got no file there"):
         checkpoints.read_json(tmp_path / "gone.json", "a record")
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: checkpoints.load(42, "k"), r"^path: expected a file path \(str or os.PathLike\), got 42"),
+    (lambda: checkpoints.refuse("p", "abc", {"kind": "k"}, "lr differs"),
+     r"^differences: expected a list of what differs, .* got 'lr differs'"),
+    (lambda: checkpoints.saved_on_interrupt("p.pt", "save", lambda: 0).__enter__(), "^save_now: expected a function"),
+    (lambda: checkpoints.saved_on_interrupt("p.pt", lambda: None, "done").__enter__(), "^done: expected a function"),
+])
+def test_a_path_a_list_of_differences_and_functions_are_checked(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

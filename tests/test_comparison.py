@@ -213,3 +213,12 @@ def test_training_draws_the_data_stream_of_wind_tunnels_data_seed(monkeypatch):
 def test_summarise_says_when_the_rows_hold_no_number():
     with pytest.raises(ValueError, match=r"metric: .*rows\[0\] has none among \['arch', 'horizon', 'task'\]"):
         summarise([{"arch": "lstm", "task": "hmm", "horizon": "trained"}])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"keep_models": "yes"}, "keep_models: expected True or False, got 'yes'"),
+    ({"horizons": [{"L": 3}]}, r"horizons: expected a mapping \(a dict\) \(\{task: \[horizon, ...\]\}"),
+])
+def test_compare_names_a_flag_and_horizons_of_the_wrong_kind(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        compare(["lstm"], ["bijection"], [0], 2, n_eval=4, **kwargs)

@@ -395,3 +395,11 @@ def test_probabilities_passed_as_logits_are_refused():
 def test_orthogonality_floor_refuses_a_centred_flag_that_is_not_a_bool():
     with pytest.raises(ValueError, match=r"^centred: expected True or False, got 'no'"):
         diagnostics.orthogonality_floor(3, 2, centred="no", starts=1, steps=2)
+
+
+def test_settle_refuses_a_window_longer_than_the_rates():
+    with pytest.raises(ValueError, match=r"window: expected at most the number of rates \(10\), or 1 for no "
+                                         r"smoothing, got 50"):
+        diagnostics.settle(np.arange(10), np.linspace(1, 0, 10), window=50)
+    short = diagnostics.settle(np.arange(3), [1.0, 0.5, 0.1])   # the default window: a short run is left unsmoothed
+    assert short["peak_step"] == 0

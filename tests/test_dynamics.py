@@ -220,3 +220,13 @@ def test_the_script_writes_records_and_skips_them_next_time(tmp_path, monkeypatc
 def test_bad_inputs_get_clear_errors(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+@pytest.mark.parametrize("record, match", [
+    ({"task": "hmm", "seed": 0}, r"^record\['task'\]: expected one of \['bijection', 'recall'\], got 'hmm'"),
+    ({"task": "bijection", "seed": 2**16}, r"^record\['seed'\]: expected an int in \[0, 65536\)"),
+    ({"task": "bijection", "seed": 0, "optimizer": "adam"}, r"^record\['optimizer'\]: expected one of"),
+])
+def test_save_record_names_the_records_entry(tmp_path, record, match):
+    with pytest.raises(ValueError, match=match):
+        dynamics.save_record(record, tmp_path)

@@ -122,3 +122,9 @@ def test_a_fit_whose_variance_collapses_names_the_points_not_an_argument_never_p
                                          r"\(.*fit_variance=False\), got points whose fitted variance is 0"):
         em.fit(one_point, 1, n_iter=1)
     assert em.fit(one_point, 1, n_iter=1, fit_variance=False).variance == 1.0
+
+
+def test_fit_best_keeps_the_seeds_it_derives_in_range():
+    x, _ = blobs(20)
+    best = em.fit_best(x, 2, restarts=2, n_iter=1, seed=2**63 - 1)   # the second restart is seed 0, not 2**63
+    assert best.log_likelihood[-1] >= em.fit(x, 2, n_iter=1, seed=0).log_likelihood[-1] - 1e-12

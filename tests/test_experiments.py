@@ -431,3 +431,11 @@ def test_numpy_rates_are_accepted_and_saved_as_plain_floats(tmp_path):
     assert all(type(r) is float for r in run.schedules["a"].values())
     experiments.save_schedule_run(run, tmp_path / "a.npz")  # the rates go to JSON
     assert all(isinstance(c, experiments.LongRunConfig) for c in experiments.LONG_RUNS)
+
+
+def test_save_schedule_run_refuses_a_folder_and_record_path_a_number(small, tmp_path):
+    with pytest.raises(ValueError, match=r"path: expected a file path for the run's .npz file, got .*a folder"):
+        experiments.save_schedule_run(small.run, tmp_path)   # an existing folder: it wrote folder.npz beside it
+    assert not (tmp_path.parent / f"{tmp_path.name}.npz").exists()
+    with pytest.raises(ValueError, match="name: expected a str, got 5"):
+        experiments.record_path(5)

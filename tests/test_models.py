@@ -295,3 +295,13 @@ def test_run_with_probes_refuses_a_probe_name_given_twice():
     model = Transformer(vocab_size=5, n_classes=5, d_model=8, n_layers=1, n_heads=2, max_len=8)
     with pytest.raises(ValueError, match="names: expected distinct probe names.*'k' twice"):
         models.run_with_probes(model, torch.zeros(1, 4, dtype=torch.long), names=["k", "k"])
+
+
+def test_a_bias_per_head_and_finite_inputs_to_the_mixing_weights():
+    attn = CausalSelfAttention(16, n_heads=2)
+    with pytest.raises(ValueError, match=r"bias: expected shape \(H=2, T=5, T=5\): one \(T, T\) bias per head, "
+                                         r"got Tensor of shape \(3, 5, 5\)"):
+        attn(torch.randn(2, 5, 16), bias=torch.zeros(3, 5, 5))
+    assert attn(torch.randn(2, 5, 16), bias=torch.zeros(2, 5, 5)).shape == (2, 5, 16)
+    with pytest.raises(ValueError, match="x: expected finite values, got 48 NaN/inf"):
+        models.SelectiveSSMLayer(16, d_state=4).mixing_weights(torch.full((1, 3, 16), float("nan")))

@@ -226,3 +226,25 @@ def test_value_trajectories_name_what_does_not_fit_a_plane():
 def test_seed_bands_refuses_curves_with_nothing_to_draw(ax, curves, said):
     with pytest.raises(ValueError, match=f"curves: expected .*got {said}"):
         plots.seed_bands(ax, curves, "C0", "x")
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda ax: plots.score_kernel_panels(plt.subplots(1, 2)[1], np.arange(4), np.full((2, 4), 0.6),
+                                          np.full((3, 4), 0.6), np.eye(3)),
+     r"agree_kernel: expected the shape of agree_gradient \(seeds, steps\): \(2, 4\), got \(3, 4\)"),
+    (lambda ax: plots.signal_attention_maps(plt.subplots(1, 2)[1], [5 * torch.randn(4, 4), torch.randn(4, 4)],
+                                            torch.ones(4).bool(), ["a", "b"]),
+     r"alphas: expected attention maps, rows of probabilities .*not raw scores"),
+    (lambda ax: plots.trajectories(ax, np.zeros((4, 3, 2)), "red", marker="Q"), "marker: expected a matplotlib marker"),
+    (lambda ax: plots.ladder(ax, [ROW], lambda r: r["kl"], colors={"a": "nocolour"}),
+     r"colors\['a'\]: expected a matplotlib colour"),
+])
+def test_shapes_maps_markers_and_colours_are_refused_naming_the_argument(ax, call, match):
+    with pytest.raises(ValueError, match=match):
+        call(ax)
+
+
+def test_binned_names_a_misspelt_line_property_and_the_one_meant(ax):
+    with pytest.raises(TypeError, match=r"plots.binned\(\): .* keyword argument 'colour'; did you mean 'color'\?"):
+        plots.binned(ax, np.arange(20.0), np.arange(20.0), colour="red")
+    plots.binned(ax, np.arange(20.0), np.arange(20.0), color="red", lw=1.2)   # the notebooks' keywords still pass

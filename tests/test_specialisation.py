@@ -426,3 +426,15 @@ def test_the_analyses_name_a_head_or_task_of_another_run():
         sp.manifold(r, model=attention.AttentionHead(5, 8, 8, 3))
     with pytest.raises(ValueError, match=r"^task: expected a tasks.SourcesTask or a tasks.CuedSourcesTask"):
         sp.probe_metrics(r.model, wind_tunnels.BijectionTask(), r.probe)
+
+
+def test_curves_normalisation_check_and_snapshots_refuse_what_cannot_be_measured():
+    r = sp.run(replace(TINY, steps=10), seed=0)
+    with pytest.raises(ValueError, match=r"runs: expected distinct runs \(a run \(one cfg and seed\) given twice"):
+        sp.curves([r, r], "loss")
+    with pytest.raises(ValueError, match=r"runs: expected a list of at least one Run \(\[run_\] for one\), got a Run"):
+        sp.curves(r, "loss")
+    with pytest.raises(ValueError, match=r"early: expected an int <= the run's 10 steps, got 100"):
+        sp.normalisation_check(r, early=100)
+    with pytest.raises(ValueError, match=r"at: expected steps in \[0, cfg.steps=10\], got an empty list"):
+        sp.parameter_snapshots(r.cfg, 0, [])

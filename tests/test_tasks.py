@@ -276,3 +276,15 @@ def test_a_sample_unpacks_as_before_and_its_posterior_is_the_filter():
     x, y, is_signal = sample = sources.sample(4, seed=1)
     assert is_signal.dtype == torch.bool and torch.equal(sample.posterior, sources.posterior(x))
     assert not hasattr(chain, "bayes_predictive")  # the pre-protocol name is gone (no release had it)
+
+
+@pytest.mark.parametrize("fields, match", [
+    ((-0.5, 1.0, 4, 2.0), r"signal_prob: expected a number in \(0.0, 1.0\]"),
+    ((0.3, 0.0, 4, 2.0), "noise: expected a positive finite number"),
+    ((0.3, 1.0, 0, 2.0), "seq_len: expected an int >= 1"),
+    ((0.3, 1.0, 4.5, 2.0), "seq_len: expected an int >= 1, got 4.5"),
+])
+def test_a_cued_task_built_directly_checks_its_fields(fields, match):
+    means = tasks.cued_sources_task(n_sources=2, d_x=5).means
+    with pytest.raises(ValueError, match=match):
+        tasks.CuedSourcesTask(means, *fields)

@@ -429,3 +429,8 @@ def test_a_nan_metric_of_loss_fn_stops_the_run_naming_it():
 def test_from_dict_names_a_value_that_is_not_a_number():
     with pytest.raises(ValueError, match=r"metric 'loss\[1\]': expected a number.*got 'a'"):
         History.from_dict({"steps": [0, 1], "metrics": {"loss": [1.0, "a"]}})
+
+
+def test_rates_refuses_no_names():
+    with pytest.raises(ValueError, match=r"names: expected a non-empty list of matrix names, .* got \[\]"):
+        train_module.rates(0.01, names=[])

@@ -381,3 +381,14 @@ def test_a_task_refuses_another_tasks_batch_even_when_the_sizes_fit():
         bijection.baseline_posterior(recall)
     assert recall.to("cpu").task == "AssociativeRecallTask"
     assert bijection.baseline_posterior(bijection.sample(2, seed=0)).shape[-1] == 6
+
+
+@pytest.mark.parametrize("which", ["A_units", "E_units"])
+def test_batch_from_parts_blames_the_matrix_of_the_wrong_size(which):
+    hmm = HMMTask()   # S = O = 3
+    units = torch.tensor([[0, 10, 10]] * 3).expand(1, 3, 3)
+    parts = {"A_units": units, "E_units": units.clone()}
+    parts[which] = parts[which][:, :2, :2] if which == "A_units" else parts[which][:, :2]
+    zeros = torch.zeros(1, 12, dtype=torch.long)
+    with pytest.raises(ValueError, match=rf"^{which}: expected \(B, 3, 3\) grid units"):
+        hmm.batch_from_parts(parts["A_units"], parts["E_units"], zeros, zeros)
