@@ -995,3 +995,14 @@ def test_a_check_given_something_else_than_a_function_says_so(name):
     """The usual slip: the function's result (or the function called) passed instead of the function."""
     failed(getattr(checks, name)(torch.zeros(3)), "expected your function", "got Tensor of shape (3,)",
            "pass the function itself")
+
+
+def test_the_value_basis_check_gives_its_layout_hint_only_for_an_error_about_shapes():
+    def typo(W_O):
+        return W_O.dtyp
+
+    def wrong_layout(W_O):
+        return torch.zeros(2, 3) @ W_O
+
+    assert "nn.Linear stores it" not in checks.check_value_update_basis(typo).message
+    assert "nn.Linear stores it" in checks.check_value_update_basis(wrong_layout).message

@@ -130,7 +130,7 @@ names = ["markov_floors"]
     ("[ps2_dynamics]\ndeadline = \"2027-02-01\"\n", "ps2_dynamics.deadline", "a TOML date-time with an offset"),
     ("[ps2_dynamics]\ndeadline = 2027-02-01T23:59:00\n", "ps2_dynamics.deadline", "with an offset"),
     ("[ps2_dynamics]\nmode = \"strict\"\n", "ps2_dynamics.mode", "one of ['practice', 'graded']"),
-    ("[ps2_dynamics]\nweight = 2\n", "ps2_dynamics.weight", "mode, deadline, variant or a question"),
+    ("[ps2_dynamics]\nweight = 2\n", "ps2_dynamics.weight", "mode, deadline, variant, extensions or a question"),
     ("[ps2_dynamics]\nvariant = -1\n", "ps2_dynamics.variant", "an integer >= 0"),
     ("[ps2_dynamics]\nvariant = \"abc\"\n", "ps2_dynamics.variant", "an integer >= 0"),
     ("[ps2_dynamics]\nvariant = true\n", "ps2_dynamics.variant", "an integer >= 0"),
@@ -189,6 +189,21 @@ def test_late_needs_a_deadline_a_time_and_an_offset(tmp_path):
     assert c.late("ps2_dynamics", DEADLINE + timedelta(days=3)) == (1.0, "")  # no deadline for ps2
     with pytest.raises(ValueError, match="timezone-aware"):
         c.late("ps1_derivations", datetime(2027, 2, 3))
+
+
+def test_a_students_extension_moves_their_deadline_alone(tmp_path):
+    """[<set>.extensions]: one student's own deadline, named by Canvas user id or the start of their file name."""
+    c = course.load(write(tmp_path, "[ps1_derivations.extensions]\n\"12345\" = 2027-02-04T23:59:00Z\n"
+                                    "leelee = 2027-02-03T23:59:00Z\n"))
+    late = DEADLINE + timedelta(days=2)
+    assert c.late("ps1_derivations", late, "subs/smithjane_12345_678_ps1.ipynb") == (
+        1.0, "an extension to 2027-02-04T23:59:00+00:00 (12345)")
+    kept, note = c.late("ps1_derivations", late + timedelta(days=2), "leelee_ps1.ipynb")
+    assert kept == pytest.approx(0.8) and "after the extended deadline (leelee): 2 started days late" in note
+    assert c.late("ps1_derivations", late, "leeleeson_ps1.ipynb")[0] == pytest.approx(0.8)   # another student
+    assert c.late("ps1_derivations", late, "doejohn_23456_679_ps1.ipynb")[0] == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="ps1_derivations.extensions.leelee: expected a TOML date-time"):
+        course.load(write(tmp_path, "[ps1_derivations.extensions]\nleelee = \"friday\"\n"))
 
 
 # ----------------------------------------------------------------------------- the points tables

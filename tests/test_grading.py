@@ -1163,6 +1163,7 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     assert grading.main(args) == 0
     said = capsys.readouterr().out   # the rows to read first, by name
     assert "to look at, late: 1 (doejohn_LATE_23456_678902_ps1_derivations-1)" in said, said
+    assert "### kimlee\\_45678\\_678904\\_ps1\\_derivations\\_student (q2)" in (out / "grades_written_answers.md").read_text()
     rows = {r["submission"].rsplit("/", 1)[-1].split("_")[0]: r for r in csv.DictReader(csv_path.open())}
     reports = {k: json.loads(Path(r["report"]).read_text()) for k, r in rows.items()}
     checked = sum(q.points for q in PS1.questions if not q.written)
@@ -1191,6 +1192,7 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     said = capsys.readouterr().out
     assert f"--course {course.resolve()}, as the report was graded" in said
     assert "--assignment ps1_derivations, as the report was graded" in said   # not what the notebook says now
+    assert f"feedback: rewritten in {(out / 'feedback').resolve()}, where it was released" in said   # never stale
     assert len(reports["smithjane"]["sha256"]) == 64 and reports["smithjane"]["source_bytes"]
     again = json.loads(report.read_text())
     assert again["score"] == reports["smithjane"]["score"] and again["graded_with"] == reports["smithjane"]["graded_with"]
@@ -1220,12 +1222,16 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     # the folder graded again into the same reports: the instructor's points are kept, and it says so
     again_subs = tmp_path / "again"
     again_subs.mkdir()
-    nbformat.write(wanted["smithjane_12345_678901_ps1_derivations_student"],
-                   again_subs / "smithjane_12345_678901_ps1_derivations_student.ipynb")
+    for name in ("smithjane_12345_678901_ps1_derivations_student", "doejohn_LATE_23456_678902_ps1_derivations-1"):
+        (again_subs / f"{name}.ipynb").write_bytes((subs / f"{name}.ipynb").read_bytes())
     assert grading.main([str(again_subs), "--csv", str(csv_path), "--assignment", "ps1_derivations", "--course",
                          str(course), "--timeout", str(TIMEOUT)]) == 0
-    assert "instructor's points and comments kept from the earlier reports" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "instructor's points and comments kept from the earlier reports" in said
     assert json.loads(report.read_text())["questions"][1]["instructor_points"] == 2
+    # without --submitted-times, the unchanged late file keeps its time, so its penalty (it used to be dropped)
+    assert "submission times kept from the earlier reports" in said and "for 1 unchanged file(s)" in said
+    assert json.loads(Path(rows["doejohn"]["report"]).read_text())["late"] == late
 
 
 def test_a_written_answer_whose_tag_was_lost_is_left_to_grade_not_scored_0():
@@ -1235,18 +1241,39 @@ def test_a_written_answer_whose_tag_was_lost_is_left_to_grade_not_scored_0():
     cell.source = "The bias is the same for every key of a row."
     entry = grading._question_entry(q2, None, nb, "graded", grading.original_cells(assignments.FOLDER, PS1.id))
     assert entry["answered"] and entry["tag_missing"] and "same for every key" in entry["answer"]
-    assert "no Markdown cell is tagged" in entry["warning"]
+    assert "no Markdown cell(s) tagged" in entry["warning"]
     where = nb.cells.index(cell) + 1   # each added cell shown apart, with where it is in the notebook
-    assert f"[Markdown cell {where} of the notebook, added by the student]\nThe bias" in entry["answer"]
+    assert f"[Markdown cell {where} of the notebook, added or changed by the student, untagged]\nThe bias" in entry["answer"]
     problems = grading.structure_problems(nb, PS1)   # the student's feedback: not "does not match"
-    assert problems == [f"{q2.id}: no Markdown cell is tagged {grading._answer_tag(q2)!r} (the written answer's cell "
-                        "lost its tag): your instructor reads the Markdown cells you added instead"]
+    assert problems == [f"{q2.id}: no Markdown cell is tagged {grading._answer_tag(q2)!r} (a written answer's cell "
+                        "lost its tag): your instructor reads the Markdown cells you added or changed instead"]
     report = {"questions": [entry]}
     release.total(report)
     assert report["manual_pending"] == q2.points   # waits for the instructor: the Canvas export is held back
     header, rows = release.gradebook_rows([{**report, "submission": "s", "status": "graded", "assignment": PS1.id,
                                             "max_score": q2.points, "problems": []}])
     assert dict(zip(header, rows[0]))[f"{q2.id}_answered"] == "tag missing"
+
+
+def test_a_written_answer_in_two_cells_one_of_which_lost_its_tag_keeps_both_parts():
+    """q4 is answered in two tagged cells: with one tag gone, the tagged part alone used to be the answer
+    (the other part lost without a word); now the untagged part is shown with it and the question flagged.
+    Another question's answer cells are not shown as added."""
+    tag, nb = "answer-q4", _student()
+    q4 = next(q for q in PS1.questions if grading._answer_tag(q) == tag)
+    cells = [c for c in nb.cells if tag in grading._tags(c)]
+    assert len(cells) == 2 == grading.handout_answer_cells(assignments.FOLDER, PS1.id)[tag]
+    cells[0].source, cells[0].metadata["tags"] = "My proof for (a): the ranks add.", []
+    cells[1].source = "As predicted: rank 2."
+    other = next(c for c in nb.cells if c.cell_type == "markdown" and "answer-q2" in grading._tags(c))
+    other.source = "The bias is the same for every key of a row."
+    entry = grading._question_entry(q4, None, nb, "graded", grading.original_cells(assignments.FOLDER, PS1.id),
+                                    handed_out=2)
+    assert entry["tag_missing"] and "rank 2" in entry["answer"] and "My proof for (a)" in entry["answer"]
+    assert "same for every key" not in entry["answer"] and "1 of the 2" in entry["warning"]
+    problems = grading.structure_problems(nb, PS1, grading.handout_answer_cells(assignments.FOLDER, PS1.id))
+    assert problems == [f"{q4.id}: 1 of the 2 Markdown cells handed out are tagged {tag!r} (a written answer's cell "
+                        "lost its tag): your instructor reads the Markdown cells you added or changed instead"]
 
 
 def test_a_sandbox_that_cannot_start_is_not_graded_and_the_exit_status_says_so(tmp_path, monkeypatch):

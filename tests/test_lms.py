@@ -106,7 +106,10 @@ def test_two_files_of_one_student_count_once_with_the_higher_score(tmp_path):
     notes = []   # and the console says which, so that an instructor can look at the other files
     lms.canvas_import_csv(reports, lms.read_roster(_roster(tmp_path, EXPORT)), "PS1", tmp_path / "again.csv", notes)
     assert notes == ["Canvas user 12345 has 3 graded files, smithjane_12345_111_a.ipynb (3), smithjane_12345_111_b.ipynb "
-                     "(8), smithjane_12345_111_c.ipynb (0): the higher score, 8, is exported"]
+                     "(8), smithjane_12345_111_c.ipynb (0): the higher score, 8, is exported",
+                     # and whose cells are empty (Canvas keeps their old grade), named, not left to find
+                     "2 student(s) of the roster have no graded submission, their cells left empty (Canvas keeps "
+                     "what it had): O'Brien, Pat; Student, Test"]
 
 
 def test_a_formula_in_the_import_is_text_and_a_hostile_name_is_listed_on_one_line(tmp_path):

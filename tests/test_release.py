@@ -382,3 +382,17 @@ def test_an_empty_cell_changes_nothing_and_clear_takes_points_back(tmp_path):
     assert q["q3"]["instructor_points"] is None and q["q3"]["comment"] == ""   # back to the automatic points
     with pytest.raises(ValueError, match="empty \\(no change\\) or 'clear'"):
         release.read_manual(_write_manual(tmp_path / "bad.csv", [["alice_ps1.ipynb", "q2", "none", ""]]))
+
+
+def test_the_written_answers_page_gathers_each_question_across_the_class(tmp_path):
+    reports = [{"report": f"r/{name}.json", "submission": f"{name}.ipynb",
+                "questions": [{"id": "q2", "title": "Why", "manual": True, "rubric": "1 pt: the bias", "answer": text},
+                              {"id": "q1", "manual": False, "points": 3}]}
+               for name, text in (("smithjane", "The bias is `shared`."), ("doejohn", ""))]
+    page = tmp_path / "grades_written_answers.md"
+    assert release.written_answers_page(reports, page) == 2
+    text = page.read_text()
+    assert text.index("## q2: Why") < text.index("1 pt: the bias") < text.index("### smithjane (q2)") \
+        < text.index("The bias is `shared`.") < text.index("### doejohn (q2)") < text.index("(not answered)")
+    assert release.written_answers_page([{**reports[0], "questions": []}], tmp_path / "none.md") == 0
+    assert not (tmp_path / "none.md").exists()

@@ -94,7 +94,9 @@ def test_the_grader_grades_a_class_in_its_forms(tmp_path):
     assignments.main(["--course", str(private), "--out", str(out)])
     class_course = course.load(private)
     assert grading.handout_mismatch(class_course, out) == ""
-    assert "grade with --folder DIR" in grading.handout_mismatch(class_course, assignments.FOLDER)
+    said = grading.handout_mismatch(class_course, assignments.FOLDER)
+    assert "grade with --folder DIR" in said and "pass the class's course file with --course FILE" in said
+    assert "handed out with the published questions" in said and "{" not in said   # in words, not a dict
     a = ASSIGNMENTS["ps2_dynamics"]
     form = variants.choose("ps2_dynamics", 3)["q3"]
     reports = {}
@@ -107,7 +109,7 @@ def test_the_grader_grades_a_class_in_its_forms(tmp_path):
     assert right["score"] == right["automatic_max"] == 6
     q3 = next(q for q in copied["questions"] if q["id"] == "q3")
     assert q3["points"] == 0 and q3["mistakes"], q3
-    assert any("not this class's" in p for p in copied["problems"])  # handed out in the published form
+    assert any("not with your class's q3 in the form" in p for p in copied["problems"])  # handed out in the published form
     # merging manual points or releasing feedback grades nothing: no --folder needed for the class's forms
     from bayesattn_lite.instructor import release
     reports = tmp_path / "reports"

@@ -200,8 +200,10 @@ def check_value_update_basis(fn):
         try:
             got = fn(W_O.clone())
         except Exception as exc:  # noqa: BLE001 - a verdict, never a traceback
-            return CheckResult(name, False, f"your function raised {type(exc).__name__}: {str(exc)[:200]} {where}. "
-                               "W_O is stored (C, d_v) as nn.Linear stores it; return (d_v, C - 1).")
+            shapes = any(w in str(exc).lower() for w in ("shape", "size", "dimension", "mat1", "index"))
+            return CheckResult(name, False, f"your function raised {type(exc).__name__}: {str(exc)[:200]} {where}."
+                               + (" W_O is stored (C, d_v) as nn.Linear stores it; return (d_v, C - 1)." if shapes
+                                  else ""))   # the layout hint only where the error is about shapes, not a typo
         if isinstance(got, np.ndarray) and got.dtype.kind in "biuf":
             got = torch.from_numpy(got)
         if not isinstance(got, torch.Tensor):

@@ -14,6 +14,7 @@ says what they are worth. Every mistake in it is a ValueError naming the file, t
 import dataclasses
 import importlib
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
@@ -41,6 +42,7 @@ class Course:
     assignments: dict = field(default_factory=dict)  # id -> configured assignments.Assignment
     modes: dict = field(default_factory=dict)        # id -> a per-assignment mode
     deadlines: dict = field(default_factory=dict)    # id -> timezone-aware datetime
+    extensions: dict = field(default_factory=dict)   # id -> {student: their own timezone-aware deadline}
     variants: dict = field(default_factory=dict)     # id -> the class variant's private seed (variants.py)
 
     def assignment(self, aid):
@@ -53,33 +55,47 @@ class Course:
         self.assignment(aid)  # an unknown id fails here too, not silently as "practice"
         return self.modes.get(aid, self.default_mode)
 
-    def deadline(self, aid):
+    def deadline(self, aid, submission=None):
+        """The set's deadline, or the extension of the student whose file ``submission`` is (``extension``)."""
         self.assignment(aid)
-        return self.deadlines.get(aid)
+        student = self.extension(aid, submission)
+        return self.extensions[aid][student] if student else self.deadlines.get(aid)
 
-    def late(self, aid, submitted):
+    def extension(self, aid, submission):
+        """The key of ``[<aid>.extensions]`` that names the student of the file ``submission``, or None: a
+        Canvas user id (``smithjane_12345_...``'s 12345) or the start of the file's name (``smithjane``)."""
+        name = Path(str(submission or "")).name
+        parts = name.split("_")
+        return next((k for k in self.extensions.get(aid, {})
+                     if name and (k in parts[1:3] or re.match(re.escape(k) + r"([_.-]|$)", name))), None)
+
+    def late(self, aid, submitted, submission=None):
         """(fraction of the score kept, a note) for a submission handed in at ``submitted``; (1.0, "") with no
         deadline; with a deadline and no submission time, 1.0 and a note that the policy was not applied.
-        Each started day after deadline + grace costs ``penalty_per_day``."""
-        deadline = self.deadline(aid)
+        Each started day after deadline + grace costs ``penalty_per_day``. ``submission``: the file's name,
+        for a student's extension."""
+        deadline = self.deadline(aid, submission)
+        extended = self.extension(aid, submission)
         if deadline is None:
             return 1.0, ""
         if submitted is None:   # never silently on time: the instructor forgot the times, or has none
             return 1.0, NO_TIME
         if not isinstance(submitted, datetime) or submitted.tzinfo is None:
             raise ValueError(f"submitted: expected a timezone-aware datetime, got {submitted!r}")
+        what = f"the extended deadline ({extended})" if extended else "the deadline"
         policy = self.late_policy
         after = submitted - deadline
         if after <= timedelta(0):
-            return 1.0, ""
+            return 1.0, f"an extension to {deadline.isoformat()} ({extended})" if extended else ""
         late_by = after - timedelta(minutes=policy.grace_minutes)
         if late_by <= timedelta(0):
-            return 1.0, f"handed in {_duration(after)} after the deadline, within the {policy.grace_minutes:g}-minute grace"
+            return 1.0, (f"handed in {_duration(after)} after {what}, within the "
+                         f"{policy.grace_minutes:g}-minute grace: no penalty")
         days = math.ceil(late_by / timedelta(days=1))  # a started day counts whole
         if days > policy.max_days:
-            return 0.0, f"handed in {_duration(after)} after the deadline, more than {policy.max_days:g} days: 0 points"
+            return 0.0, f"handed in {_duration(after)} after {what}, more than {policy.max_days:g} days: 0 points"
         kept = max(0.0, 1.0 - policy.penalty_per_day * days)
-        return kept, (f"handed in {_duration(after)} after the deadline: {days} started day{'s' * (days > 1)} late, "
+        return kept, (f"handed in {_duration(after)} after {what}: {days} started day{'s' * (days > 1)} late, "
                       f"{kept:.0%} of the score kept")
 
 
@@ -168,6 +184,12 @@ class _Reader:
                 course.modes[aid] = self.mode(f"{aid}.mode", value)
             elif key == "deadline":
                 course.deadlines[aid] = self.deadline(f"{aid}.deadline", value)
+            elif key == "extensions":   # one student's own deadline: [ps1_derivations.extensions] smithjane = ...
+                if not isinstance(value, dict) or not value:
+                    self.fail(f"{aid}.extensions", "a table of student = deadline (a Canvas user id or the start "
+                              "of the student's file name)", value)
+                course.extensions[aid] = {self.student(f"{aid}.extensions", k): self.deadline(f"{aid}.extensions.{k}", v)
+                                          for k, v in value.items()}
             elif key == "variant":
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     self.fail(f"{aid}.variant", "an integer >= 0, the class variant's seed (keep it private)", value)
@@ -175,11 +197,16 @@ class _Reader:
             elif isinstance(value, dict):
                 questions[key] = self.question(f"{aid}.{key}", key, questions.get(key), value)
             else:
-                self.fail(f"{aid}.{key}", "mode, deadline, variant or a question's table [" + aid + ".<question>]",
+                self.fail(f"{aid}.{key}", "mode, deadline, variant, extensions or a question's table [" + aid + ".<question>]",
                           value)
         forms = variants.choose(aid, course.variants[aid]) if aid in course.variants else {}
         questions = {qid: dataclasses.replace(q, form=forms.get(qid, q.form)) for qid, q in questions.items()}
         course.assignments[aid] = dataclasses.replace(registry, questions=tuple(questions.values()))
+
+    def student(self, key, value):
+        if not value.strip() or "/" in value or value != value.strip():
+            self.fail(key, "a student's Canvas user id or the start of their file name", value)
+        return value
 
     def deadline(self, key, value):
         if isinstance(value, datetime) and value.tzinfo is not None:

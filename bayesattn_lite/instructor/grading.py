@@ -61,6 +61,7 @@ when the reports could not be written (bad arguments, an unwritable path) or no 
 
 import argparse
 import ast
+import collections
 import concurrent.futures
 import contextlib
 import csv
@@ -286,18 +287,21 @@ def _mentioned_names(nb):
     return {w for c in nb.cells if c.cell_type == "code" for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", c.source)}
 
 
-def structure_problems(nb, assignment):
+def structure_problems(nb, assignment, handed_out=None):
     """What the notebook lacks of the assignment's questions: a code cell defining (or, unanswered,
-    naming) each checked question's objects, a Markdown cell tagged ``answer-<id>`` for each written answer."""
+    naming) each checked question's objects, the Markdown cells tagged ``answer-<id>`` for each written
+    answer (``handed_out``: how many the handout has of each tag, ``handout_answer_cells``; 1 by default)."""
     defined = _defined_names(nb) | _mentioned_names(nb)
-    tags = {t for c in nb.cells if c.cell_type == "markdown" for t in _tags(c)}
+    tags = collections.Counter(t for c in nb.cells if c.cell_type == "markdown" for t in _tags(c))
     missing, lost = [], []
     for q in assignment.questions:
-        if _written(q):
-            if _answer_tag(q) not in tags:   # not a mismatch: the answer is read by hand from the added cells
-                lost.append(f"{q.id}: no Markdown cell is tagged {_answer_tag(q)!r} (the written answer's cell "
-                            "lost its tag): your instructor reads the Markdown cells you added instead")
-        else:
+        expected = max((handed_out or {}).get(_answer_tag(q), 1), 1)
+        if _written(q) and tags[_answer_tag(q)] < expected:   # not a mismatch: read by hand from the added cells
+            some = "no Markdown cell is" if not tags[_answer_tag(q)] else \
+                f"{tags[_answer_tag(q)]} of the {expected} Markdown cells handed out are"
+            lost.append(f"{q.id}: {some} tagged {_answer_tag(q)!r} (a written answer's cell lost its tag): "
+                        "your instructor reads the Markdown cells you added or changed instead")
+        elif not _written(q):
             absent = [n for n in q.names if n not in defined]
             if absent:
                 missing.append(f"{q.id}: no code cell defines {', '.join('`' + n + '`' for n in absent)}")
@@ -356,6 +360,13 @@ def class_forms(assignment):
     return {q.id: q.form for q in assignment.questions if getattr(q, "form", "")}
 
 
+def _forms_said(forms):
+    """A handout's forms in words: "the published questions", or "q1 in the form 'mup'"."""
+    if not forms or not isinstance(forms, dict):
+        return "the published questions"
+    return ", ".join(f"{q} in the form {f!r}" for q, f in forms.items())
+
+
 def handout_mismatch(course, folder):
     """Why the student versions in ``folder`` are not the ones this course hands out (a class variant's
     forms differ), or "" when they are: the grader would grade against one form what students did in another."""
@@ -365,10 +376,11 @@ def handout_mismatch(course, folder):
             continue
         handed_out, expected = variants.recorded(nb), class_forms(course.assignment(aid))
         if handed_out != expected:
-            return (f"{folder}/{aid}{assignments.STUDENT_SUFFIX}.ipynb is handed out in the forms "
-                    f"{handed_out or 'published'}, the course configuration gives {expected or 'published'}: "
-                    "write the class's notebooks with python -m bayesattn_lite.instructor.assignments --course FILE "
-                    "--out DIR and grade with --folder DIR")
+            which = f"the course file {course.path}" if course.path else "no course file (the published forms)"
+            return (f"{folder}/{aid}{assignments.STUDENT_SUFFIX}.ipynb is handed out with {_forms_said(handed_out)}, "
+                    f"but {which} gives {_forms_said(expected)}: pass the class's course file with --course FILE, "
+                    "or write the class's notebooks with python -m bayesattn_lite.instructor.assignments --course "
+                    "FILE --out DIR and grade with --folder DIR")
     return ""
 
 
@@ -378,6 +390,15 @@ def original_cells(folder, aid):
     read once per grader process, not once per submission."""
     nb, _ = _read(Path(folder) / f"{aid}{assignments.STUDENT_SUFFIX}.ipynb") if folder else (None, None)
     return frozenset(c.source.strip() for c in nb.cells) if nb is not None else frozenset()
+
+
+@functools.lru_cache(maxsize=None)
+def handout_answer_cells(folder, aid):
+    """{answer tag: how many Markdown cells of the student version handed out carry it} ({} without one):
+    a question answered in two cells has lost a tag when one of them is missing it."""
+    nb, _ = _read(Path(folder) / f"{aid}{assignments.STUDENT_SUFFIX}.ipynb") if folder else (None, None)
+    return collections.Counter(t for c in (nb.cells if nb is not None else []) if c.cell_type == "markdown"
+                               for t in _tags(c) if t.startswith(assignments.ANSWER_TAG_PREFIX))
 
 
 # ----------------------------------------------------------------------------- the learner's objects
@@ -549,24 +570,25 @@ def _execute(box, nb, skip, problems, timeout):
     """Run the code cells but ``skip`` (their numbers); record their outputs and problems (once per
     cell). The number of the cell the kernel died in, or None."""
     number = 0
-    for cell in nb.cells:
+    for place, cell in enumerate(nb.cells, start=1):
         if cell.cell_type != "code":
             continue
-        number += 1  # as the learner counts code cells, empty ones included
+        number += 1  # as the learner counts code cells, empty ones included (its In [number])
         if number in skip or not cell.source.strip():
             continue
         run = box.execute(cell.source, timeout)
         cell.outputs, cell.execution_count = run.outputs, number
         said = {p.split(":")[0] for p in problems}
+        where = f"code cell {number} (cell {place} of the notebook)"   # the scan and the answers count all cells
         if run.status == "dead":
-            problems.append(f"code cell {number}: the kernel was stopped ({box.dead})")
+            problems.append(f"{where}: the kernel was stopped ({box.dead})")
             return number
-        if f"code cell {number}" in said:
+        if where in said:
             continue
         if run.status == "interrupted":
-            problems.append(f"code cell {number}: ran longer than {timeout:g} s and was interrupted")
+            problems.append(f"{where}: ran longer than {timeout:g} s and was interrupted")
         elif run.status == "error":
-            problems.append(f"code cell {number}: raised {run.error}")
+            problems.append(f"{where}: raised {run.error}")
     return None
 
 
@@ -647,21 +669,29 @@ def _close(box, next_sandbox):
         box.close()
 
 
-def _question_entry(q, result, nb, mode, original):
+def _question_entry(q, result, nb, mode, original, handed_out=1):
+    """The report's entry for question ``q``; ``handed_out``: how many Markdown cells of the handout carry
+    a written question's answer tag (fewer in the submission: a tag was lost)."""
     if _written(q):
         answer, warning = written_answer(nb, q, original) if nb is not None else ("", None)
         entry = {"id": q.id, "title": q.title, "manual": True, "points": None, "max_points": q.points,
                  "passed": None, "rubric": getattr(q, "rubric", ""), "answer": answer, "answered": bool(answer.strip()),
                  "instructor_points": None, "comment": "",
                  "feedback": "a written answer: your instructor grades it with the rubric"}
-        if nb is not None and not any(c.cell_type == "markdown" and _answer_tag(q) in _tags(c) for c in nb.cells):
-            # the tag was lost (a cell deleted and written anew): not a 0 the grader decides, a question to read
-            added = [f"[Markdown cell {i + 1} of the notebook, added by the student]\n{c.source}"
+        tagged = sum(c.cell_type == "markdown" and _answer_tag(q) in _tags(c) for c in nb.cells) if nb is not None else 0
+        if nb is not None and tagged < max(handed_out, 1):
+            # a tag was lost (a cell deleted and written anew, or its tag removed): not a 0 the grader decides, a
+            # question to read: the tagged cells left, then every Markdown cell the student wrote that no tag claims
+            added = [f"[Markdown cell {i + 1} of the notebook, added or changed by the student, untagged]\n{c.source}"
                      for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.strip()
-                     and original and not _is_original(c, original)]
-            entry.update(answered=True, tag_missing=True, answer="\n\n".join(added)[:MAX_ANSWER_TEXT])
-            warning = (f"no Markdown cell is tagged {_answer_tag(q)!r} (its tag was removed, or the cell replaced): "
-                       + ("shown are all the Markdown cells the student added, which may hold it" if entry["answer"]
+                     and original and not _is_original(c, original) and c.source not in answer
+                     and not any(t.startswith(assignments.ANSWER_TAG_PREFIX) for t in _tags(c))]
+            entry.update(answered=True, tag_missing=True,
+                         answer="\n\n".join(([answer] if answer.strip() else []) + added)[:MAX_ANSWER_TEXT])
+            warning = (f"{'no' if not tagged else f'{tagged} of the {handed_out}'} Markdown cell(s) tagged "
+                       f"{_answer_tag(q)!r} (a tag was removed, or a cell replaced): "
+                       + ("shown are the tagged cells left and every untagged Markdown cell the student wrote, "
+                          "which may hold the rest" if entry["answer"]
                           else "read the notebook as it ran, beside the report") + "; grade it by hand")
         if warning:
             entry["warning"] = warning
@@ -716,10 +746,9 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
     if forms:
         report["variant"] = forms
     if nb is not None and variants.recorded(nb) != forms:
-        report["problems"].append(f"handed out in the forms {str(variants.recorded(nb) or 'published')[:120]}, "
-                                  f"not this class's "
-                                  f"{forms or 'published'}: graded in the class's forms (was the notebook from "
-                                  "another handout?)")
+        report["problems"].append(f"this notebook was handed out with {_forms_said(variants.recorded(nb))[:160]}, "
+                                  f"not with your class's {_forms_said(forms)}: graded in your class's forms (was "
+                                  "it opened from the book's page instead of your class's handout?)")
     report["max_score"] = sum(q.points for q in assignment.questions)
     report["automatic_max"] = sum(q.points for q in assignment.questions if not _written(q))
     results = {}
@@ -732,7 +761,7 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
                                       "instructor checks an instructor version with --self-test.")
             nb = None
         else:
-            report["problems"] += structure_problems(nb, assignment)
+            report["problems"] += structure_problems(nb, assignment, handout_answer_cells(folder, aid))
     if nb is not None:
         report["reference_calls"] = _reference_calls(nb, aid, folder)
         limits = {"timeout": timeout, "notebook_timeout": notebook_timeout, "memory": memory, "scratch": scratch,
@@ -749,17 +778,19 @@ def grade(source, assignment_id=None, timeout=DEFAULT_TIMEOUT, *, name=None, sel
     why = ("the notebook did not get that far (see the problems above)" if report["status"] == "graded" else
            "the submission was rejected" if report["status"] == "rejected" else "the file could not be read")
     original = original_cells(folder, aid) if nb is not None else frozenset()
+    handed_out = handout_answer_cells(folder, aid) if nb is not None else {}
     for q in assignment.questions:
         result = results[q.id] if q.id in results else check_engine.CheckResult(q.id, False, "not checked: " + why)
-        report["questions"].append(_question_entry(q, result, nb, mode, original))
-    report["late"] = _late(course, aid, submitted)
+        report["questions"].append(_question_entry(q, result, nb, mode, original,
+                                                   handed_out.get(_answer_tag(q), 1)))
+    report["late"] = _late(course, aid, submitted, report["submission"])
     total(report)
     report["seconds"] = round(time.monotonic() - started, 1)
     return report
 
 
-def _late(course, aid, submitted):
-    kept, note = course.late(aid, submitted)
+def _late(course, aid, submitted, submission=None):
+    kept, note = course.late(aid, submitted, submission)
     return {"submitted": submitted.isoformat() if submitted else None, "kept": kept, "note": note}
 
 
@@ -831,12 +862,19 @@ def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **option
     if guard is not None and jobs > 1:
         raise ValueError("--jobs above 1 needs the sandbox: without it submissions would share the package on disk")
     reports_dir.mkdir(parents=True, exist_ok=True)
-    tasks, used, earlier = [], set(), {}
+    tasks, used, earlier, times_kept = [], set(), {}, 0
     for path in paths:
         source = _bytes_or_error(path)
         name, out = _printable(path), reports_dir / f"{_stem(path, used)}.json"
-        tasks.append((name, source, out, (submitted or {}).get(path), os.path.abspath(path)))
-        earlier[str(out)] = _earlier_report(out)
+        earlier[str(out)] = old = _earlier_report(out)
+        when = (submitted or {}).get(path)
+        if when is None and _same_file(old, source) and (old.get("late") or {}).get("submitted"):
+            when = _datetime(old["late"]["submitted"])   # graded again without the times: the same file's time stays
+            times_kept += 1
+        tasks.append((name, source, out, when, os.path.abspath(path)))
+    if times_kept:
+        print(f"submission times kept from the earlier reports in {reports_dir} for {times_kept} unchanged file(s) "
+              "(--submitted-times sets them anew)")
     graded, marks = [], {}  # each report is written and said as soon as it is ready: a batch stopped halfway keeps them
 
     def finished(report):
@@ -864,6 +902,16 @@ def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **option
             report["problems"].append(f"its report could not be written: {exc}")
     write_gradebook(reports, csv_path)
     return reports
+
+
+def _same_file(report, source):
+    """Whether ``report`` (or None) was graded from the bytes ``source``."""
+    return bool(report) and isinstance(source, bytes) and report.get("sha256") == hashlib.sha256(source).hexdigest()
+
+
+def _datetime(text):
+    from datetime import datetime
+    return datetime.fromisoformat(text)
 
 
 def _earlier_report(path):
@@ -1357,6 +1405,9 @@ def _after_grading(args, reports, csv_path):
                   f"(e.g. {added[0][0]} {added[0][1]}): fill them in")
         elif added:
             print(f"manual points: fill in {template} and pass it with --manual")
+        page = csv_path.with_name(csv_path.stem + "_written_answers.md")
+        if release.written_answers_page(reports, page):   # one question across the class, in one read
+            print(f"manual points: every written answer, question by question, with its rubric: {page}")
     if args.manual is not None:
         notes = []
         release.merge_manual(reports, release.read_manual(args.manual), notes)
@@ -1385,6 +1436,10 @@ def _after_grading(args, reports, csv_path):
                   f"{release.report_name(pending[0])}): their feedback says 'to grade'; merge --manual first "
                   "to release final feedback", file=sys.stderr)
         print(f"feedback: {release.release(reports, args.release, practice=args.practice)}")
+        for r in reports:   # where it went, so that a --regrade rewrites it there (released feedback never goes stale)
+            r["released"] = {"folder": str(Path(args.release).resolve()), "practice": bool(args.practice)}
+            with contextlib.suppress(OSError):
+                release.write_report(r, Path(r["report"]))
     _warn_late(reports)
     if args.canvas_csv is not None:
         from . import lms
@@ -1647,9 +1702,7 @@ def _regrade(args, options):
         Path(old.get("source") or old["submission"])
     offset = (old.get("isolation") or {}).get("input_seed_offset")
     submitted = old.get("late", {}).get("submitted")
-    if submitted:
-        from datetime import datetime
-        submitted = datetime.fromisoformat(submitted)
+    submitted = _datetime(submitted) if submitted else None
     source = _bytes_or_error(path)
     if isinstance(source, bytes) and old.get("sha256") not in (None, hashlib.sha256(source).hexdigest()):
         print(f"warning: {path} changed since it was graded (a new file, with the old submission time): "
@@ -1661,6 +1714,12 @@ def _regrade(args, options):
     _keep_instructor_marks(old, report)
     if args.csv is not None:   # the gradebook it goes into, for the next --regrade without --csv
         report["gradebook"] = str(Path(args.csv).resolve())
+    released = old.get("released")
+    if isinstance(released, dict) and released.get("folder") and args.release is None:
+        from . import release   # the student's feedback was released: rewritten where it went, with the new grade
+        report["released"] = released
+        release.release([report], released["folder"], practice=released.get("practice", False))
+        print(f"feedback: rewritten in {released['folder']}, where it was released")
     write_report(report, args.regrade)
     print(summary_line(report))
     csv_path = args.csv

@@ -175,6 +175,11 @@ def canvas_import_csv(reports, roster, column, path, notes=None):
             notes.append(f"Canvas user {uid} has {len(graded)} graded files, {', '.join(graded)}: the higher score, "
                          f"{_score_text(scores[uid])}, is exported")
     rows = [s.row() + [_score_text(scores[s.user_id]) if s.user_id in scores else ""] for s in roster]
+    missing = [s for s in roster if s.user_id not in scores]
+    if missing and notes is not None:   # an empty cell leaves Canvas's grade as it is: say whose
+        notes.append(f"{len(missing)} student(s) of the roster have no graded submission, their cells left empty "
+                     f"(Canvas keeps what it had): {'; '.join(_one_line(s.row()[0]) for s in missing[:10])}"
+                     + ("; ..." if len(missing) > 10 else ""))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     _write_new(path, _csv_text([*ROSTER_COLUMNS, column], rows))  # a temporary file renamed over path (os.replace)
     return unmatched

@@ -186,7 +186,7 @@ def markdown(report, practice=False):
              f"**Score: {_md(report['score'])} / {_md(report['max_score'])}**"]
     late, late_note = report.get("late") or {}, _late_note(report)
     if late_note:
-        lines.append(f"(late: {_md(late_note)})")
+        lines.append(f"(submission time: {_md(late_note)})")
     if report.get("manual_pending"):
         lines.append(f"({_md(report['manual_pending'])} more points are written answers your instructor grades"
                      + ("; the late penalty applies to them too" if late.get("kept", 1.0) < 1 else "") + ".)")
@@ -237,7 +237,7 @@ def feedback_html(report, practice=False):
             "vertical-align:top}pre{white-space:pre-wrap}</style></head><body>"
             f"<h1>{e(report.get('title') or report['submission'])}</h1>"
             f"<p><b>Score: {e(report['score'])} / {e(report['max_score'])}</b>"
-            f"{' (late: ' + e(late) + ')' if late else ''}</p>"
+            f"{' (submission time: ' + e(late) + ')' if late else ''}</p>"
             f"<table><tr><th>Question</th><th>Points</th><th>Feedback</th></tr>{rows}</table>"
             + (f"<h2>Problems while running your notebook</h2><ul>{problems}</ul>" if problems else "")
             + (f"<h2>Your written answers</h2>{answers}" if answers else "") + "</body></html>\n")
@@ -270,9 +270,15 @@ def _summary(report):
     return (f"{report['submission']}: {report['score']} / {report['max_score']}"
             + (f" before {pending} points of written answers" if pending else "") + " "
             f"({report['assignment'] or 'unknown assignment'}, {report.get('status', 'graded')}); "
-            + "; ".join(f"{q['id']} {'manual' if q.get('manual') else q['points']}/{q['max_points']}"
-                        for q in report["questions"])
+            + "; ".join(f"{q['id']} {_points_said(q)}/{q['max_points']}" for q in report["questions"])
             + (f"; {len(report['problems'])} problem(s)" if report["problems"] else ""))
+
+
+def _points_said(q):
+    """A question's points on the console: a written answer's are "manual" until the instructor set them."""
+    if q.get("manual"):
+        return "manual" if q.get("instructor_points") is None else f"{q['instructor_points']:g} (manual)"
+    return q["points"]
 
 
 # ----------------------------------------------------------------------------- the gradebook
@@ -403,6 +409,29 @@ def manual_template(reports, path):
         text = old + ("" if old.endswith("\n") else "\r\n") + text.partition("\r\n")[2]
     _write_new(path, text)
     return rows
+
+
+def written_answers_page(reports, path):
+    """One Markdown page per class, ``path``: each written question's rubric, then every submission's
+    answer to it under the name the manual-points file uses, so that a grader marks one question across
+    the class in one read instead of opening a report per student. Returns how many answers it holds."""
+    questions = {}   # question id -> (title, rubric, [(report name, answer, warning)])
+    for r in reports:
+        for q in r.get("questions", []):
+            if q.get("manual"):
+                title, rubric, answers = questions.setdefault(q["id"], (q.get("title", ""), q.get("rubric", ""), []))
+                answers.append((report_name(r), q.get("answer") or "", q.get("warning")))
+    if not questions:
+        return 0
+    lines = ["# Written answers, question by question", "",
+             "Each answer under the submission name of the manual-points file: put its points and comment there."]
+    for qid, (title, rubric, answers) in questions.items():
+        lines += ["", f"## {_md(qid)}: {_md(title)}", "", "Rubric:", "", _fenced(rubric or "(no rubric)")]
+        for name, answer, warning in answers:
+            lines += ["", f"### {_md(name)} ({_md(qid)})"] + ([f"*{_md(warning)}*"] if warning else []) + \
+                     ["", _fenced(answer) if answer.strip() else "(not answered)"]
+    _write_new(path, "\n".join(lines) + "\n")
+    return sum(len(a) for _, _, a in questions.values())
 
 
 CLEAR = "clear"   # in a manual-points file's points cell: take back the points set before (an empty cell changes nothing)
