@@ -345,7 +345,7 @@ ANSWER_DEF = "def biased_qk_gradients(q, k, v, u, tau, slope):\n"   # a checked 
     ("ps1_derivations", "def biased_qk_gradients(q, k, v, u, tau, slope):\n    inv: float = 5e4\n    return (a - b) * inv",
      ["line 3: (a - b) * inv (a finite difference"]),
     ("ps1_derivations", "import inspect, torch\nm = dict(inspect.getmembers(torch.Tensor))\nm['backward'](L)",
-     ["line 3: 'backward' (an autograd name as a string"]),
+     ["line 2: inspect.getmembers() (code", "line 3: 'backward' (an autograd name as a string"]),
     ("ps1_derivations", "len.__self__.exec('x = 1')", ["line 1: __self__()"]),
     ("ps1_derivations", "import sys\nsys._getframe().f_builtins['exec']('x = 1')", ["line 2: _getframe()", "line 2: f_builtins()"]),
     ("ps3_experiment", "import subprocess\nsubprocess.getoutput('python -c 1')", ["line 2: subprocess.getoutput()"]),
@@ -381,6 +381,30 @@ ANSWER_DEF = "def biased_qk_gradients(q, k, v, u, tau, slope):\n"   # a checked 
     ("ps1_derivations", ANSWER_DEF + "    t0 = time.perf_counter()\n    t1 = time.perf_counter()\n"
      "    us = (time.perf_counter() - t0) * 1e6 + (t1 - t0) * 1e6\n    return (s - s.mean()) / 1e-3 + (s - np.max(s)) / 1e-3",
      []),
+    # hostile round 9 (helper-149): names looked up by inspect, vars() of anything, a compared string, a mapping
+    # pattern, __getattr__, doctest, IPython macros, code as bytes
+    ("ps1_derivations", "import inspect, torch\ng = vars(inspect.getmodule(torch.vmap))['grad']\n"
+     "b = [m for n, m in inspect.getmembers(torch.Tensor) if n == 'backward']",
+     ["line 2: inspect.getmodule() (code", "line 2: vars() (a name looked up", "line 3: 'backward' (an autograd name",
+      "line 3: inspect.getmembers() (code"]),
+    ("ps1_derivations", "match members:\n    case {'backward': b}:\n        pass\nf = torch.ops.aten.__getattr__('x')",
+     ["line 2: 'backward' (an autograd name", "line 4: .__getattr__ (a name looked up"]),
+    ("ps1_derivations", "import doctest, pickle\ndoctest.run_docstring_examples(f, {})\ng = pickle.loads(b)\n"
+     "get_ipython().define_macro('r', 'x')",
+     ["line 2: doctest.run_docstring_examples() (code", "line 3: pickle.loads() (code", "line 4: define_macro() (code"]),
+    ("ps1_derivations", "import mpmath, operator, torch\nimport numpy as np\n" + ANSWER_DEF +
+     "    h = torch.finfo(q.dtype).eps ** (1 / 3)\n    a = (L(q + h) - Lq) / (2 * h)\n"
+     "    b = (fp - fm).div(2e-4) + torch.sub(fp, fm) / 2e-4 + operator.truediv(fp - fm, 2e-4)\n"
+     "    c = torch.conv1d(x, torch.tensor([[[-5e4, 0, 5e4]]])) + torch.stack([fp, fm]) @ torch.tensor([5e3, -5e3])\n"
+     "    return mpmath.diff(f, 1.0), torch.polar(r, t), np.lib._function_base_impl.gradient(y)",
+     ["line 5: (L(q + h) - Lq) / (2 * h) (a finite", "line 6: (fp - fm).div(0.0002) (a finite",
+      "line 6: operator.truediv(fp - fm, 0.0002) (a finite", "line 6: torch.sub(fp, fm) / 0.0002 (a finite",
+      "line 7: [-50000.0, 0, 50000.0] (a finite", "line 7: [5000.0, -5000.0] (a finite",
+      "line 8: mpmath.diff (finite", "line 8: numpy.lib._function_base_impl.gradient (finite",
+      "line 8: torch.polar (a complex step"]),
+    # honest: a hand-written layer's own backward method is said as possibly its own; json, a mask
+    ("ps1_derivations", "class Head:\n    def backward(self, u):\n        return u\ng = Head().backward(1)\n"
+     "import json\nx = json.loads('1')", ["line 4: .backward() (autograd, or the backward method this cell defines"]),
 ])
 def test_the_scans_holes_are_closed(assignment_id, source, expected):
     test_reference_calls_are_found(assignment_id, source, expected)
@@ -434,8 +458,8 @@ def test_a_name_bound_in_one_cell_is_resolved_in_another():
         nbformat.v4.new_code_cell("ps = getattr(m, 'problem_sets')\nA = ps.attention"),
         nbformat.v4.new_code_cell("%%time\ng = A.gradients(x, y, p)")])
     found = assignments.notebook_reference_calls(nb, "ps1_derivations")
-    assert found[0].startswith("cell 1, line 2: importlib.import_module('bayesattn_lite.checks')"), found
-    assert found[1:] == ["cell 3, line 2: attention.gradients (answers q1/q3: every gradient of the head, reached as "
+    assert found[0].startswith("cell 1 of the notebook, line 2: importlib.import_module('bayesattn_lite.checks')"), found
+    assert found[1:] == ["cell 3 of the notebook, line 2: attention.gradients (answers q1/q3: every gradient of the head, reached as "
                          "checks.problem_sets.attention.gradients)"], found
 
 
@@ -450,7 +474,22 @@ def test_numerical_differentiation_is_found_in_the_helpers_an_answer_uses():
                  nbformat.v4.new_code_cell("def central(f, x, h=1e-6):\n    return (f(x + h) - f(x - h)) / (2 * h)"),
                  nbformat.v4.new_code_cell("def check_mine(f, x, h=1e-6):\n    return (f(x + h) - f(x - h)) / (2 * h)")]
     found = assignments.notebook_reference_calls(nb, "ps1_derivations")
-    assert len(found) == 1 and found[0].startswith(f"cell {len(nb.cells) - 1}, line 2: (f(x + h) - f(x - h))"), found
+    assert len(found) == 1 and found[0].startswith(f"cell {len(nb.cells) - 1} of the notebook, line 2: (f(x + h) - f(x - h))"), found
+
+
+def test_a_local_name_of_an_answer_does_not_pull_in_a_cell_that_assigns_the_same_name():
+    """An honest answer with a local ``delta`` was reported for the course's q4 cell, which assigns its own
+    ``delta`` and calls attention.gradients: a function's parameters and locals are its own."""
+    assignment = ASSIGNMENTS["ps1_derivations"]
+    nb = nbformat.read(assignment.student_path, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("def biased_qk_gradients"))
+    course_cell = next(c for c in nb.cells if c.cell_type == "code" and "attention.gradients" in c.source)
+    assert "    delta = descend(steps, train_W_O)" in course_cell.source   # its delta comes from its descend
+    cell.source = ("def biased_qk_gradients(q, k, v, u, tau, slope):\n    delta = q - k\n    return delta, delta")
+    assert assignments.notebook_reference_calls(nb, "ps1_derivations") == []
+    cell.source = "def biased_qk_gradients(q, k, v, u, tau, slope):\n    return delta, delta"   # the course's delta: read
+    found = assignments.notebook_reference_calls(nb, "ps1_derivations")
+    assert found and all(f.startswith(f"cell {nb.cells.index(course_cell) + 1} of the notebook") for f in found), found
 
 
 @pytest.mark.parametrize("assignment", ALL, ids=lambda a: a.id)
@@ -477,7 +516,7 @@ def test_a_huge_cell_is_not_parsed_and_the_others_are_still_scanned():
     seconds, peak = time.perf_counter() - start, tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert len(alone) == 1 and "13,000,006 characters, over the 262,144" in alone[0] and "not scanned" in alone[0]
-    assert found == [f"cell 2, {alone[0]}", "cell 3, line 1: attention.gradients (answers q1/q3: every gradient of "
+    assert found == [f"cell 2 of the notebook, {alone[0]}", "cell 3 of the notebook, line 1: attention.gradients (answers q1/q3: every gradient of "
                      "the head)"], found
     assert seconds < 2 and peak < 64 * 2 ** 20, (seconds, peak)
 
@@ -504,7 +543,7 @@ def test_a_cell_nested_too_deeply_costs_the_scan_of_no_other_cell():
         nbformat.v4.new_code_cell("x = " + "-" * 100_000 + "1"),
         nbformat.v4.new_code_cell("from bayesattn_lite import attention\ng = attention.gradients(x, y, p)")])
     found = assignments.notebook_reference_calls(nb, "ps1_derivations")
-    assert found[0] == "cell 1, line 1: nested too deeply to read: not scanned" and "cell 2, line 2: attention" in found[1]
+    assert found[0] == "cell 1 of the notebook, line 1: nested too deeply to read: not scanned" and "cell 2 of the notebook, line 2: attention" in found[1]
 
 
 def test_a_submission_that_calls_the_reference_is_reported_with_its_cell():
@@ -516,7 +555,7 @@ def test_a_submission_that_calls_the_reference_is_reported_with_its_cell():
                            "    return attention.predicted_score_change(x, x @ W_Q.T, x @ W_K.T, ds, float(eta)) / tau ** 2")
             number = nb.cells.index(cell) + 1
     found = assignments.notebook_reference_calls(nb, "ps2_dynamics")
-    assert found == [f"cell {number}, line 2: attention.predicted_score_change (answers q3: the first-order score change)"]
+    assert found == [f"cell {number} of the notebook, line 2: attention.predicted_score_change (answers q3: the first-order score change)"]
     # and the answer obtained that way passes the check: the report is what catches it
     assert checks.check_tempered_score_change(
         lambda x, W_Q, W_K, ds, eta, tau: attention_reference(x, W_Q, W_K, ds, eta) / tau ** 2)
@@ -619,7 +658,7 @@ def test_the_uses_in_answer_cells_are_listed_before_a_scratch_cells_many():
     at = nb.cells.index(cell)
     nb.cells.insert(at, nbformat.v4.new_code_cell("import torch\n" + "torch.autograd.grad\n" * 300))
     found = assignments.notebook_reference_calls(nb, "ps1_derivations")
-    assert found[0].startswith(f"cell {at + 2}, line 2: torch.autograd.grad"), found[:2]
+    assert found[0].startswith(f"cell {at + 2} of the notebook, line 2: torch.autograd.grad"), found[:2]
 
 
 @pytest.mark.parametrize("source", ["import re\np = re.compile('a')", "for ex in range(3):\n    print(ex)",

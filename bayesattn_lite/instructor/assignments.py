@@ -199,8 +199,10 @@ _AUTOGRAD_STRINGS = {"backward", "autograd", "register_hook", "retain_grad", "re
 # and the functions those use. Not in set 2, whose written questions measure changes under small steps.
 _NUMERICAL_ASSIGNMENTS = {"ps1_derivations"}
 _FINITE_DIFFERENCES = ("numpy.gradient", "torch.gradient", "scipy.optimize.approx_fprime", "scipy.optimize.check_grad",
-                       "scipy.misc.derivative", "scipy.differentiate", "numdifftools")
-_COMPLEX = ("torch.complex", "torch.cfloat", "torch.cdouble", "torch.chalf", "torch.view_as_complex", "numpy.complex",
+                       "scipy.misc.derivative", "scipy.differentiate", "numdifftools", "mpmath.diff", "mpmath.diffs",
+                       "mpmath.taylor")
+_COMPLEX = ("torch.complex", "torch.cfloat", "torch.cdouble", "torch.chalf", "torch.view_as_complex", "torch.polar",
+            "numpy.complex",
             "numpy.csingle", "numpy.cdouble", "numpy.clongdouble", "cmath")
 _SMALL = 1e-2  # a constant this small that divides a difference is a step size
 _INVERSE = 1e4  # a float this large that multiplies one is one over a step (1000.0 for milliseconds is not)
@@ -620,6 +622,9 @@ def _definitions(tree):
         else:
             continue
         used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):   # its parameters and locals are its own:
+            used -= {n.arg for n in ast.walk(node) if isinstance(n, ast.arg)} | {   # a local delta is not a cell's
+                n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         for name in names:
             defined.setdefault(name, set()).update(used)
     return defined
@@ -694,7 +699,8 @@ def _step_names(tree):
     to a point (``x[i] += h``): the step sizes of a finite difference."""
     names = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and _small(node.value, set()):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and (_small(node.value, set()) or any(
+                isinstance(n, ast.Attribute) and n.attr == "eps" for n in ast.walk(node.value))):   # finfo(t).eps ** (1/3)
             names |= {t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)}
         elif isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)) and \
                 isinstance(node.target, ast.Subscript) and isinstance(node.value, ast.Name):
@@ -729,9 +735,11 @@ def _numerical(tree, aliases, assignment_id):
             used = f"dtype={node.value.value!r}"
         elif isinstance(node, (ast.Attribute, ast.Name)):
             name = _canonical(_dotted(node, aliases), assignment_id) or ""
-            if name.startswith(_COMPLEX + _FINITE_DIFFERENCES):
+            if name.startswith(_COMPLEX + _FINITE_DIFFERENCES) or (   # np.lib._function_base_impl.gradient too
+                    name.split(".")[0] in ("numpy", "torch", "scipy") and name.endswith(".gradient")):
                 used, kind = name, "a complex step" if name.startswith(_COMPLEX) else "finite differences"
-        elif id(node) not in covered and (_finite_difference(node, steps, inverses, clocks) or _shifted_calls(node)):
+        elif id(node) not in covered and (_finite_difference(node, steps, inverses, clocks) or _shifted_calls(node)
+                                          or _stencil(node)):
             used, kind = ast.unparse(node)[:80], "a finite difference"
             covered |= {id(n) for n in ast.walk(node)}   # its own f(x + h) - f(x - h) is not a second one
         if used:
@@ -775,7 +783,8 @@ def _shifted_calls(node):
     return x == y and (h is not None or k is not None)
 
 
-_DIVIDES = {"div", "divide", "true_divide"}   # torch.div(a - b, 2 * h), np.divide(...)
+_DIVIDES = {"div", "divide", "true_divide", "truediv", "div_"}   # torch.div(a - b, 2 * h), a.div(h), operator.truediv
+_SUBTRACTS = {"sub", "subtract", "sub_"}   # torch.sub(a, b), a.sub(b): a difference as a call
 _REDUCTIONS = {"mean", "nanmean", "median", "max", "amax", "min", "amin", "sum", "logsumexp"}   # s - s.mean(): centring
 _CLOCKS = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time",
            "process_time_ns", "default_timer"}   # (perf_counter() - t0) * 1e6: a time in microseconds
@@ -804,18 +813,40 @@ def _two_points(d, clocks):
     return not any(_called(x) in _CLOCKS or isinstance(x, ast.Name) and x.id in clocks for x in (a, b))
 
 
+def _as_operator(node):
+    """A call that divides or subtracts, as the operator it stands for: ``torch.div(a, h)``, ``a.div(h)``,
+    ``operator.truediv(a, h)`` -> ``a / h``; ``torch.sub(a, b)``, ``a.sub(b)`` -> ``a - b``; anything else as it is."""
+    if not isinstance(node, ast.Call) or node.keywords or not isinstance(node.func, (ast.Attribute, ast.Name)):
+        return node
+    op = ast.Div() if _called(node) in _DIVIDES else ast.Sub() if _called(node) in _SUBTRACTS else None
+    if op is not None and len(node.args) == 2:
+        return ast.copy_location(ast.BinOp(left=node.args[0], op=op, right=node.args[1]), node)
+    if op is not None and len(node.args) == 1 and isinstance(node.func, ast.Attribute):
+        return ast.copy_location(ast.BinOp(left=node.func.value, op=op, right=node.args[0]), node)
+    return node
+
+
+def _stencil(node):
+    """True for a list or tuple of numbers that sum to 0 with one of at least 1 / _SMALL (``[-5e4, 0, 5e4]``,
+    ``[5e3, -5e3]``): a difference and its one over a step in one, for a convolution or a product."""
+    if not isinstance(node, (ast.List, ast.Tuple)) or not 2 <= len(node.elts) <= 16:
+        return False
+    values = [_value(e) for e in node.elts]
+    return None not in values and abs(sum(values)) < 1e-9 * max(map(abs, values), default=0) + 1e-12 and \
+        max(map(abs, values)) >= 1 / _SMALL
+
+
 def _finite_difference(node, steps, inverses=frozenset(), clocks=frozenset()):
     """True for a difference divided by a step (``(A - B) / h``, ``/ (2 * eps)``, ``/ 2 / h``, ``torch.div(A - B,
     h)``) or multiplied by one over a step (``(a - b) * inv``, ``inv = 5e4``), whatever sign or constant
     factors surround it; differences taken by ``diff`` (``np.diff(y) / np.diff(x)``, ``torch.diff(y) * 500``:
     one over a step from 1 / _SMALL); or a difference of one function's calls at two points that a name of
     the divisor moves apart (``(f(x + h) - f(x - h)) / (2 * h)``)."""
-    if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)) and len(node.args) == 2 and \
-            _called(node) in _DIVIDES:
-        node = ast.BinOp(left=node.args[0], op=ast.Div(), right=node.args[1])
+    node = _as_operator(node)
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div))):
         return False
     up, down = _terms(node)
+    up = [_as_operator(f) for f in up]   # torch.sub(fp, fm) / h: the difference as a call
     def diff(f):   # np.diff(y), torch.diff(y, dim=0)[0]: a difference of neighbouring values
         while isinstance(f, ast.Subscript):
             f = f.value
@@ -944,6 +975,8 @@ def _uses(source, assignment_id, context, context_aliases, answer):
     # a receiver (builtins in builtins.exec) is said with what is read from it; a string that getattr, an import
     # or a subscript reads as a name is said as that name
     said_elsewhere, lookups = _said_elsewhere(tree, aliases)
+    own_backward = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "backward"
+                       for n in ast.walk(tree))   # a hand-written layer's own backward pass
     for node in ast.walk(tree):
         what = None
         if isinstance(node, ast.Attribute) and node.attr in _IPYTHON_REWRITERS:
@@ -953,6 +986,9 @@ def _uses(source, assignment_id, context, context_aliases, answer):
                 None if id(node) in said_elsewhere else _builtins_use(node, aliases))
         elif _importer(node, aliases):
             what = _dynamic_import(node, aliases, assignment_id)
+        elif assignment_id in _AUTOGRAD_ASSIGNMENTS and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "vars" and node.args and not _looked_up(node.args[0], aliases, assignment_id):
+            what = "vars() (a name looked up at run time: not scanned)"   # vars(inspect.getmodule(len))["exec"]
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars") \
                 and node.args and _looked_up(node.args[0], aliases, assignment_id):
             what = f"{node.func.id}() on {_looked_up(node.args[0], aliases, assignment_id)} (a name looked up at run " \
@@ -974,6 +1010,8 @@ def _uses(source, assignment_id, context, context_aliases, answer):
             found += [(read.lineno, what) for read in _match_reads(node)
                       if (what := _reference(read, aliases, assignment_id))]
             what = None
+        if what == ".backward() (autograd: the question asks for a derivation)" and own_backward:
+            what = ".backward() (autograd, or the backward method this cell defines: read which it calls)"
         if what and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
             found.append((node.lineno, what))
     names = _answer_names(assignment_id)
@@ -997,6 +1035,10 @@ def _said_elsewhere(tree, aliases):
             lookups.add(id(n.slice))
             if (_dotted(n.value, aliases) or "").endswith("sys.modules"):
                 said.add(id(n.slice))
+        elif isinstance(n, ast.Compare):   # name == "backward" over inspect.getmembers(...)
+            lookups |= {id(c) for c in [n.left, *n.comparators]}
+        elif isinstance(n, ast.MatchMapping):   # case {"backward": b}
+            lookups |= {id(k) for k in n.keys}
         elif isinstance(n, ast.Call):
             lookups |= {id(a) for a in n.args} | {id(k.value) for k in n.keywords}
             if _getattr_constant(n) or _importer(n, aliases):
@@ -1075,16 +1117,20 @@ _RUN_TIME_CODE = {"run_cell", "run_cell_async", "run_cell_magic", "FunctionType"
                   "getattr_static", "resolve_name", "methodcaller", "attrgetter",
                   "__self__", "f_builtins", "f_globals", "__globals__", "_getframe",   # the builtins by other roads
                   "get_objects", "get_referents", "get_referrers",   # gc: every object, the builtins' dict among them
-                  "__builtins__", "__subclasses__"}   # any module's __builtins__; object.__subclasses__()
+                  "__builtins__", "__subclasses__",   # any module's __builtins__; object.__subclasses__()
+                  "define_macro", "run_docstring_examples", "getmembers", "getmembers_static", "getmodule"}
+# (IPython's macros, doctest's examples, inspect's lookups of members and modules by name)
 # the same under their modules' names (from operator import methodcaller), and what starts another Python
 _RUN_TIME_NAMES = {"operator.methodcaller", "operator.attrgetter", "pydoc.locate", "pkgutil.resolve_name",
                    "inspect.getattr_static", "importlib.util.spec_from_file_location", "subprocess.run",
                    "subprocess.Popen", "subprocess.call", "subprocess.check_call", "subprocess.check_output",
                    "subprocess.getoutput", "subprocess.getstatusoutput",
                    "os.system", "os.popen", "os.execv", "os.execl", "os.spawnv", "multiprocessing.Process",
-                   "gc.get_objects", "gc.get_referents", "gc.get_referrers"}
+                   "gc.get_objects", "gc.get_referents", "gc.get_referrers", "doctest.testmod", "doctest.run_docstring_examples",
+                   "doctest.DocTestRunner", "inspect.getmembers", "inspect.getmodule", "pickle.load", "pickle.loads",
+                   "marshal.load", "marshal.loads", "dill.load", "dill.loads", "cloudpickle.loads"}   # code as bytes
 # attributes that look a name up at run time: flagged wherever they are read in a derivation set
-_RUN_TIME_LOOKUPS = {"__dict__", "__getattribute__", "user_ns", "user_global_ns"}
+_RUN_TIME_LOOKUPS = {"__dict__", "__getattribute__", "__getattr__", "user_ns", "user_global_ns"}
 # IPython's hooks that rewrite the cells after them before they run
 _IPYTHON_REWRITERS = {"input_transformers_cleanup", "input_transformers_post", "ast_transformers",
                       "input_transformer_manager", "line_transforms", "cleanup_transforms", "token_transformers"}
@@ -1142,7 +1188,7 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
             continue   # a given cell is the course's: read only where it defines a function an answer calls
         if time.monotonic() > deadline:
             return _in_order(found, answers) + [out_of_time(n)]
-        found[n] = [f"cell {n}, {use}" for use in reference_calls(cell.source, assignment_id, answer=n in answers,
+        found[n] = [f"cell {n} of the notebook, {use}" for use in reference_calls(cell.source, assignment_id, answer=n in answers,
                                                                   context_aliases=context_aliases)]
     return _in_order(found, answers)
 
