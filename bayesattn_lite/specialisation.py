@@ -132,7 +132,8 @@ class Config:
 def _check_runs(runs):
     """``runs: Sequence[Run]`` as a list, not empty and every one a Run (beartype checks one of them)."""
     if not isinstance(runs, (list, tuple)) or not runs:   # one Run not in a list too (curves' Distinct lets it by)
-        _validate.fail("runs", "a list of at least one Run ([run_] for one)", runs or "none", described=not runs)
+        _validate.fail("runs", "at least one Run" if not runs else "a list of Runs ([run_] for one)", runs or "none",
+                       described=not runs)
     for i, r in enumerate(runs):
         if not isinstance(r, Run):
             _validate.fail(f"runs[{i}]", words(Run), r)

@@ -432,7 +432,7 @@ def test_curves_normalisation_check_and_snapshots_refuse_what_cannot_be_measured
     r = sp.run(replace(TINY, steps=10), seed=0)
     with pytest.raises(ValueError, match=r"runs: expected distinct runs \(a run \(one cfg and seed\) given twice"):
         sp.curves([r, r], "loss")
-    with pytest.raises(ValueError, match=r"runs: expected a list of at least one Run \(\[run_\] for one\), got a Run"):
+    with pytest.raises(ValueError, match=r"runs: expected a list of Runs \(\[run_\] for one\), got a Run"):
         sp.curves(r, "loss")
     with pytest.raises(ValueError, match=r"early: expected an int <= the run's 10 steps, got 100"):
         sp.normalisation_check(r, early=100)

@@ -906,7 +906,8 @@ def grade_many(paths, reports_dir, csv_path, *, jobs=1, submitted=None, **option
 
 def _same_file(report, source):
     """Whether ``report`` (or None) was graded from the bytes ``source``."""
-    return bool(report) and isinstance(source, bytes) and report.get("sha256") == hashlib.sha256(source).hexdigest()
+    return isinstance(report, dict) and isinstance(source, bytes) and \
+        report.get("sha256") == hashlib.sha256(source).hexdigest()
 
 
 def _datetime(text):
