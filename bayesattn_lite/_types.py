@@ -433,8 +433,9 @@ def _message(signature, name, args, kwargs, text, names):
     with jaxtyped("context"):   # a fresh record of axis sizes, not the caller's (a checked function calling this one)
         alone = any(isinstance(value, h) for h in arrays)
     if arrays:   # the sizes the arguments before it gave its axes: those that clash, if it fits alone
+        axes = list(_argument_axes(signature, bound, names))   # read once, for the sizes and the hint below
         sizes = ({d: _size(s) for d, s in re.findall(r"^(\w+)=(.+)$", text.split("as follows.")[-1], re.M)}
-                 or _sizes_before(signature, bound, name, names))   # jaxtyping does not always list them
+                 or _sizes_before(axes, name))   # jaxtyping does not always list them
         own = _axes(arrays[0].dim_str, value.shape) if alone else {}
         known = {d: _source(signature, bound, name, d) for d in arrays[0].dim_str.split()
                  if d.lstrip("*") in sizes and own.get(d, sizes[d.lstrip("*")] + "?") != sizes[d.lstrip("*")]}
@@ -442,7 +443,7 @@ def _message(signature, name, args, kwargs, text, names):
         if known:
             expected += " with " + ", ".join(f"{d} = {sizes[d.lstrip('*')]} (as in {source})"
                                              for d, source in known.items())
-            odd = [(d, source, _agreeing(signature, bound, name, d.lstrip("*"), own[d], names))
+            odd = [(d, source, _agreeing(signature, axes, name, d.lstrip("*"), own[d]))
                    for d, source in known.items() if d in own]
             hint = "; ".join(f"{', '.join(others)} {'has' if len(others) == 1 else 'have'} {d} = {own[d]} too: "
                              f"{source} may be the one to change" for d, source, others in odd if others)
@@ -466,11 +467,12 @@ def _argument_axes(signature, bound, names):
                 break
 
 
-def _sizes_before(signature, bound, name, names):
-    """The axis sizes that the arguments before ``name`` give, read from their shapes: jaxtyping's
-    message lists them only on some calls (which depends on the order it tries a union's members in)."""
+def _sizes_before(argument_axes, name):
+    """The axis sizes that the arguments before ``name`` give (``argument_axes``: ``_argument_axes``'s
+    pairs), read from their shapes: jaxtyping's message lists them only on some calls (which depends on
+    the order it tries a union's members in)."""
     sizes = {}
-    for other, axes in _argument_axes(signature, bound, names):
+    for other, axes in argument_axes:
         if other == name:
             break
         for d, size in axes.items():
@@ -478,11 +480,12 @@ def _sizes_before(signature, bound, name, names):
     return sizes
 
 
-def _agreeing(signature, bound, name, dim, size, names):
-    """The arguments after ``name`` whose axis ``dim`` has ``size``, the size ``name`` has: where
-    they outnumber the one it was checked against, that one is likelier the one to change."""
+def _agreeing(signature, argument_axes, name, dim, size):
+    """The arguments after ``name`` whose axis ``dim`` has ``size``, the size ``name`` has
+    (``argument_axes``: ``_argument_axes``'s pairs): where any does, the argument ``name`` was checked
+    against may be the one to change."""
     after = list(signature.parameters)[list(signature.parameters).index(name) + 1:]
-    return [other for other, axes in _argument_axes(signature, bound, names) if other in after and axes.get(dim) == size]
+    return [other for other, axes in argument_axes if other in after and axes.get(dim) == size]
 
 
 def _source(signature, bound, name, dim):
