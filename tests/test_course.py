@@ -206,6 +206,24 @@ def test_a_students_extension_moves_their_deadline_alone(tmp_path):
         course.load(write(tmp_path, "[ps1_derivations.extensions]\nleelee = \"friday\"\n"))
 
 
+def test_extension_keys_that_name_no_submission_are_found(tmp_path):
+    c = course.load(write(tmp_path, "[ps1_derivations.extensions]\n\"12345\" = 2027-02-04T23:59:00Z\n"
+                                    "leelee = 2027-02-03T23:59:00Z\nsmithjnae = 2027-02-03T23:59:00Z\n"))
+    files = ["subs/smithjane_12345_678_ps1.ipynb", "subs/leelee_ps1.ipynb"]
+    assert c.unmatched_extensions("ps1_derivations", files) == ["smithjnae"]
+    assert c.unmatched_extensions("ps2_dynamics", files) == []
+
+
+def test_the_copy_without_extensions_drops_them_and_the_comments_and_keeps_the_rest(tmp_path):
+    path = write(tmp_path, '[ps1_derivations.extensions]\nleelee = 2027-02-03T23:59:00Z   # medical\n'
+                           '[ps1_derivations.q2]\nrubric = """1 pt: \u00e9\n# not a comment\n1 pt: \\"why\\""""\n')
+    text = course.without_extensions(path)
+    assert "extensions" not in text and "leelee" not in text and "medical" not in text
+    assert course.load(write(tmp_path, text, head="")).assignment("ps1_derivations").questions[1].rubric == \
+        '1 pt: \u00e9\n# not a comment\n1 pt: "why"'
+    assert course.load(path).deadlines == course.load(write(tmp_path, text, head="")).deadlines
+
+
 # ----------------------------------------------------------------------------- the points tables
 
 def first_markdown(path):

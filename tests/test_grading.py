@@ -1211,7 +1211,7 @@ def test_a_class_grades_in_one_command_with_partial_credit_manual_points_late_an
     assert grading.main(canvas + ["--allow-pending"]) == 0 and (out / "canvas.csv").exists()
 
     # the course file edited since: a regrade says this student alone gets the new policy
-    course.write_text(course.read_text() + "\n# edited after grading\n")
+    course.write_text(course.read_text().replace("grace_minutes = 15", "grace_minutes = 20", 1))   # the policy
     capsys.readouterr()
     assert grading.main(["--regrade", str(report)]) == 0
     said = capsys.readouterr()
@@ -1566,3 +1566,175 @@ def test_a_kernel_whose_replies_come_late_is_still_heard(monkeypatch, lag):
     start = time.monotonic()
     box._connect("kernel.json")
     assert time.monotonic() - start < 4.5, "the first late reply should have been taken"
+
+
+# ----------------------------------------------------------------------------- after grading, without a kernel
+
+def _fake_report(name, out, q3=0, late=None, status="graded"):
+    """A report as the grader writes it, of the shape release's tests use: 3 + q3 points of 7, q2 written."""
+    return {"submission": name, "assignment": "ps1_derivations", "title": "Problem set 1", "status": status,
+            "score": 3 + q3, "max_score": 7, "manual_pending": 2, "problems": [], "reference_calls": [],
+            "report": str(out), "late": late or {"submitted": None, "kept": 1.0, "note": ""},
+            "questions": [
+                {"id": "q1", "title": "gradients", "manual": False, "points": 3, "max_points": 3, "passed": True,
+                 "feedback": "right."},
+                {"id": "q2", "title": "why", "manual": True, "points": None, "max_points": 2, "passed": None,
+                 "answer": "the bias", "answered": True, "instructor_points": None, "comment": "",
+                 "feedback": "a written answer"},
+                {"id": "q3", "title": "basis", "manual": False, "points": q3, "max_points": 2, "passed": q3 == 2,
+                 "feedback": "checked."}]}
+
+
+def _fake_grader(monkeypatch, q3=0, late=None, status="graded"):
+    """Grading without a kernel: each task gets ``_fake_report``, said as ready as the workers say it."""
+    def grade_tasks(tasks, options, jobs, guard=None, done=None):
+        reports = []
+        for name, source, out, _when, where in tasks:
+            report = _fake_report(name, out, q3, late, status)
+            report.update(source=str(where), sha256=hashlib.sha256(source).hexdigest())
+            if done is not None:
+                done(report)
+            reports.append(report)
+        return reports
+    monkeypatch.setattr(grading, "_grade_tasks", grade_tasks)
+
+
+def _fake_class(tmp_path, names=("alice_ps1_derivations",)):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name in names:
+        (subs / f"{name}.ipynb").write_text("{}")
+    return subs
+
+
+def _batch(subs, csv_path, *extra):
+    return grading.main([str(subs), "--csv", str(csv_path), "--assignment", "ps1_derivations", "--no-sandbox",
+                         *extra])
+
+
+def test_a_manual_merge_after_a_release_rewrites_the_released_feedback(tmp_path, monkeypatch, capsys):
+    _fake_grader(monkeypatch)
+    subs, csv_path, feedback = _fake_class(tmp_path), tmp_path / "grades.csv", tmp_path / "feedback"
+    assert _batch(subs, csv_path, "--release", str(feedback)) == 0
+    assert "Score: 3 / 7" in (feedback / "alice_ps1_derivations.md").read_text()
+    manual = tmp_path / "manual.csv"
+    manual.write_text("submission,question,points,comment\nalice_ps1_derivations,q2,1.5,fair\n")
+    capsys.readouterr()
+    assert grading.main(["--reports", str(tmp_path / "grades_reports"), "--csv", str(csv_path),
+                         "--manual", str(manual)]) == 0
+    assert "Score: 4.5 / 7" in (feedback / "alice_ps1_derivations.md").read_text()   # never the old 3 / 7
+    assert f"feedback: rewritten in {feedback.resolve()}, where it was released (1 report(s))" in capsys.readouterr().out
+
+
+def test_grading_a_folder_again_keeps_the_release_record_and_rewrites_the_feedback(tmp_path, monkeypatch, capsys):
+    _fake_grader(monkeypatch)
+    subs, csv_path, feedback = _fake_class(tmp_path), tmp_path / "grades.csv", tmp_path / "feedback"
+    assert _batch(subs, csv_path, "--release", str(feedback)) == 0
+    _fake_grader(monkeypatch, q3=2)   # a fixed check: the same file earns more
+    capsys.readouterr()
+    assert _batch(subs, csv_path) == 0
+    report = json.loads((tmp_path / "grades_reports" / "alice_ps1_derivations.json").read_text())
+    assert report["released"] == {"folder": str(feedback.resolve()), "practice": False}   # a later --regrade finds it
+    assert "Score: 5 / 7" in (feedback / "alice_ps1_derivations.md").read_text()
+    assert "feedback: rewritten in" in capsys.readouterr().out
+    _fake_grader(monkeypatch, status="not graded")   # the grader's own failure: the student's feedback stays
+    assert _batch(subs, csv_path) == 1
+    assert "Score: 5 / 7" in (feedback / "alice_ps1_derivations.md").read_text()
+    assert "is left as it was for alice_ps1_derivations" in capsys.readouterr().err
+
+
+def test_extension_keys_that_match_no_submission_are_named(tmp_path, monkeypatch, capsys):
+    _fake_grader(monkeypatch)
+    subs = _fake_class(tmp_path, ["smithjane_12345_678901_ps1_derivations", "doejohn_23456_678902_ps1_derivations"])
+    course = tmp_path / "course.toml"
+    course.write_text("[ps1_derivations]\ndeadline = 2027-02-01T23:59:00Z\n\n[ps1_derivations.extensions]\n"
+                      '"12345" = 2027-02-04T23:59:00Z\ndoejohn = 2027-02-04T23:59:00Z\n"99999" = 2027-02-04T23:59:00Z\n'
+                      "roealx = 2027-02-04T23:59:00Z\n")
+    assert _batch(subs, tmp_path / "grades.csv", "--course", str(course)) == 0
+    err = capsys.readouterr().err
+    assert "2 key(s) of [ps1_derivations.extensions]" in err and "match no submission" in err
+    named = err.split("were not applied: ")[1].split(" (")[0]
+    assert named == "99999, roealx"   # the keys that match a file are not named
+
+
+def test_rows_of_the_submission_times_that_match_no_file_and_files_without_a_row_are_named(tmp_path, capsys):
+    import argparse
+    times = tmp_path / "times.csv"
+    times.write_text("submission,submitted_at\nalice.ipynb,2027-02-01T10:00:00+00:00\n"
+                     "alice-1.ipynb,2027-02-02T10:00:00+00:00\n")
+    args = argparse.Namespace(late_from_mtime=False, submitted_times=times)
+    paths = [tmp_path / "alice.ipynb", tmp_path / "bob.ipynb"]
+    got = grading._submitted_times(args, paths)
+    assert list(got) == [paths[0]]
+    err = capsys.readouterr().err
+    assert "1 row(s) of" in err and "match no file graded" in err and "alice-1.ipynb" in err
+    assert "has no row for 1 file(s)" in err and "bob.ipynb" in err
+    grading._submitted_times(args, paths[:1], whole_folder=False)   # one file of a class: the others' rows are not its
+    assert capsys.readouterr().err == ""
+
+
+def _course_with_extension(tmp_path, extension):
+    course = tmp_path / "course.toml"
+    course.write_text("[ps1_derivations]\ndeadline = 2027-02-01T23:59:00Z\n\n[ps1_derivations.extensions]\n"
+                      f"smithjane = {extension}   # medical\n")
+    return course
+
+
+def test_a_regrade_after_an_extension_alone_changed_says_the_students_regrade_is_enough(tmp_path, capsys):
+    import argparse
+    course = _course_with_extension(tmp_path, "2027-02-04T23:59:00Z")
+    used = {"course": str(course.resolve()), "course_sha256": grading._file_sha256(course),
+            "course_policy_sha256": grading._policy_sha256(course), "folder": None}
+    old = tmp_path / "smithjane.json"
+    old.write_text(json.dumps({"graded_with": used, "questions": []}))
+    course.write_text(course.read_text() + 'doejohn = 2027-02-06T23:59:00Z\n')   # one student's extension added
+    args = argparse.Namespace(regrade=old, course=None, folder=None, assignment=None, csv=None)
+    grading._regrade_settings(args)
+    err = capsys.readouterr().err
+    assert "only in its [<set>.extensions] tables" in err and "regrading the students whose extensions changed" in err
+    assert "grade the folder again" not in err
+    reports = [{"submission": "a", "max_score": 7, "graded_with": used},   # one report regraded since: one policy
+               {"submission": "b", "max_score": 7, "graded_with": {**used, "course_sha256": "edited"}}]
+    grading._warn_mixed(reports)
+    assert capsys.readouterr().err == ""
+    course.write_text(course.read_text().replace("deadline = 2027-02-01", "deadline = 2027-02-02"))
+    grading._regrade_settings(argparse.Namespace(regrade=old, course=None, folder=None, assignment=None, csv=None))
+    assert "grade the folder again to treat every student alike" in capsys.readouterr().err   # the policy changed
+
+
+def test_one_file_with_a_deadline_and_no_time_says_the_late_policy_was_not_applied(tmp_path, monkeypatch, capsys):
+    from bayesattn_lite.instructor import course as _course
+    _fake_grader(monkeypatch, late={"submitted": None, "kept": 1.0, "note": _course.NO_TIME})
+    sub = _fake_class(tmp_path) / "alice_ps1_derivations.ipynb"
+    assert grading.main([str(sub), "--report", str(tmp_path / "out" / "alice.json"), "--no-sandbox",
+                         "--assignment", "ps1_derivations"]) == 0
+    assert "1 submission(s) of a set with a deadline have no submission time" in capsys.readouterr().err
+
+
+def test_a_regrade_says_only_its_own_students_missing_time(tmp_path, monkeypatch, capsys):
+    from bayesattn_lite.instructor import course as _course
+    no_time = {"submitted": None, "kept": 1.0, "note": _course.NO_TIME}
+    _fake_grader(monkeypatch, late=no_time)
+    subs, csv_path = _fake_class(tmp_path, ["alice_ps1_derivations", "bob_ps1_derivations"]), tmp_path / "grades.csv"
+    assert _batch(subs, csv_path) == 0
+    assert "2 submission(s) of a set with a deadline have no submission time" in capsys.readouterr().err
+    assert grading.main(["--regrade", str(tmp_path / "grades_reports" / "alice_ps1_derivations.json"),
+                         "--no-sandbox"]) == 0
+    assert "1 submission(s) of a set with a deadline have no submission time" in capsys.readouterr().err
+
+
+def test_a_refused_canvas_export_speaks_of_released_feedback_only_when_a_release_was_asked(tmp_path, monkeypatch,
+                                                                                            capsys):
+    _fake_grader(monkeypatch)
+    subs, csv_path = _fake_class(tmp_path, ["smithjane_12345_678901_ps1_derivations"]), tmp_path / "grades.csv"
+    assert _batch(subs, csv_path) == 0
+    roster = tmp_path / "roster.csv"
+    roster.write_text('Student,ID,SIS User ID,SIS Login ID,Section\n"Smith, Jane",12345,S1,js,A\n')
+    canvas = ["--reports", str(tmp_path / "grades_reports"), "--csv", str(csv_path), "--roster", str(roster),
+              "--canvas-column", "PS1 (1)", "--canvas-csv", str(tmp_path / "canvas.csv")]
+    capsys.readouterr()
+    assert grading.main(canvas) == 2
+    err = capsys.readouterr().err
+    assert "so no Canvas import was written" in err and "feedback" not in err
+    assert grading.main(canvas + ["--release", str(tmp_path / "feedback")]) == 2
+    assert "no feedback was released by this command" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -141,7 +142,8 @@ def test_the_bundle_has_gradescopes_two_scripts_at_its_root(tmp_path):
     assert set(files) == {"setup.sh", "run_autograder", "course.toml", "handout/ps1_derivations_student.ipynb"}
     assert "BEGIN SOLUTION" not in files["handout/ps1_derivations_student.ipynb"][0]
     assert files["setup.sh"][1] & 0o111 and files["run_autograder"][1] & 0o111  # executable
-    assert files["course.toml"][0] == COURSE_TOML.read_text(encoding="utf-8")
+    # the same configuration, without comments (and extensions: the shipped file has none)
+    assert tomllib.loads(files["course.toml"][0]) == tomllib.loads(COURSE_TOML.read_text(encoding="utf-8"))
     run = files["run_autograder"][0]
     assert "--assignment ps1_derivations" in run and "--no-sandbox" in run and "--notebook-timeout 600" in run
     assert '--course "$ROOT/source/course.toml"' in run and '--folder "$ROOT/source/handout"' in run
@@ -159,6 +161,24 @@ def test_the_bundle_warns_that_a_shipped_course_file_shows_its_rubrics_and_its_v
     err = capsys.readouterr().err
     assert "its class variants' seeds included" in err and "pick a new seed for each class" in err
     assert "its rubrics included" not in err   # the published course file has none (only in its comments)
+
+
+def test_the_bundle_leaves_out_the_students_extensions_and_the_comments_and_says_so(tmp_path, capsys):
+    from bayesattn_lite.instructor import grading
+    course = tmp_path / "course.toml"   # students' ids and the instructor's notes: any submission could read them
+    course.write_text(COURSE_TOML.read_text().replace(
+        "[ps1_derivations]\n", "[ps1_derivations]\ndeadline = 2027-02-01T23:59:00Z\n\n[ps1_derivations.extensions]\n"
+        '"12345" = 2027-02-04T23:59:00Z   # medical\nsmithjane = 2027-02-05T23:59:00Z\n', 1))
+    assert grading.main(["--gradescope-bundle", str(tmp_path / "a.zip"), "--assignment", "ps1_derivations",
+                         "--course", str(course)]) == 0
+    shipped = _read(tmp_path / "a.zip")["course.toml"][0]
+    for private in ("extensions", "12345", "smithjane", "medical", "#"):
+        assert private not in shipped, private
+    expected = tomllib.loads(course.read_text())
+    del expected["ps1_derivations"]["extensions"]
+    assert tomllib.loads(shipped) == expected   # the rest as it was, the deadline included
+    err = capsys.readouterr().err
+    assert "leaves out its [<set>.extensions] tables and its comments" in err and "extensions in Gradescope" in err
 
 
 def test_a_wheel_given_is_shipped_and_installed_from_the_bundle(tmp_path):

@@ -13,6 +13,7 @@ says what they are worth. Every mistake in it is a ValueError naming the file, t
 
 import dataclasses
 import importlib
+import json
 import math
 import re
 import tomllib
@@ -65,9 +66,13 @@ class Course:
         """The key of ``[<aid>.extensions]`` that names the student of the file ``submission``, or None: a
         Canvas user id (``smithjane_12345_...``'s 12345) or the start of the file's name (``smithjane``)."""
         name = Path(str(submission or "")).name
-        parts = name.split("_")
-        return next((k for k in self.extensions.get(aid, {})
-                     if name and (k in parts[1:3] or re.match(re.escape(k) + r"([_.-]|$)", name))), None)
+        return next((k for k in self.extensions.get(aid, {}) if _names_student(k, name)), None)
+
+    def unmatched_extensions(self, aid, submissions):
+        """The keys of ``[<aid>.extensions]`` that name the student of none of the files ``submissions``: a
+        mistyped id or name would otherwise leave that student's extension unapplied without a word."""
+        names = [Path(str(s)).name for s in submissions]
+        return [k for k in self.extensions.get(aid, {}) if not any(_names_student(k, n) for n in names)]
 
     def late(self, aid, submitted, submission=None):
         """(fraction of the score kept, a note) for a submission handed in at ``submitted``; (1.0, "") with no
@@ -97,6 +102,13 @@ class Course:
         kept = max(0.0, 1.0 - policy.penalty_per_day * days)
         return kept, (f"handed in {_duration(after)} after {what}: {days} started day{'s' * (days > 1)} late, "
                       f"{kept:.0%} of the score kept")
+
+
+def _names_student(key, name):
+    """Whether the extension ``key`` names the student of the file ``name``: their Canvas user id (a field of
+    ``login_[LATE_]userid_...``) or the start of the file's name."""
+    parts = name.split("_")
+    return bool(name) and (key in parts[1:3] or re.match(re.escape(key) + r"([_.-]|$)", name) is not None)
 
 
 NO_TIME = ("the late policy was not applied: no submission time was given (grade with --submitted-times "
@@ -129,6 +141,57 @@ def load(path=None):
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"{path}: expected a readable TOML file: {exc}") from exc
     return _Reader(path).course(data)
+
+
+def without_extensions(path):
+    """The course file ``path`` as TOML text without its ``[<set>.extensions]`` tables and without comments
+    (students' ids, and notes such as "# medical", stay with the instructor): the same configuration
+    otherwise, written anew from the parsed file. ValueError as ``load`` for a file it cannot read."""
+    load(path)   # a mistake in the file is said as load says it
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    for table in data.values():
+        if isinstance(table, dict):
+            table.pop("extensions", None)
+    text = _toml_tables(data).lstrip("\n")
+    if tomllib.loads(text) != data:   # written by hand below: never ship a configuration that reads otherwise
+        raise ValueError(f"{path}: its copy without extensions does not read back the same: ship it by hand")
+    return text
+
+
+def _toml_tables(data, prefix=()):
+    """``data`` (a parsed TOML document) as TOML text: its values, then each table under its full name."""
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    text = "".join(line + "\n" for line in lines)
+    for k, v in data.items():
+        if isinstance(v, dict):
+            name = ".".join(_toml_key(x) for x in (*prefix, k))
+            text += f"\n[{name}]\n" + _toml_tables(v, (*prefix, k))
+    return text
+
+
+def _toml_key(key):
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_string(key)
+
+
+def _toml_string(text):
+    # JSON's escapes are TOML's, but for DEL, which TOML wants escaped (and, ensure_ascii off, no surrogate halves)
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _toml_value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ValueError(f"expected a TOML value, got {value!r}")
 
 
 class _Reader:

@@ -929,6 +929,8 @@ def _keep_instructor_marks(old, report):
     into ``report``, totalled again; how many questions had any. Grading again never drops what a person
     decided, and a question whose points come back shows in the feedback as the instructor's."""
     mine = {q.get("id"): q for q in (old or {}).get("questions", []) if isinstance(q, dict)}
+    if isinstance((old or {}).get("released"), dict):   # where its feedback went: rewritten there with this grade
+        report["released"] = old["released"]
     n = 0
     for q in report.get("questions", []):
         kept = mine.get(q["id"], {})
@@ -1214,6 +1216,7 @@ def _attempt(task, options, next_sandbox):
     # what it was graded against, so that --regrade uses the same course file and instructor versions
     report["graded_with"] = {"course": str(Path(course_file).resolve()) if course_file else None,
                              "course_sha256": _file_sha256(course_file),
+                             "course_policy_sha256": _policy_sha256(course_file),
                              "folder": str(options["folder"]) if options.get("folder") else None}
     return report
 
@@ -1224,6 +1227,15 @@ def _file_sha256(path):
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
     except OSError:
+        return None
+
+
+def _policy_sha256(path):
+    """The SHA-256 of the course file without its extensions tables and comments (None without a file, or if
+    it cannot be read): an edit of one student's extension is told apart from one of everybody's policy."""
+    try:
+        return hashlib.sha256(_course.without_extensions(path).encode()).hexdigest() if path else None
+    except (OSError, ValueError):
         return None
 
 
@@ -1350,8 +1362,27 @@ def _arguments():
     return parser
 
 
-def _submitted_times(args, paths):
-    """When each path was handed in: from --submitted-times, else the files' times with --late-from-mtime."""
+def _warn_shipped_course(course_file, aid):
+    """Say what of the course file the Gradescope zip carries, where any submission can read it (no sandbox
+    there), and what it leaves out: the students' extensions and the comments."""
+    if course_file is None:
+        return
+    shipped = _course.without_extensions(course_file)
+    for key, what, advice in (("rubric", "its rubrics", "keep model answers out of the rubrics you ship"),
+                              ("variant", "its class variants' seeds", "pick a new seed for each class, since "
+                               "a seed used again tells a later class's forms")):
+        if re.search(rf"^\s*{key}\s*=", shipped, re.M):
+            print(f"warning: {course_file} goes into the zip with {what} included; on Gradescope a submission "
+                  f"runs without the sandbox and could read them: {advice}", file=sys.stderr)
+    if _course.load(course_file).extensions:
+        print(f"warning: the zip's copy of {course_file} leaves out its [<set>.extensions] tables and its comments "
+              "(students' ids and your notes, which a submission could read there): on Gradescope give extensions "
+              f"in Gradescope itself, whose deadlines apply to {aid}", file=sys.stderr)
+
+
+def _submitted_times(args, paths, whole_folder=True):
+    """When each path was handed in: from --submitted-times, else the files' times with --late-from-mtime.
+    ``whole_folder``: ``paths`` are every file graded, so a row of the times file that names none is said."""
     from datetime import datetime, timezone
     times = {}
     if args.late_from_mtime:
@@ -1360,11 +1391,36 @@ def _submitted_times(args, paths):
         with args.submitted_times.open(newline="", encoding="utf-8-sig") as f:
             given = {row["submission"]: datetime.fromisoformat(row["submitted_at"]) for row in csv.DictReader(f)}
         times.update({p: given[p.name] for p in paths if p.name in given})
+        _warn_unmatched_times(args.submitted_times, given, paths, whole_folder)
     naive = [p.name for p, t in times.items() if t.tzinfo is None]
     if naive:
         raise ValueError(f"{args.submitted_times}: submitted_at needs its time zone (2027-02-01T23:59:00+00:00), "
                          f"not given for {', '.join(naive[:3])}")
     return times
+
+
+def _warn_unmatched_times(times_file, given, paths, whole_folder):
+    """Name the rows of the times file that match no file graded, and the files it has no row for: a file
+    renamed (a resubmission's "-1") would otherwise lose its time, and so its late penalty, without a word."""
+    names = {p.name for p in paths}
+    unmatched = sorted(set(given) - names) if whole_folder else []
+    if unmatched:
+        print(f"warning: {len(unmatched)} row(s) of {times_file} match no file graded, so their times were not used: "
+              f"{', '.join(unmatched)} (expected a submission's file name, as in the folder)", file=sys.stderr)
+    missing = sorted(names - set(given))
+    if missing:
+        print(f"warning: {times_file} has no row for {len(missing)} file(s), graded without a time from it: "
+              f"{', '.join(missing)}", file=sys.stderr)
+
+
+def _warn_extensions(course, aid, paths):
+    """Name the extension keys of ``aid`` that match no file graded (a mistyped id or name would leave that
+    student's extension unapplied without a word)."""
+    unmatched = course.unmatched_extensions(aid, paths)
+    if unmatched:
+        print(f"warning: {len(unmatched)} key(s) of [{aid}.extensions] in {course.path} match no submission, so "
+              f"their extensions were not applied: {', '.join(unmatched)} (expected a Canvas user id, as in "
+              "smithjane_12345_..., or the start of a file's name)", file=sys.stderr)
 
 
 def _warn_late(reports):
@@ -1394,8 +1450,9 @@ class PendingPoints(ValueError):
     """Written answers not graded yet, where a step needs every point (the Canvas import)."""
 
 
-def _after_grading(args, reports, csv_path):
-    """Manual points, feedback and the LMS files, from the reports: the same whether just graded or not."""
+def _after_grading(args, reports, csv_path, regraded=None):
+    """Manual points, feedback and the LMS files, from the reports: the same whether just graded or not.
+    ``regraded``: the one report a --regrade graded again, whose late warnings alone are said."""
     from . import release
     if csv_path is not None:   # the template, or the rows it lacks for files graded since (written answers)
         template = csv_path.with_name(csv_path.stem + "_manual.csv")
@@ -1419,10 +1476,12 @@ def _after_grading(args, reports, csv_path):
     pending = [r for r in reports if r.get("manual_pending")]
     if args.canvas_csv is not None and pending and not args.allow_pending:   # an LMS takes the number as final:
         # refused before feedback is released or the import written (the reports and the template are kept)
+        withheld = "no feedback was released by this command and no Canvas import written" if args.release else \
+            "no Canvas import was written"
         raise PendingPoints(f"{len(pending)} submission(s) have written answers not graded yet (e.g. "
-                            f"{release.report_name(pending[0])}: {pending[0]['manual_pending']} points), so no feedback "
-                            "was released by this command and no Canvas import written: fill in the manual-points file and pass it with "
-                            "--manual, or pass --allow-pending to export the scores without them")
+                            f"{release.report_name(pending[0])}: {pending[0]['manual_pending']} points), so {withheld}: "
+                            "fill in the manual-points file and pass it with --manual, or pass --allow-pending to "
+                            "export the scores without them")
     if args.manual is not None:
         for r in reports:
             try:
@@ -1437,11 +1496,14 @@ def _after_grading(args, reports, csv_path):
                   f"{release.report_name(pending[0])}): their feedback says 'to grade'; merge --manual first "
                   "to release final feedback", file=sys.stderr)
         print(f"feedback: {release.release(reports, args.release, practice=args.practice)}")
-        for r in reports:   # where it went, so that a --regrade rewrites it there (released feedback never goes stale)
+        for r in reports:   # where it went, so that a --regrade, a --manual merge or grading the folder again
+            # rewrites it there (released feedback never goes stale)
             r["released"] = {"folder": str(Path(args.release).resolve()), "practice": bool(args.practice)}
             with contextlib.suppress(OSError):
                 release.write_report(r, Path(r["report"]))
-    _warn_late(reports)
+    elif args.manual is not None or args.submission is not None:   # points merged or graded anew since the release
+        _rewrite_released(reports)
+    _warn_late(reports if regraded is None else [regraded])
     if args.canvas_csv is not None:
         from . import lms
         notes = []
@@ -1452,10 +1514,41 @@ def _after_grading(args, reports, csv_path):
         print(f"Canvas import: {args.canvas_csv}" + (f"; not on the roster: {', '.join(unmatched)}" if unmatched else ""))
 
 
+def _rewrite_released(reports):
+    """Rewrite the feedback of every report that records a release, where it went and in its words (graded or
+    practice), with the report's grade now; say where, or warn which feedback is out of date."""
+    from . import release
+    groups = {}
+    for r in reports:
+        where = r.get("released")
+        if isinstance(where, dict) and where.get("folder"):
+            groups.setdefault((where["folder"], bool(where.get("practice"))), []).append(r)
+    for (folder, practice), group in groups.items():
+        failed = [release.report_name(r) for r in group if r.get("status") in NOT_GRADED]
+        if failed:   # the grader's own failure never replaces a student's feedback with "not graded"
+            print(f"warning: the feedback released in {folder} is left as it was for {', '.join(failed)}, which could "
+                  "not be graded this time: it is rewritten when a --regrade grades them", file=sys.stderr)
+            group = [r for r in group if r.get("status") not in NOT_GRADED]
+        if not group:
+            continue
+        try:
+            release.release(group, folder, practice=practice)
+        except OSError as exc:
+            names = ", ".join(release.report_name(r) for r in group)
+            print(f"warning: the feedback released in {folder} is out of date for {names}: it could not be rewritten "
+                  f"({exc}); release it again with --release {folder}", file=sys.stderr)
+            continue
+        print(f"feedback: rewritten in {folder}, where it was released ({len(group)} report(s))")
+
+
 def _warn_mixed(reports):
     """A warning, naming them, when the reports were graded under different course files or out of different
     maximum scores (one graded again after the course file was edited): a gradebook column mixes two policies."""
-    for what, key in (("course files", lambda r: (r.get("graded_with") or {}).get("course_sha256")),
+    def policy(r):   # an extension's edit is one student's: it does not mix two policies
+        used = r.get("graded_with") or {}
+        return used.get("course_policy_sha256") or used.get("course_sha256")
+
+    for what, key in (("course files", policy),
                       ("maximum scores", lambda r: r.get("max_score"))):
         groups = {}
         for r in reports:
@@ -1490,13 +1583,7 @@ def main(argv=None):
             print(f"warning: {args.assignment} has a deadline in {args.course}, but on Gradescope the grader is given no "
                   "submission time, so the course's late policy is not applied there: use Gradescope's own late policy",
                   file=sys.stderr)
-        shipped = Path(args.course).read_text(encoding="utf-8") if args.course is not None else ""
-        for key, what, advice in (("rubric", "its rubrics", "keep model answers out of the rubrics you ship"),
-                                  ("variant", "its class variants' seeds", "pick a new seed for each class, since "
-                                   "a seed used again tells a later class's forms")):
-            if re.search(rf"^\s*{key}\s*=", shipped, re.M):
-                print(f"warning: {args.course} goes into the zip as it is, {what} included; on Gradescope a submission "
-                      f"runs without the sandbox and could read them: {advice}", file=sys.stderr)
+        _warn_shipped_course(args.course, args.assignment)
         if args.submission is None:
             return 0
     if args.canvas_csv and not (args.roster and args.canvas_column):
@@ -1557,6 +1644,7 @@ def main(argv=None):
         hide = [folder, args.submission, reports_dir, args.csv]
         # links, folders and other things that are not notebooks of their own get a row saying so, not a grade
         paths = sorted(p for p in args.submission.iterdir() if p.suffix == ".ipynb")
+        _warn_extensions(course, args.assignment, paths)
         try:
             reports = grade_many(paths, reports_dir, args.csv, hide=hide, jobs=args.jobs,
                                  submitted=_submitted_times(args, paths), **options)
@@ -1605,7 +1693,7 @@ def main(argv=None):
         return 1 if failed else 0
     hide = [folder, args.submission, args.report.parent if args.report.parent != Path(".") else None]
     guard = _PackageGuard() if args.no_sandbox else None
-    submitted = _submitted_times(args, [args.submission]).get(args.submission)
+    submitted = _submitted_times(args, [args.submission], whole_folder=False).get(args.submission)
     task = (str(args.submission), _bytes_or_error(args.submission), args.report, submitted,
             os.path.abspath(args.submission))
     report = _grade_tasks([task], {**options, "hide": hide}, 1, guard)[0]
@@ -1621,6 +1709,7 @@ def main(argv=None):
     print(summary_line(report))
     for w in report.get("isolation", {}).get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
+    _warn_late([report])   # as a batch says it: a deadline and no time means no late policy
     print(f"report: {args.report} and {args.report.with_suffix('.md')}")
     return 1 if ungraded([report]) else 0
 
@@ -1682,9 +1771,7 @@ def _regrade_settings(args):
                   file=sys.stderr)
     if args.course is not None and used.get("course") and Path(args.course).resolve() == Path(used["course"]) \
             and used.get("course_sha256") not in (None, _file_sha256(args.course)):
-        print(f"warning: {used['course']} has changed since the report was graded: this submission is graded under the "
-              "new points and partial credit, the others keep the old until graded again (grade the folder again to "
-              "treat every student alike; your manual points are kept)", file=sys.stderr)
+        _warn_course_changed(used)
     if args.assignment is None and used_assignment:   # not what the notebook says of itself now
         args.assignment = used_assignment
         print(f"--regrade: --assignment {used_assignment}, as the report was graded")
@@ -1693,6 +1780,20 @@ def _regrade_settings(args):
         print(f"--regrade: --csv {args.csv}, the gradebook its folder was graded into")
     elif args.csv is None:
         print("--regrade: the gradebook is not rebuilt without --csv", file=sys.stderr)
+
+
+def _warn_course_changed(used):
+    """Say what a --regrade under a course file edited since the report (``graded_with``: ``used``) means for
+    the class: only where the points or the policy changed must the whole folder be graded again."""
+    policy = used.get("course_policy_sha256")   # None in a report graded before it was recorded: cannot tell
+    if policy is not None and policy == _policy_sha256(used["course"]):   # extensions or comments alone differ
+        print(f"note: {used['course']} has changed since the report was graded, but only in its [<set>.extensions] "
+              "tables (or comments): regrading the students whose extensions changed is enough, the others' grades "
+              "stand", file=sys.stderr)
+        return
+    print(f"warning: {used['course']} has changed since the report was graded: this submission is graded under the "
+          "new points and partial credit, the others keep the old until graded again (grade the folder again to "
+          "treat every student alike; your manual points are kept)", file=sys.stderr)
 
 
 def _regrade(args, options):
@@ -1715,18 +1816,16 @@ def _regrade(args, options):
     _keep_instructor_marks(old, report)
     if args.csv is not None:   # the gradebook it goes into, for the next --regrade without --csv
         report["gradebook"] = str(Path(args.csv).resolve())
-    released = old.get("released")
-    if isinstance(released, dict) and released.get("folder") and args.release is None:
-        from . import release   # the student's feedback was released: rewritten where it went, with the new grade
-        report["released"] = released
-        release.release([report], released["folder"], practice=released.get("practice", False))
-        print(f"feedback: rewritten in {released['folder']}, where it was released")
+    if args.release is None:   # the student's feedback, if released, rewritten where it went with the new grade
+        _rewrite_released([report])   # (_keep_instructor_marks kept the record of where)
     write_report(report, args.regrade)
     print(summary_line(report))
     csv_path = args.csv
     if csv_path is not None:
-        _after_grading(args, _release_reports(args.regrade.parent), csv_path)
+        _after_grading(args, _release_reports(args.regrade.parent), csv_path, regraded=report)
         print(f"gradebook updated: {csv_path}")
+    else:
+        _warn_late([report])
     return 1 if ungraded([report]) else 0
 
 

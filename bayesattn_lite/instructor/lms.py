@@ -43,7 +43,9 @@ files in ``/autograder/submission`` and runs ``run_autograder``, which must writ
   because Gradescope needs one: look for "NOT GRADED" before publishing, fix, and regrade there. The
   environment variables ``AUTOGRADER_ROOT`` (default ``/autograder``) and ``AUTOGRADER_VENV`` let it run
   on your machine, in a folder laid out as Gradescope's (tests/test_lms.py does);
-- ``course.toml``, the course configuration, if one is given.
+- ``course.toml``, the course configuration, if one is given, without its ``[<set>.extensions]`` tables
+  and without comments (``course.without_extensions``): a submission could read the students' ids and
+  your notes there, and on Gradescope deadlines and extensions are Gradescope's own.
 
 The bundle grades with ``--no-sandbox``. Why: the sandbox is bubblewrap, which must create user, mount,
 PID and network namespaces. Docker's default seccomp profile denies the ``clone``/``unshare`` calls that
@@ -284,7 +286,8 @@ def gradescope_bundle(path, assignment_id, *, wheel=None, course_file=None, fold
     """Write a Gradescope autograder zip to ``path`` that grades ``assignment_id``. ``wheel``: the course's
     wheel to put in the zip and install (what you grade with locally, your own questions included); else
     setup.sh installs this version's release wheel from GitHub. ``course_file``: the course configuration
-    (TOML), shipped as course.toml. ``extra_args``: more grader options, e.g. ("--notebook-timeout", "600").
+    (TOML), shipped as course.toml without its extensions tables and comments. ``extra_args``: more grader
+    options, e.g. ("--notebook-timeout", "600").
     The handout goes along (handout/: the student version as this course writes it, a class variant's
     forms included, written from the instructor version in ``folder``, default: the checkout's
     book/assignments), and the grader reads it with --folder: without it the grader would not know which
@@ -296,8 +299,8 @@ def gradescope_bundle(path, assignment_id, *, wheel=None, course_file=None, fold
         raise ValueError(f"expected one of the assignments {sorted(assignments.ASSIGNMENTS)}, got {assignment_id!r}")
     if wheel is not None and not (Path(wheel).is_file() and Path(wheel).suffix == ".whl"):
         raise ValueError(f"expected the course's wheel file (.whl), got {wheel}")
-    if course_file is not None:
-        _course.load(course_file)  # a mistake in it is said now (ValueError), not on each submission
+    # a mistake in it is said now (ValueError), not on each submission; what ships leaves out students' extensions
+    shipped = _course.without_extensions(course_file) if course_file is not None else None
     a = assignments.ASSIGNMENTS[assignment_id]
     if not (Path(folder or assignments.FOLDER) / a.instructor_path.name).is_file():
         raise ValueError(f"expected the instructor version {a.instructor_path.name} in {folder or assignments.FOLDER} "
@@ -320,8 +323,8 @@ def gradescope_bundle(path, assignment_id, *, wheel=None, course_file=None, fold
             _zip_entry(bundle, "run_autograder", run, 0o755)
             for name, text in handout.items():
                 _zip_entry(bundle, f"handout/{name}", text)
-            if course_file is not None:
-                _zip_entry(bundle, "course.toml", Path(course_file).read_text(encoding="utf-8"))
+            if shipped is not None:
+                _zip_entry(bundle, "course.toml", shipped)
             if wheel is not None:
                 bundle.write(wheel, Path(wheel).name)
         os.replace(temporary, path)
