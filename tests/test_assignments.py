@@ -269,7 +269,8 @@ ANSWER_DEF = "def biased_qk_gradients(q, k, v, u, tau, slope):\n"   # a checked 
     ("ps1_derivations", "from bayesattn_lite import attention\n%timeit -n 1 -r 1 g = attention.gradients(x, y, p)",
      ["line 2: attention.gradients"]),
     ("ps1_derivations", "from bayesattn_lite import attention\nfor i in range(2):\n    !ls\n    files = !ls\n"
-                        "    %pip list\n    g = attention.gradients(x, y, p)", ["line 6: attention.gradients"]),
+                        "    %pip list\n    g = attention.gradients(x, y, p)",
+     ["line 4: getoutput() (a shell command's output", "line 6: attention.gradients"]),   # files = !ls: kept output
     ("ps1_derivations", "from bayesattn_lite import attention\nx = (1 +\ng = attention.gradients(x, y, p)",
      ["line 2: not valid Python", "line 3: attention.gradients"]),  # the rest of a broken cell is read
     # a re-export: the reference reached through another module of the package
@@ -405,14 +406,60 @@ ANSWER_DEF = "def biased_qk_gradients(q, k, v, u, tau, slope):\n"   # a checked 
     # honest: a hand-written layer's own backward method is said as possibly its own; json, a mask
     ("ps1_derivations", "class Head:\n    def backward(self, u):\n        return u\ng = Head().backward(1)\n"
      "import json\nx = json.loads('1')", ["line 4: .backward() (autograd, or the backward method this cell defines"]),
+    # hostile round 10 (a student answering q1 with autograd or finite differences), and its false alarms.
+    # honest: reading requires_grad, a mask less a tensor of ones, a compared string with no lookup in its function
+    ("ps1_derivations", ANSWER_DEF + "    if q.requires_grad:\n        q = q.detach()\n    return q, getattr(k, 'requires_grad')",
+     []),
+    ("ps1_derivations", ANSWER_DEF + "    causal = torch.tril(torch.ones(3, 3))\n    m = (causal - torch.ones_like(causal)) * 1e9\n"
+     "    return m + (c - torch.ones_like(c)) * 1e9", []),
+    ("ps1_derivations", ANSWER_DEF + "    fp, fm = f(x + 1e-6), f(x - 1e-6).clone()\n    return (fp.sum() - fm) * 5e5",   # one function still
+     ["line 3: (fp.sum() - fm) * 500000.0 (a finite"]),
+    ("ps1_derivations", ANSWER_DEF + "    if order == 'backward':\n        return q\n    return k", []),
+    # setting requires_grad by other roads; a compared string where its function looks names up
+    ("ps1_derivations", "setattr(q, 'requires_grad', True)\ntorch.Tensor.requires_grad.__set__(k, True)\nv.requires_grad |= 1\n"
+     "for n in dir(L):\n    if n == 'backward':\n        getattr(L, n)()",
+     ["line 1: .requires_grad (autograd", "line 2: .requires_grad (autograd", "line 3: .requires_grad (autograd",
+      "line 5: 'backward' (an autograd name", "line 6: getattr() by a name held in a variable"]),
+    # finite differences: augmented, as dunder or keyword calls, a sum with a negation
+    ("ps1_derivations", ANSWER_DEF + "    h = 1e-6\n    d = fp - fm\n    d /= 2 * h\n    a = (fp - fm).__truediv__(h)\n"
+     "    b = torch.mul(fp - fm, 5e5) + torch.sub(fp, fm, alpha=1) / h + torch.div(fp - fm, h, rounding_mode=None)\n"
+     "    return (fp + -fm) / h",
+     ["line 4: d /= 2 * h (a finite", "line 5: (fp - fm).__truediv__(h) (a finite",
+      "line 6: torch.div(fp - fm, h, rounding_mode=None) (a finite", "line 6: torch.mul(fp - fm, 500000.0) (a finite",
+      "line 6: torch.sub(fp, fm, alpha=1) / h (a finite", "line 7: (fp + -fm) / h (a finite"]),
+    # steps bound by a walrus, a match, unpacking, a string, a type's resolution; mpmath's contexts; sympy by any path
+    ("ps1_derivations", "import mpmath, torch\n" + ANSWER_DEF + "    a = (fp - fm) / (h := 1e-5) + (fp - fm) / h\n"
+     "    match 1e-6:\n        case e:\n            b = (fp - fm) / e\n    s, = (1e-6,)\n    t = float('1e-6')\n"
+     "    r = torch.finfo(q.dtype).resolution\n    c = (fp - fm) / s + (fp - fm) / t + (fp - fm) / r\n"
+     "    return mpmath.mp.diff(f, 1.0), torch.utils._sympy.functions.sympy.diff(e)",
+     ["line 3: (fp - fm) / (h := 1e-05) (a finite", "line 3: (fp - fm) / h (a finite", "line 6: (fp - fm) / e (a finite",
+      "line 10: (fp - fm) / r (a finite", "line 10: (fp - fm) / s (a finite", "line 10: (fp - fm) / t (a finite",
+      "line 11: mpmath.mp.diff (finite", "line 11: torch.utils._sympy.functions.sympy.diff (symbolic"]),
+    # code run where the scan cannot read it: magics with computed code, a shell's kept output, unpicklers,
+    # evaluators of source strings and annotations, getattr as a value, a class that pickles to a call
+    ("ps1_derivations", "get_ipython().run_line_magic('time', code)\nx = !python -c 'print(1)'\ny = %sx ls\n%store -r f\n"
+     "%timeit -t -c -q -o -n1 -r1 -p3 L.backward()",
+     ["line 1: .run_line_magic (a magic whose code", "line 2: getoutput() (a shell command's output",
+      "line 3: .run_line_magic (a magic whose code", "line 4: .run_line_magic (a magic whose code",
+      "line 5: .run_line_magic (a magic whose code"]),
+    ("ps1_derivations", "import pickle, inspect, doctest, torch, jinja2, string, typing\ng = pickle.Unpickler(f).load()\n"
+     "a = inspect.classify_class_attrs(torch.Tensor)\ns = doctest.DocTestSuite(m)\ncu = torch.jit.CompilationUnit(src)\n"
+     "t = jinja2.Template(src)\nv = string.Formatter().get_field('0.grad', (q,), {})\nh = typing.get_type_hints(f)",
+     ["line 2: pickle.Unpickler() (runs code the scan cannot read", "line 3: inspect.classify_class_attrs() (runs code",
+      "line 4: doctest.DocTestSuite() (runs code", "line 5: torch.jit.CompilationUnit() (runs code",
+      "line 6: jinja2.Template() (runs code", "line 7: get_field() (runs code", "line 8: typing.get_type_hints() (runs code"]),
+    ("ps1_derivations", "import functools\ng = list(map(getattr, [L], ['backward']))\nclass R:\n    def __reduce__(self):\n"
+     "        return (print, ('x',))\nclass S:\n    __reduce_ex__ = f",
+     ["line 2: getattr passed as a value (a name looked up", "line 4: __reduce__ (pickle and copy call what it returns",
+      "line 7: __reduce_ex__ (pickle and copy"]),
 ])
 def test_the_scans_holes_are_closed(assignment_id, source, expected):
     test_reference_calls_are_found(assignment_id, source, expected)
 
 
 def test_magics_and_shell_lines_do_not_hide_code_without_ipython_either(monkeypatch):
-    """Where IPython cannot turn a cell's magics into calls, the magic and shell lines become neutral lines
-    and the rest is still read."""
+    """A cell that is not valid Python even as IPython transforms it (the kernel runs none of it) is read
+    with its magic and shell lines made neutral lines, and the rest is still read."""
     import ast as python_ast
     monkeypatch.setattr(assignments, "_parse", python_ast.parse)
     source = ("from bayesattn_lite import attention\n!pip list\nout = !ls\n%matplotlib inline\n"
@@ -490,6 +537,30 @@ def test_a_local_name_of_an_answer_does_not_pull_in_a_cell_that_assigns_the_same
     cell.source = "def biased_qk_gradients(q, k, v, u, tau, slope):\n    return delta, delta"   # the course's delta: read
     found = assignments.notebook_reference_calls(nb, "ps1_derivations")
     assert found and all(f.startswith(f"cell {nb.cells.index(course_cell) + 1} of the notebook") for f in found), found
+
+
+def test_only_the_code_an_answer_reaches_is_read_for_numerical_differentiation():
+    """Hostile round 10's false alarms: a finite-difference self-check at the top of the answer's cell (d01) or
+    of a helper's cell (d02) is no answer; nor is a study cell whose name the answer's nested def shares (d05).
+    The same difference inside the helper the answer calls is still reported."""
+    assignment = ASSIGNMENTS["ps1_derivations"]
+    nb = nbformat.read(assignment.student_path, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("def biased_qk_gradients"))
+    check = "h = 1e-6\nfd = (L(q0 + h) - L(q0 - h)) / (2 * h)\nprint(abs(fd - g).max())\n"
+    cell.source = ("def biased_qk_gradients(q, k, v, u, tau, slope):\n    def attention_weights(s):\n"
+                   "        return s.softmax(-1)\n    return helper(attention_weights(q)), k\n" + check)
+    nb.cells += [nbformat.v4.new_code_cell("def helper(x):\n    return 2 * x\n" + check),
+                 nbformat.v4.new_code_cell("def attention_weights(s, h=1e-6):\n    return (f(s + h) - f(s - h)) / (2 * h)")]
+    assert assignments.notebook_reference_calls(nb, "ps1_derivations") == []
+    nb.cells[-2].source = "def helper(x, h=1e-6):\n    return (f(x + h) - f(x - h)) / (2 * h)\n" + check
+    found = assignments.notebook_reference_calls(nb, "ps1_derivations")
+    assert len(found) == 1 and found[0].startswith(f"cell {len(nb.cells) - 1} of the notebook, line 2: (f(x + h)"), found
+    # a top-level statement that fills what the answer returns is the answer's code
+    cell.source = ("def biased_qk_gradients(q, k, v, u, tau, slope):\n    return G, k\nG = {}\nh = 1e-6\n"
+                   "for i in range(3):\n    G[i] = (L(q0 + h) - L(q0 - h)) / (2 * h)\n" + check)
+    found = assignments.notebook_reference_calls(nb, "ps1_derivations")
+    assert [f.split(" (a finite")[0] for f in found] == [f"cell {nb.cells.index(cell) + 1} of the notebook, line 6: "
+                                                         "(L(q0 + h) - L(q0 - h)) / (2 * h)"], found
 
 
 @pytest.mark.parametrize("assignment", ALL, ids=lambda a: a.id)
@@ -636,16 +707,31 @@ def test_a_long_chain_of_aliases_is_not_followed_and_costs_little():
     assert max(name.count(".") for name in aliases.values()) < assignments.MAX_NAME_PARTS
 
 
-def test_a_cell_of_many_shell_lines_is_read_in_bounded_time_and_keeps_its_magics_code():
+def test_a_cell_of_many_shell_lines_is_noted_in_bounded_time_not_read_by_another_rule():
     """IPython's transform reads a cell again for each magic or shell line: 500 of them in a large cell
-    held a grading worker for minutes (the fourth hostile round). Past a bound the cell is read in one
-    pass, and the code a %time runs is still scanned."""
+    held a grading worker for minutes (the fourth hostile round). Past a bound the cell was read by a rewrite
+    of the scan's own, which turned a string's line ending in "?" into ``pass`` while the kernel ran the code
+    around it (hostile round 10): now such a cell is noted as not scanned, as is one IPython cannot transform."""
     import time
-    source = "!true\n" * 400 + "x = 1\n" * 20_000 + "%time loss.backward()\n"
-    start = time.perf_counter()
-    found = assignments.reference_calls(source, "ps1_derivations")
-    assert time.perf_counter() - start < 10
-    assert any(".backward()" in f for f in found), found
+    hidden = '_n = """x\n"""; qq.requires_grad_(); L.backward(); _n = """?\n"""\n'
+    for source in ("!true\n" * 400 + "x = 1\n" * 20_000 + "%time loss.backward()\n",
+                   "%pwd\n" * 11 + "_pad = '" + "x" * 50_000 + "'\n" + hidden):
+        start = time.perf_counter()
+        found = assignments.reference_calls(source, "ps1_derivations")
+        assert time.perf_counter() - start < 10
+        assert len(found) == 1 and found[0].startswith("line 1: not scanned: ") and "read this cell yourself" in found[0], found
+    assert [f.split(" (")[0] for f in assignments.reference_calls(hidden, "ps1_derivations")] == [
+        "line 2: .backward()", "line 2: .requires_grad_"]   # within the bound, IPython's transform: the code is read
+
+
+def test_a_cell_ipython_cannot_transform_is_noted_as_not_scanned(monkeypatch):
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    def fail(self, cell):
+        raise RuntimeError("Input transformation still changing after 500 iterations")
+    monkeypatch.setattr(TransformerManager, "transform_cell", fail)
+    found = assignments.reference_calls("%pwd\nq.requires_grad_()", "ps1_derivations")
+    assert len(found) == 1 and "IPython's transform failed" in found[0] and "not scanned" in found[0], found
 
 
 def test_the_uses_in_answer_cells_are_listed_before_a_scratch_cells_many():

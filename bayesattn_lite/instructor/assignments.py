@@ -188,7 +188,6 @@ _AUTOGRAD_ATTRIBUTES = {"run_backward", "_execution_engine", "grad_fn", "vjp", "
                         "grad", "_grad",   # .grad: what a backward pass, anyone's (a training loop's too), left behind
                         # the steps of a backward pass that hand the gradient over without .grad (a hook's argument)
                         "register_hook", "register_post_accumulate_grad_hook", "retain_grad", "requires_grad_",
-                        "requires_grad",   # x.requires_grad = True: the first step of a backward pass
                         # forward-mode autograd by torch's private names (torch.autograd.forward_ad is caught as autograd)
                         "_make_dual", "_unpack_dual", "_enter_dual_level", "_exit_dual_level", "_fw_grad",
                         "make_dual", "unpack_dual", "dual_level"}
@@ -204,6 +203,7 @@ _FINITE_DIFFERENCES = ("numpy.gradient", "torch.gradient", "scipy.optimize.appro
 _COMPLEX = ("torch.complex", "torch.cfloat", "torch.cdouble", "torch.chalf", "torch.view_as_complex", "torch.polar",
             "numpy.complex",
             "numpy.csingle", "numpy.cdouble", "numpy.clongdouble", "cmath")
+_MPMATH_DIFFERENCES = {"diff", "diffs", "diffs_prod", "diffs_exp", "taylor", "differint", "diffun"}
 _SMALL = 1e-2  # a constant this small that divides a difference is a step size
 _INVERSE = 1e4  # a float this large that multiplies one is one over a step (1000.0 for milliseconds is not)
 
@@ -382,12 +382,18 @@ def _aliases(tree, known=None):
 
 
 # IPython's transform reads the whole cell again for each magic or shell line it turns into a call (up to
-# 500 times): a large cell of many such lines took minutes. Past this many characters read, a cell is read
-# as _neutral makes it (a magic that runs Python keeps its code), which is one pass.
+# 500 times): a large cell of many such lines took minutes. Past this many characters read, the cell is noted
+# as not scanned: a cheaper rewrite of our own read a string's line ending in "?" as a help line, and missed the
+# code IPython ran around it (hostile round 10).
 MAX_TRANSFORM_READ = 500_000
-# a line IPython rewrites before Python reads it: a magic, a shell line, help (?id, id?) and the autocall
+# a line IPython may rewrite before Python reads it: a magic, a shell line, help (?id, id?) and the autocall
 # escapes (/f x, ;f x, ,f x)
 _IPYTHON_LINE = re.compile(r"^[ \t]*[%!?/;,]|\?[ \t]*$")
+
+
+class _Untransformed(Exception):
+    """A cell the scan cannot turn into Python the way IPython does: it is noted as not scanned, since any
+    other reading of it may miss what the kernel runs."""
 
 
 def _lines(source):
@@ -396,19 +402,23 @@ def _lines(source):
 
 
 def _parse(source):
-    """The AST of a cell's source (IPython magics turned into calls), or the SyntaxError. A cell that
-    IPython would read too often (MAX_TRANSFORM_READ), or cannot transform, is read as ``_neutral`` makes it."""
+    """The AST of a cell's source as IPython transforms it (magics turned into calls), or the SyntaxError;
+    _Untransformed where IPython would read it too often (MAX_TRANSFORM_READ) or its transform fails."""
     source = _lines(source)
     magic_lines = sum(1 for line in source.split("\n") if _IPYTHON_LINE.search(line))
-    if magic_lines * len(source) <= MAX_TRANSFORM_READ:
-        try:
-            from IPython.core.inputtransformer2 import TransformerManager
-            return ast.parse(TransformerManager().transform_cell(source))
-        except (SyntaxError, ValueError):
-            raise
-        except Exception:  # noqa: BLE001 - e.g. "Input transformation still changing after 500 iterations"
-            pass
-    return ast.parse(_neutral(source))
+    if magic_lines * len(source) > MAX_TRANSFORM_READ:
+        raise _Untransformed(f"{magic_lines} lines IPython may rewrite in a cell of {len(source):,} characters, "
+                             f"past the {MAX_TRANSFORM_READ:,} characters the scan lets IPython's transform read")
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+        python = TransformerManager().transform_cell(source)
+    except (SyntaxError, ValueError):   # the kernel runs none of it: read by _recovered, which may read more
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. "Input transformation still changing after 500 iterations"
+        if not magic_lines and isinstance(exc, ImportError):
+            return ast.parse(source)   # without IPython: a cell with no line it rewrites is Python as it is
+        raise _Untransformed(f"IPython's transform failed: {str(exc)[:80]}") from exc
+    return ast.parse(python)
 
 
 def _parses(text):
@@ -490,8 +500,9 @@ def _tree(source):
     """(the AST of a code cell as IPython runs it, [(line, note for the report)]): cell magics stripped
     (their body read as Python), line magics and shell lines as IPython turns them, the code of ``%time``
     and the like added; a cell that still does not parse is read without its magic and shell lines, then
-    without each line that does not parse (noted). The tree is None when the cell is not read at all (too
-    large, a body in another language), with a note that says so. Line numbers are the cell's."""
+    without each line that does not parse (noted; the kernel runs none of such a cell). The tree is None when
+    the cell is not read at all (too large, a body in another language, magics the scan cannot transform as
+    IPython does), with a note that says so. Line numbers are the cell's."""
     if len(source) > MAX_CELL:
         return None, [(1, f"a cell of {len(source):,} characters, over the {MAX_CELL:,} the grader parses: "
                           "not scanned")]
@@ -504,6 +515,8 @@ def _tree(source):
     try:
         tree = _parse(source)
         tree.body += _line_magic_code(tree)
+    except _Untransformed as exc:   # its magics' bodies too: %%time runs its body through the same transform
+        return None, [(1 + blank, f"not scanned: {exc} (read this cell yourself)")]
     except (SyntaxError, ValueError) as exc:  # ValueError: a null byte
         if other in _DISPLAY_CELL_MAGICS:
             return ast.Module(body=[], type_ignores=[]), []
@@ -623,14 +636,28 @@ def _definitions(tree):
             continue
         used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):   # its parameters and locals are its own:
-            used -= {n.arg for n in ast.walk(node) if isinstance(n, ast.arg)} | {   # a local delta is not a cell's
-                n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            used -= _own_names(node)                                     # a local delta is not a cell's
         for name in names:
             defined.setdefault(name, set()).update(used)
     return defined
 
 
-_NUMBER_WRAPPERS = {"float", "int", "float64", "float32", "double", "tensor", "as_tensor", "array", "asarray"}
+def _own_names(function):
+    """The names a function binds inside itself: parameters, assignments, nested functions and classes,
+    imports (a nested ``def attention_weights`` is not the cell's ``attention_weights``)."""
+    own = set()
+    for n in ast.walk(function):
+        if isinstance(n, ast.arg) or isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            own.add(n.arg if isinstance(n, ast.arg) else n.id)
+        elif n is not function and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            own |= {a.asname or a.name.split(".")[0] for a in n.names}
+    return own
+
+
+_NUMBER_WRAPPERS = {"float", "int", "float64", "float32", "double", "tensor", "as_tensor", "array", "asarray", "Decimal",
+                    "longdouble", "float16", "half"}
 
 
 def _value(node, depth=0):
@@ -638,6 +665,8 @@ def _value(node, depth=0):
     stands for, or None; read at most 8 levels deep."""
     if depth > 8:
         return None
+    if isinstance(node, ast.NamedExpr):   # (h := 1e-6) is 1e-6
+        return _value(node.value, depth + 1)
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
         return float(node.value) if abs(node.value) < 1e300 else None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -645,6 +674,13 @@ def _value(node, depth=0):
         return None if value is None else -value if isinstance(node.op, ast.USub) else value
     if isinstance(node, ast.Call) and len(node.args) == 1 and \
             (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in _NUMBER_WRAPPERS:
+        text = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
+        if isinstance(text, str) and len(text) <= 40:   # float("1e-6"): the number the string spells
+            try:
+                value = float(text)
+            except ValueError:
+                return None
+            return value if abs(value) < 1e300 else None
         return _value(node.args[0], depth + 1)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Pow, ast.Mult, ast.Div)):
         left, right = _value(node.left, depth + 1), _value(node.right, depth + 1)
@@ -660,10 +696,23 @@ def _value(node, depth=0):
     return None
 
 
-def _small(node, small_names):
-    """True when ``node`` is a step size: a constant of at most _SMALL, or a name bound to one."""
+# a floating-point type's precision (finfo(t).eps, .resolution, sys.float_info.epsilon, math.ulp(x), np.spacing(x)):
+# a step's usual source, whatever number it comes to
+_PRECISION = {"eps", "epsneg", "resolution", "tiny", "smallest_normal", "smallest_subnormal", "epsilon", "ulp",
+              "spacing"}
+
+
+def _small(node, small_names, depth=0):
+    """True when ``node`` is a step size: a constant of at most _SMALL, a name bound to one, a type's
+    precision (``finfo(t).eps``) or a root or power of one (``sqrt(eps)``, ``eps ** (1 / 3)``); read at most
+    4 levels deep."""
     if isinstance(node, ast.Name):
         return node.id in small_names
+    if isinstance(node, ast.Attribute) and node.attr in _PRECISION or _called(node) in _PRECISION:
+        return True
+    if depth < 4 and (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) or
+                      _called(node) in ("sqrt", "cbrt") and len(node.args) == 1):
+        return _small(node.left if isinstance(node, ast.BinOp) else node.args[0], small_names, depth + 1)
     value = _value(node)
     return value is not None and 0 < abs(value) <= _SMALL
 
@@ -678,6 +727,7 @@ def _terms(node):
     up, down, todo = [], [], [(node, False)]
     while todo and len(up) + len(down) < MAX_FACTORS:
         n, below = todo.pop()
+        n = _as_operator(n.value if isinstance(n, ast.NamedExpr) else n)   # torch.mul(a - b, 5e5): an operator
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
             todo.append((n.operand, below))
         elif isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Mult, ast.Div)):
@@ -697,12 +747,10 @@ def _factors(node):
 def _step_names(tree):
     """Names bound to a small constant (``h = 1e-6``, a default ``eps=1e-5``, ``for h in [1e-5]``) or added
     to a point (``x[i] += h``): the step sizes of a finite difference."""
-    names = set()
+    names = {name for name, value in _assigned(tree)   # h = 1e-6, (h := 1e-6), h, = (1e-6,), case h:
+             if _small(value, set()) or any(_small(f, set()) for f in _factors(value))}   # 2 * finfo(t).eps
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and (_small(node.value, set()) or any(
-                isinstance(n, ast.Attribute) and n.attr == "eps" for n in ast.walk(node.value))):   # finfo(t).eps ** (1/3)
-            names |= {t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)}
-        elif isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)) and \
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)) and \
                 isinstance(node.target, ast.Subscript) and isinstance(node.value, ast.Name):
             names.add(node.value.id)  # x[i] += h
         elif isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name) and \
@@ -717,14 +765,43 @@ def _step_names(tree):
     return names
 
 
-def _numerical(tree, aliases, assignment_id):
-    """[(line, what)]: numerical differentiation in a cell: a complex step (``1j``, ``complex(...)``, a
-    complex dtype), a finite difference ``(f(x + h) - f(x)) / h`` or a library's finite differences."""
-    steps, clocks, found, covered = _step_names(tree), _clock_names(tree), [], set()
+def _reached_code(tree, reached):
+    """The cell's statements (outside any function) that define or fill a name in ``reached``: a def or
+    class, an assignment to it or into it (``G = ...``, ``G[i] = ...``, ``G += ...``): the code an answer can
+    run or read, not the cell's other statements (a self-check of the answer at the top)."""
+    for node in _statements(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name in reached:
+                yield node
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _written(node) & reached:
+            yield node
+
+
+def _written(statement):
+    """The names an assignment binds or writes into (``a, G[i], m.w = ...`` -> a, G, m)."""
+    names, todo = set(), list(getattr(statement, "targets", None) or [statement.target])
+    while todo:
+        target = todo.pop()
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            todo += target.elts
+        elif isinstance(target, (ast.Subscript, ast.Attribute, ast.Starred)):
+            todo.append(target.value)
+    return names
+
+
+def _numerical(tree, aliases, assignment_id, reached):
+    """[(line, what)]: numerical differentiation in the code of a cell that an answer reaches (the
+    definitions of ``reached``): a complex step (``1j``, ``complex(...)``, a complex dtype), a finite
+    difference ``(f(x + h) - f(x)) / h`` or a library's finite differences. Steps are read in the whole cell
+    (a module-level ``H = 1e-6`` the answer reads)."""
+    steps, bound, found, covered = _step_names(tree), _call_names(tree), [], set()
+    named = _difference_names(tree)
     inverses = {t.id for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
                 and _inverse_step(node.value, steps, set())
                 for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)}   # inv = 5e4
-    for node in ast.walk(tree):
+    for node in (n for top in _reached_code(tree, reached) for n in ast.walk(top)):
         used, kind = None, "a complex step"
         if isinstance(node, ast.Constant) and isinstance(node.value, complex):
             used = repr(node.value)
@@ -735,11 +812,13 @@ def _numerical(tree, aliases, assignment_id):
             used = f"dtype={node.value.value!r}"
         elif isinstance(node, (ast.Attribute, ast.Name)):
             name = _canonical(_dotted(node, aliases), assignment_id) or ""
+            root, last = name.split(".")[0], name.split(".")[-1]
             if name.startswith(_COMPLEX + _FINITE_DIFFERENCES) or (   # np.lib._function_base_impl.gradient too
-                    name.split(".")[0] in ("numpy", "torch", "scipy") and name.endswith(".gradient")):
+                    root in ("numpy", "torch", "scipy") and last == "gradient") or (
+                    root == "mpmath" and last in _MPMATH_DIFFERENCES):   # mpmath.mp.diff: any context's
                 used, kind = name, "a complex step" if name.startswith(_COMPLEX) else "finite differences"
-        elif id(node) not in covered and (_finite_difference(node, steps, inverses, clocks) or _shifted_calls(node)
-                                          or _stencil(node)):
+        elif id(node) not in covered and (_finite_difference(_scaled(node), steps, inverses, bound, named)
+                                          or _shifted_calls(node) or _stencil(node)):
             used, kind = ast.unparse(node)[:80], "a finite difference"
             covered |= {id(n) for n in ast.walk(node)}   # its own f(x + h) - f(x - h) is not a second one
         if used:
@@ -763,6 +842,7 @@ def _inverse_step(node, steps, inverses, at_least=_INVERSE):
 def _shifted_calls(node):
     """True for one function's calls at two points one argument apart, ``f(x + h) - f(x - h)`` or
     ``f(x + h) - f(x)``: the difference a finite difference is made of, whatever then scales it."""
+    node = _as_operator(node)
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub)):
         return False
     a, b = node.left, node.right
@@ -783,8 +863,11 @@ def _shifted_calls(node):
     return x == y and (h is not None or k is not None)
 
 
-_DIVIDES = {"div", "divide", "true_divide", "truediv", "div_"}   # torch.div(a - b, 2 * h), a.div(h), operator.truediv
-_SUBTRACTS = {"sub", "subtract", "sub_"}   # torch.sub(a, b), a.sub(b): a difference as a call
+_DIVIDES = {"div", "divide", "true_divide", "truediv", "div_", "__truediv__", "__div__", "__rtruediv__", "itruediv",
+            "__itruediv__"}   # torch.div(a - b, 2 * h), a.div(h), operator.truediv, (a - b).__truediv__(h)
+_SUBTRACTS = {"sub", "subtract", "sub_", "__sub__", "isub", "__isub__"}   # torch.sub(a, b), a.sub(b): a difference as a call
+_MULTIPLIES = {"mul", "multiply", "mul_", "__mul__", "__rmul__", "imul", "__imul__"}   # torch.mul(a - b, 5e5)
+_ADDS = {"add", "add_", "__add__", "__radd__", "iadd", "__iadd__"}   # torch.add(a, -b), torch.add(a, b, alpha=-1)
 _REDUCTIONS = {"mean", "nanmean", "median", "max", "amax", "min", "amin", "sum", "logsumexp"}   # s - s.mean(): centring
 _CLOCKS = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time",
            "process_time_ns", "default_timer"}   # (perf_counter() - t0) * 1e6: a time in microseconds
@@ -795,34 +878,134 @@ def _called(node):
     return (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) if isinstance(node, ast.Call) else None
 
 
-def _clock_names(tree):
-    """Names bound to a clock's reading (``t0 = time.perf_counter()``): their differences are durations."""
-    return {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _called(node.value) in _CLOCKS
-            for t in node.targets if isinstance(t, ast.Name)}
+def _assigned(tree):
+    """(name, value) of every binding of a name to a value written in the cell: ``x = v``, ``x: T = v``,
+    ``(x := v)``, unpacking (``x, y = (v, w)``, ``x, = (v,)``) and a match's capture (``match v: case x:``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value:
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, ast.Match):
+            pairs = [(ast.Name(id=c.pattern.name), node.subject) for c in node.cases
+                     if isinstance(c.pattern, ast.MatchAs) and c.pattern.name]
+        else:
+            continue
+        while pairs:
+            target, value = pairs.pop()
+            if isinstance(target, ast.Name):
+                yield target.id, value
+            elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) and \
+                    len(target.elts) == len(value.elts) and not any(isinstance(e, ast.Starred) for e in target.elts):
+                pairs += zip(target.elts, value.elts)
 
 
-def _two_points(d, clocks):
-    """True when the difference ``d`` (a - b) may be a function's values at two points: not a constant on
-    either side (``(1.0 - keep) * -1e4`` is a mask), not a centring (``s - s.mean()``, ``s - max(s)``) and
-    not a duration (``time.perf_counter() - t0``)."""
+def _function(node, bound):
+    """The function whose value ``node`` is, through the methods called on it and the names bound to a call
+    (``f(x - h).clone()``, ``model(x).logits.sum()``, ``fp.sum()`` with ``fp = f(x + h)`` -> f, model, f;
+    ``torch.ones_like(c)`` -> ones_like), or None where it is not known (no call, a name bound to no call)."""
+    for _ in range(MAX_NAME_PARTS):
+        if isinstance(node, ast.Name):
+            return bound.get(node.id)
+        value = getattr(getattr(node, "func", None), "value", None)
+        while isinstance(value, (ast.Attribute, ast.Subscript)):
+            value = value.value
+        if not isinstance(node, ast.Call) or not isinstance(value, (ast.Call, ast.Name)) or \
+                isinstance(value, ast.Name) and not bound.get(value.id):
+            break
+        node = value
+    return _called(node)
+
+
+def _call_names(tree):
+    """{a name: what the call it is bound to calls} (``t0 = time.perf_counter()`` -> perf_counter, ``fp =
+    f(x + h)`` -> f); None for a name bound to two different calls or to something else too."""
+    bound = {}
+    for name, value in _assigned(tree):
+        called = _function(value, bound)
+        bound[name] = called if bound.get(name, called) == called else None
+    return bound
+
+
+def _difference_names(tree):
+    """{a name: the difference it holds}: ``d = fp - fm``, ``d = torch.sub(fp, fm)``, ``d -= fm``, so that
+    ``d /= 2 * h`` or ``d / h`` is read as the quotient of that difference."""
+    named = {}
+    for name, value in _assigned(tree):
+        value = _as_operator(value)
+        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Sub):
+            named[name] = value
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Sub) and isinstance(node.target, ast.Name):
+            named[node.target.id] = ast.BinOp(left=ast.Name(id=node.target.id, ctx=ast.Load()), op=ast.Sub(),
+                                              right=node.value)
+    return named
+
+
+def _scaled(node):
+    """An augmented division or product as the quotient it makes: ``d /= 2 * h`` -> ``d / (2 * h)``."""
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.Mult)) and isinstance(node.target, ast.Name):
+        return ast.copy_location(ast.BinOp(left=ast.Name(id=node.target.id, ctx=ast.Load()), op=node.op,
+                                           right=node.value), node)
+    return node
+
+
+def _two_points(d, bound):
+    """True when the difference ``d`` (a - b) may be one function's values at two points: not a constant on
+    either side (``(1.0 - keep) * -1e4`` is a mask), not a centring (``s - s.mean()``, ``s - max(s)``), not a
+    duration (``time.perf_counter() - t0``), not two different functions' values (``tril(...) -
+    ones_like(...)``, directly or through names bound to them) nor a value less a function of it
+    (``causal - ones_like(causal)``)."""
     a, b = d.left, d.right
     if _value(a) is not None or _value(b) is not None:
         return False
     if _called(b) in _REDUCTIONS and any(ast.dump(x) == ast.dump(a) for x in [getattr(b.func, "value", None), *b.args[:1]]):
         return False
-    return not any(_called(x) in _CLOCKS or isinstance(x, ast.Name) and x.id in clocks for x in (a, b))
+    kinds = [_function(x, bound) for x in (a, b)]
+    if any(kind in _CLOCKS for kind in kinds) or None not in kinds and kinds[0] != kinds[1]:
+        return False
+    for x, y in ((a, b), (b, a)):   # x - f(x): f at one point, x no function's value (names only: no tree compared)
+        if isinstance(x, ast.Name) and isinstance(y, ast.Call) and \
+                any(isinstance(arg, ast.Name) and arg.id == x.id for arg in y.args):
+            return False
+    return True
+
+
+def _negated(node):
+    """What ``node`` negates (``-b``, ``b * -1``, ``-1 * b``), or None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return node.operand
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        for x, y in ((node.left, node.right), (node.right, node.left)):
+            if _value(x) == -1:
+                return y
+    return None
 
 
 def _as_operator(node):
-    """A call that divides or subtracts, as the operator it stands for: ``torch.div(a, h)``, ``a.div(h)``,
-    ``operator.truediv(a, h)`` -> ``a / h``; ``torch.sub(a, b)``, ``a.sub(b)`` -> ``a - b``; anything else as it is."""
-    if not isinstance(node, ast.Call) or node.keywords or not isinstance(node.func, (ast.Attribute, ast.Name)):
-        return node
-    op = ast.Div() if _called(node) in _DIVIDES else ast.Sub() if _called(node) in _SUBTRACTS else None
-    if op is not None and len(node.args) == 2:
-        return ast.copy_location(ast.BinOp(left=node.args[0], op=op, right=node.args[1]), node)
-    if op is not None and len(node.args) == 1 and isinstance(node.func, ast.Attribute):
-        return ast.copy_location(ast.BinOp(left=node.func.value, op=op, right=node.args[0]), node)
+    """An arithmetic call as the operator it stands for, whatever keywords it takes (``alpha=1``,
+    ``rounding_mode=None``; ``input=``, ``other=`` as arguments): ``torch.div(a, h)``, ``a.div(h)``,
+    ``a.__truediv__(h)``, ``operator.truediv(a, h)`` -> ``a / h``; ``torch.mul(a, k)`` -> ``a * k``;
+    ``torch.sub(a, b)``, ``torch.add(a, b, alpha=-1)`` -> ``a - b``; and a sum with a negation, ``a + -b``,
+    ``torch.add(a, -b)``, as the difference it is; anything else as it is."""
+    if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+        called, keywords = _called(node), {k.arg: k.value for k in node.keywords}
+        op = ast.Div() if called in _DIVIDES else ast.Sub() if called in _SUBTRACTS else ast.Mult() \
+            if called in _MULTIPLIES else ast.Add() if called in _ADDS else None
+        args = [a for a in [keywords.get("input"), *node.args, keywords.get("other")] if a is not None]
+        if op is not None and isinstance(node.func, ast.Attribute) and len(args) == 1:
+            args = [node.func.value, *args]   # a.div(h): the receiver is the first
+            if called.startswith("__r"):   # h.__rtruediv__(d) is d / h
+                args.reverse()
+        if op is None or len(args) != 2:
+            return node
+        if isinstance(op, ast.Add) and (_value(keywords.get("alpha")) or 0) < 0:
+            op = ast.Sub()   # torch.add(a, b, alpha=-1)
+        node = ast.copy_location(ast.BinOp(left=args[0], op=op, right=args[1]), node)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        for x, y in ((node.left, node.right), (node.right, node.left)):
+            if _negated(y) is not None:
+                return ast.copy_location(ast.BinOp(left=x, op=ast.Sub(), right=_negated(y)), node)
     return node
 
 
@@ -836,7 +1019,7 @@ def _stencil(node):
         max(map(abs, values)) >= 1 / _SMALL
 
 
-def _finite_difference(node, steps, inverses=frozenset(), clocks=frozenset()):
+def _finite_difference(node, steps, inverses=frozenset(), bound=None, named=None):
     """True for a difference divided by a step (``(A - B) / h``, ``/ (2 * eps)``, ``/ 2 / h``, ``torch.div(A - B,
     h)``) or multiplied by one over a step (``(a - b) * inv``, ``inv = 5e4``), whatever sign or constant
     factors surround it; differences taken by ``diff`` (``np.diff(y) / np.diff(x)``, ``torch.diff(y) * 500``:
@@ -846,7 +1029,8 @@ def _finite_difference(node, steps, inverses=frozenset(), clocks=frozenset()):
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div))):
         return False
     up, down = _terms(node)
-    up = [_as_operator(f) for f in up]   # torch.sub(fp, fm) / h: the difference as a call
+    named = named or {}   # d = fp - fm; d / h: the difference the name holds
+    up = [named.get(f.id, f) if isinstance(f, ast.Name) else f for f in up]
     def diff(f):   # np.diff(y), torch.diff(y, dim=0)[0]: a difference of neighbouring values
         while isinstance(f, ast.Subscript):
             f = f.value
@@ -855,7 +1039,7 @@ def _finite_difference(node, steps, inverses=frozenset(), clocks=frozenset()):
     if any(diff(f) for f in up) and (any(diff(f) for f in down) or any(_small(f, steps) for f in down)
                   or any(_inverse_step(f, steps, inverses, at_least=1 / _SMALL) for f in up)):
         return True
-    differences = [f for f in up if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Sub) and _two_points(f, clocks)]
+    differences = [f for f in up if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Sub) and _two_points(f, bound or {})]
     if not differences:
         return False
     if any(_small(f, steps) for f in down) or any(_inverse_step(f, steps, inverses) for f in up):
@@ -881,7 +1065,7 @@ def _reference(node, aliases, assignment_id):
     if name in references:
         via = "" if written == name else f", reached as {written.removeprefix(PACKAGE + '.')}"
         return f"{name.removeprefix(PACKAGE + '.')} (answers {references[name]}{via})"
-    if assignment_id in _AUTOGRAD_ASSIGNMENTS and name and name.split(".")[0] == "sympy":
+    if assignment_id in _AUTOGRAD_ASSIGNMENTS and name and "sympy" in name.split("."):   # torch.utils._sympy.functions.sympy
         return f"{name} (symbolic differentiation: the question asks for a derivation)"
     if assignment_id in _AUTOGRAD_ASSIGNMENTS and attr and attr.endswith(("_backward", "_backward_data")):
         return f".{attr} (a backward kernel: the question asks for a derivation)"
@@ -905,6 +1089,18 @@ def _reference(node, aliases, assignment_id):
     runs = _runs_code(node, aliases)
     if runs:   # run = builtins.exec: the name, called or not
         return f"{runs}() (code built at run time: not scanned)"
+    return None
+
+
+def _unread_code(node, aliases):
+    """What ``node`` names that runs code the scan cannot read (``_UNREAD_CODE``, ``_UNREAD_MODULES``) or
+    keeps a shell command's output, under any receiver or alias; None otherwise."""
+    written, attr = _dotted(node, aliases) or "", _attribute(node)[1]
+    last = attr or written.rsplit(".", 1)[-1]
+    if written.split(".")[0] in _UNREAD_MODULES or last in _UNREAD_CODE:
+        return f"{written or attr}() (runs code the scan cannot read: not scanned)"
+    if last in _SHELL_CAPTURE:   # x = !cmd is get_ipython().getoutput("cmd")
+        return f"{written or attr}() (a shell command's output: code run outside the scan, not scanned)"
     return None
 
 
@@ -939,7 +1135,7 @@ def _dynamic_import(node, aliases, assignment_id):
     return None
 
 
-def reference_calls(source, assignment_id, context="", context_aliases=None, answer=None):
+def reference_calls(source, assignment_id, context="", context_aliases=None, answer=None, reached=None):
     """The uses, in ``source`` (Python code, IPython magics allowed), of what answers a question of
     ``assignment_id`` by itself: the package's reference functions (``REFERENCES``, under any name or
     module path of the package that re-exports them), autograd in the derivation sets, numerical
@@ -948,12 +1144,15 @@ def reference_calls(source, assignment_id, context="", context_aliases=None, ans
     names may come from; ``context_aliases``: the same, already read (``_aliases``), so a notebook's imports
     are read once. ``answer``: whether the cell is part of a checked question's answer (numerical
     differentiation is looked for there); by default, whether it defines a checked question's function.
+    ``reached``: the names an answer reaches (its functions and those they call, through any cell); only
+    their definitions are read for numerical differentiation (a cell's own self-check at its top level is
+    not the answer). By default, the checked functions and what they use in this cell.
 
     Static (AST) detection: it sees imports, aliases, attribute access and ``getattr`` with a constant name,
     not code built at run time (``exec`` of a string, an object reached through ``globals()``), which it
     reports as such. A cell over ``MAX_CELL`` characters is not parsed (noted)."""
     try:
-        found = _uses(source, assignment_id, context, context_aliases, answer)
+        found = _uses(source, assignment_id, context, context_aliases, answer, reached)
     except (RecursionError, MemoryError):  # nested deeper than Python compiles: it cannot run either
         found = [(1, "nested too deeply to read: not scanned")]
     # an attribute chain a.b.c is visited at every level: keep the longest match per line and name
@@ -962,7 +1161,7 @@ def reference_calls(source, assignment_id, context="", context_aliases=None, ans
             if not any(l2 == line and w2 != what and w2.startswith(what.split(" (")[0] + ".") for l2, w2 in unique)]
 
 
-def _uses(source, assignment_id, context, context_aliases, answer):
+def _uses(source, assignment_id, context, context_aliases, answer, reached):
     """[(line, what)]: ``reference_calls`` before it is sorted and written."""
     tree, found = _tree(source)
     if tree is None:
@@ -977,13 +1176,25 @@ def _uses(source, assignment_id, context, context_aliases, answer):
     said_elsewhere, lookups = _said_elsewhere(tree, aliases)
     own_backward = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "backward"
                        for n in ast.walk(tree))   # a hand-written layer's own backward pass
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    called = {id(n.func) for n in calls}
+    read_magics = {id(n.func) for n in calls if _magic_read(n)}
     for node in ast.walk(tree):
         what = None
         if isinstance(node, ast.Attribute) and node.attr in _IPYTHON_REWRITERS:
             what = f".{node.attr} (rewrites the cells that follow: not scanned)"
+        elif assignment_id in _AUTOGRAD_ASSIGNMENTS and _sets_requires_grad(node):
+            what = ".requires_grad (autograd: the question asks for a derivation)"
+        elif isinstance(node, ast.Attribute) and node.attr == "run_line_magic" and id(node) not in read_magics:
+            what = ".run_line_magic (a magic whose code the scan cannot read: not scanned)"
+        elif _reducer(node):
+            what = f"{_reducer(node)} (pickle and copy call what it returns: runs code the scan cannot read)"
+        elif isinstance(node, ast.Name) and node.id in _LOOKUP_BUILTINS and isinstance(node.ctx, ast.Load) and \
+                id(node) not in called:
+            what = f"{node.id} passed as a value (a name looked up at run time: not scanned)"
         elif isinstance(node, (ast.Attribute, ast.Name)) or _getattr_constant(node):
-            what = _reference(node, aliases, assignment_id) or (
-                None if id(node) in said_elsewhere else _builtins_use(node, aliases))
+            what = _reference(node, aliases, assignment_id) or (   # a receiver is said with what is read from it
+                None if id(node) in said_elsewhere else _builtins_use(node, aliases) or _unread_code(node, aliases))
         elif _importer(node, aliases):
             what = _dynamic_import(node, aliases, assignment_id)
         elif assignment_id in _AUTOGRAD_ASSIGNMENTS and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
@@ -1012,12 +1223,45 @@ def _uses(source, assignment_id, context, context_aliases, answer):
             what = None
         if what == ".backward() (autograd: the question asks for a derivation)" and own_backward:
             what = ".backward() (autograd, or the backward method this cell defines: read which it calls)"
-        if what and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
+        if what and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and not _reducer(node)):
             found.append((node.lineno, what))
-    names = _answer_names(assignment_id)
-    if names and (answer if answer is not None else bool(names & set(_definitions(tree)))):
-        found += _numerical(tree, aliases, assignment_id)
+    names, definitions = _answer_names(assignment_id), _definitions(tree)
+    if names and (answer if answer is not None else bool(names & set(definitions))):
+        reached = reached if reached is not None else _answer_cells({0: ("", "", definitions)}, names)[1]
+        found += _numerical(tree, aliases, assignment_id, reached)
     return found
+
+
+def _sets_requires_grad(node):
+    """True where ``node`` sets ``requires_grad`` (``q.requires_grad = True``, ``setattr(q, "requires_grad", 1)``,
+    ``Tensor.requires_grad.__set__(q, True)``), the first step of a backward pass; reading it (``if
+    q.requires_grad: q = q.detach()``) is not one. ``requires_grad=`` and ``requires_grad_()`` have their rules."""
+    if isinstance(node, ast.Attribute) and node.attr == "requires_grad":
+        return not isinstance(node.ctx, ast.Load)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
+        return node.value.attr == "requires_grad"   # its descriptor: .__set__, .fset
+    return (_called(node) or "").endswith("setattr") and any(
+        isinstance(a, ast.Constant) and a.value == "requires_grad" for a in node.args)
+
+
+def _magic_read(call):
+    """True for IPython's call of a line magic the scan reads or that runs no code out of its sight:
+    constant arguments (``%pip list``, ``%time f(x)``, whose code _line_magic_code finds), not a shell or a script."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "run_line_magic" and len(call.args) == 2 and
+            not call.keywords and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args)):
+        return False
+    magic, code = (a.value for a in call.args)
+    return magic not in _UNREAD_MAGICS and not (   # %timeit with more options than _python_argument reads
+        magic in _PYTHON_LINE_MAGICS and code.strip() and not _python_argument(code))
+
+
+def _reducer(node):
+    """``__reduce__`` or ``__reduce_ex__`` where a cell defines or sets one (a method, ``__reduce__ = f``,
+    ``C.__reduce__ = f``); None elsewhere."""
+    name = node.name if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
+        node.id if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) else \
+        node.attr if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) else None
+    return name if name in _REDUCERS else None
 
 
 def _said_elsewhere(tree, aliases):
@@ -1026,7 +1270,7 @@ def _said_elsewhere(tree, aliases):
     import or ``sys.modules[...]`` reads as a name, as that name. A string looks something up where it is
     a call's argument or a subscript's key (``methodcaller("backward")``, ``members["backward"]``), not
     where it is only stored (``direction = "backward"``)."""
-    said, lookups = set(), set()
+    said, lookups, looking_up = set(), set(), _looking_up(tree)
     for n in ast.walk(tree):
         if isinstance(n, ast.Attribute):
             said.add(id(n.value))
@@ -1035,7 +1279,7 @@ def _said_elsewhere(tree, aliases):
             lookups.add(id(n.slice))
             if (_dotted(n.value, aliases) or "").endswith("sys.modules"):
                 said.add(id(n.slice))
-        elif isinstance(n, ast.Compare):   # name == "backward" over inspect.getmembers(...)
+        elif isinstance(n, ast.Compare) and id(n) in looking_up:   # name == "backward" over inspect.getmembers(...)
             lookups |= {id(c) for c in [n.left, *n.comparators]}
         elif isinstance(n, ast.MatchMapping):   # case {"backward": b}
             lookups |= {id(k) for k in n.keys}
@@ -1044,6 +1288,33 @@ def _said_elsewhere(tree, aliases):
             if _getattr_constant(n) or _importer(n, aliases):
                 said |= {id(a) for a in n.args[:2]}
     return said, lookups
+
+
+# what looks a member up by a name computed at run time: a string compared in the same function may be that name
+_DYNAMIC_LOOKUPS = {"getattr", "setattr", "delattr", "vars", "dir", "getmembers", "getmembers_static", "getattr_static",
+                    "classify_class_attrs", "attrgetter", "methodcaller", "locate", "resolve_name", "import_module",
+                    "__import__", "get_field"}   # and _RUN_TIME_LOOKUPS
+
+
+def _looking_up(tree):
+    """Ids of the nodes in a scope (the cell outside its functions, or one function or lambda) that looks a
+    name up at run time (getattr, vars, inspect.getmembers, ``__dict__`` ...): there ``n == "backward"`` may
+    pick what it calls; elsewhere (``if order == "backward":``) it is an ordinary comparison."""
+    found, todo, lookups = set(), [tree], _DYNAMIC_LOOKUPS | _RUN_TIME_LOOKUPS
+    while todo:
+        scope, nodes = todo.pop(), []
+        stack = list(ast.iter_child_nodes(scope))
+        while stack:
+            n = stack.pop()
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                todo.append(n)
+                continue
+            nodes.append(n)
+            stack.extend(ast.iter_child_nodes(n))
+        if any(isinstance(n, ast.Name) and n.id in lookups or isinstance(n, ast.Attribute) and n.attr in lookups
+               for n in nodes):
+            found |= {id(n) for n in nodes}
+    return found
 
 
 def _builtins_use(node, aliases):
@@ -1129,6 +1400,19 @@ _RUN_TIME_NAMES = {"operator.methodcaller", "operator.attrgetter", "pydoc.locate
                    "gc.get_objects", "gc.get_referents", "gc.get_referrers", "doctest.testmod", "doctest.run_docstring_examples",
                    "doctest.DocTestRunner", "inspect.getmembers", "inspect.getmodule", "pickle.load", "pickle.loads",
                    "marshal.load", "marshal.loads", "dill.load", "dill.loads", "cloudpickle.loads"}   # code as bytes
+# what runs code given as a string, a template, bytes or an annotation, or looks members up by name, under any
+# receiver or module path (pickle.Unpickler(f).load(), torch.jit.CompilationUnit(src), jinja2's Template,
+# string.Formatter().get_field("0.grad", ...), typing.get_type_hints on string annotations, doctest's suites)
+_UNREAD_CODE = {"Unpickler", "_Unpickler", "classify_class_attrs", "DocTestSuite", "DocFileSuite", "CompilationUnit",
+                "load_inline", "get_field", "get_type_hints", "get_annotations", "ForwardRef", "evaluate_forward_ref"}
+_UNREAD_MODULES = {"doctest", "jinja2", "mako", "codeop"}   # every name of these runs or compiles text
+_SHELL_CAPTURE = {"getoutput", "getstatusoutput"}   # a shell command's output, kept (x = !cmd): read as data
+# line magics that run code the scan does not read (a shell whose output is kept, a script, a macro, a stored
+# object unpickled, history run again) or change how later lines are read (autocall, alias)
+_UNREAD_MAGICS = {"sx", "system", "sc", "run", "script", "bash", "sh", "macro", "store", "rerun", "recall", "edit",
+                  "load", "autocall", "alias"}
+_REDUCERS = {"__reduce__", "__reduce_ex__"}   # pickle and copy call what these return: any callable, by name
+_LOOKUP_BUILTINS = {"getattr", "setattr", "vars"}   # passed as a value (map(getattr, ...)): a lookup out of sight
 # attributes that look a name up at run time: flagged wherever they are read in a derivation set
 _RUN_TIME_LOOKUPS = {"__dict__", "__getattribute__", "__getattr__", "user_ns", "user_global_ns"}
 # IPython's hooks that rewrite the cells after them before they run
@@ -1188,8 +1472,8 @@ def notebook_reference_calls(nb, assignment_id, folder=None):
             continue   # a given cell is the course's: read only where it defines a function an answer calls
         if time.monotonic() > deadline:
             return _in_order(found, answers) + [out_of_time(n)]
-        found[n] = [f"cell {n} of the notebook, {use}" for use in reference_calls(cell.source, assignment_id, answer=n in answers,
-                                                                  context_aliases=context_aliases)]
+        found[n] = [f"cell {n} of the notebook, {use}" for use in reference_calls(
+            cell.source, assignment_id, answer=n in answers, context_aliases=context_aliases, reached=reached)]
     return _in_order(found, answers)
 
 
