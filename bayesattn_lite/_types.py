@@ -401,11 +401,14 @@ def _binding_error(fn, signature, args, kwargs):
         unknown = [k for k in kwargs if k not in signature.parameters]
         near = _validate.near_name(unknown[0], takes) if unknown else None
         hint = f"; did you mean {near!r}?" if near else ""
+        # a misspelt keyword first (the argument it was meant for is then missing too), unless **kwargs takes it
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+        reason = f"got an unexpected keyword argument {unknown[0]!r}" if unknown and not takes_any else exc
         keyword_only = [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]
         if keyword_only:   # seed=0, not 0: say which
             takes[takes.index(keyword_only[0])] = f"and by keyword only: {keyword_only[0]}"
         name = fn.__qualname__.removesuffix(".__init__")
-        return TypeError(f"{fn.__module__.removeprefix('bayesattn_lite.')}.{name}(): {exc}{hint} "
+        return TypeError(f"{fn.__module__.removeprefix('bayesattn_lite.')}.{name}(): {reason}{hint} "
                          f"(it takes {', '.join(takes)})")
 
 

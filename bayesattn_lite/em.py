@@ -114,8 +114,16 @@ def initial_means(x: Float[Array, "n d"], n_components, seed: Seed = 0) -> Float
     """K distinct data points chosen at random (reproducible by seed)."""
     x = _points(x)
     n_components = _validate.integer("n_components", n_components, 1, x.shape[0])
+    distinct, label = torch.unique(x, dim=0, return_inverse=True)
+    if distinct.shape[0] < n_components:
+        _validate.fail("x", f"at least n_components={n_components} distinct points (one per mean)",
+                       f"{distinct.shape[0]} distinct point(s)", described=True)
     gen = torch.Generator().manual_seed(seed)
-    return x[torch.randperm(x.shape[0], generator=gen).to(x.device)[:n_components]].clone()
+    order = torch.randperm(x.shape[0], generator=gen).to(x.device)
+    # the first n_components distinct points in that random order (with no repeated point: order[:n_components])
+    first = torch.full((distinct.shape[0],), x.shape[0], device=x.device).scatter_reduce(
+        0, label[order], torch.arange(x.shape[0], device=x.device), "amin")
+    return x[order[first.sort().values[:n_components]]].clone()
 
 
 @checked
@@ -132,6 +140,10 @@ def fit(x: Float[Array, "n d"], n_components, n_iter: Whole(1) = 30, init: Float
         else _float64("init", init, x.device).clone()
     if means.shape[0] != n_components:
         _validate.fail("init", f"{n_components} means (one per component)", means.shape[0])
+    same = (means[:, None] == means[None]).all(-1).triu(1).nonzero()   # pairs i < j of equal rows
+    if len(same):   # identical means get identical responsibilities: EM never separates them
+        _validate.fail("init", "distinct means (EM never separates two identical ones)",
+                       f"rows {int(same[0, 0])} and {int(same[0, 1])} equal", described=True)
     weights = _weights(weights, n_components, x.device)
     path, log_lik = [means.clone()], []
     for _ in range(n_iter):

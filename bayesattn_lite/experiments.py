@@ -212,16 +212,16 @@ class ScheduleRun:
         return "\n".join(rows)
 
 
-def _check_schedules(schedules):
+def _check_schedules(schedules, what="schedules"):
     """The schedules with every rate a plain Python float (numpy and 0-d rates are accepted; the
-    rates are saved to JSON with the run)."""
+    rates are saved to JSON with the run); ``what``: the argument's name in a message."""
     if not isinstance(schedules, dict) or not schedules:
-        _validate.fail("schedules", "a non-empty dict name -> {matrix: rate}", schedules)
+        _validate.fail(what, "a non-empty dict name -> {matrix: rate}", schedules)
     for name, per_matrix in schedules.items():
         if not isinstance(per_matrix, dict) or set(per_matrix) != set(PARAM_NAMES):
-            _validate.fail(f"schedules[{name!r}]",
+            _validate.fail(f"{what}[{name!r}]",
                            f"a rate for each of {PARAM_NAMES} (e.g. train.rates(0.01, train.em_like(10)))", per_matrix)
-    return {name: {matrix: _validate.real(f"schedules[{name!r}][{matrix!r}]", rate, 0) for matrix, rate in per.items()}
+    return {name: {matrix: _validate.real(f"{what}[{name!r}][{matrix!r}]", rate, 0) for matrix, rate in per.items()}
             for name, per in schedules.items()}
 
 
@@ -392,8 +392,9 @@ def em_vs_sgd(seeds=_PAPER.seeds, steps=_PAPER.steps, T=_PAPER.T, lr: Positive =
     """
     if extra_schedules is not None and not isinstance(extra_schedules, dict):
         _validate.fail("extra_schedules", "None or a dict name -> {matrix: rate}", extra_schedules)
+    extra_schedules = _check_schedules(extra_schedules, "extra_schedules") if extra_schedules else {}
     schedules = {"sgd": rates(lr), "em": rates(lr, em_like(value_ratio))}
-    for name, extra in (extra_schedules or {}).items():
+    for name, extra in extra_schedules.items():
         if name in schedules:
             _validate.fail("extra_schedules", "names other than 'sgd' and 'em' (taken by the main comparison)", name)
         schedules[name] = extra
@@ -908,12 +909,14 @@ def save_schedule_run(run: ScheduleRun, path):
 
 
 def saved_run_config(path):
-    """The configuration a saved run was trained with (``_run_config``), or None if there is none."""
+    """The configuration a saved run was trained with (``_run_config``); ``path`` is the one
+    ``save_schedule_run`` wrote, with or without the ".npz" numpy adds, and must exist."""
     if not isinstance(path, (str, os.PathLike)) or os.path.isdir(path):
         _validate.fail("path", "the path of a run's .npz file (save_schedule_run writes one)", path)
     path = path if os.path.exists(path) else _npz(path)
     if not os.path.exists(path):
-        return None
+        _validate.fail("path", "the path of a run's .npz file (save_schedule_run writes one)",
+                       f"{os.fspath(path)!r}, which does not exist", described=True)
     meta = checkpoints.read_npz(path, "a run saved by save_schedule_run")["meta"]
     if not all(k in meta for k in RUN_CONFIG):
         _validate.fail(str(path), f"a saved run whose meta holds {list(RUN_CONFIG)}", sorted(meta))

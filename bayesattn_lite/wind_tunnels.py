@@ -91,6 +91,10 @@ class WindTunnelBatch:
                     or value.shape[:2] != getattr(self.tokens, "shape", (None,))[:2]):
                 _validate.fail(name, f"a{' bool' if name == 'mask' else ''} tensor with {ndim} axes, (B, T) as the "
                                      f"tokens' {tuple(getattr(self.tokens, 'shape', ()))}", value)
+        if self.tokens.is_floating_point() or self.tokens.is_complex() or self.tokens.dtype == torch.bool:
+            _validate.fail("tokens.dtype", "an integer dtype (token ids, torch.long)", self.tokens.dtype)
+        # classes in [0, C), C = the posterior's last axis; IGNORE_INDEX where not scored
+        _validate.labels("targets", self.targets[self.targets != IGNORE_INDEX], self.posterior.shape[-1])
 
     def to(self, device):
         """A new batch with every tensor on ``device``."""
@@ -308,11 +312,22 @@ def forward_filter(transition: Float[Tensor, "B S S"], emission: Float[Tensor, "
             belief = torch.einsum("bs,bsr->br", belief, transition)  # predict: push through the dynamics
         lik = emission.gather(2, observations[:, t].view(B, 1, 1).expand(B, S, 1)).squeeze(-1)
         belief = belief * lik                                        # update: weigh by the evidence
+        _possible(belief, observations, t)
         belief = belief / belief.sum(-1, keepdim=True)
         out.append(belief)
     if not out:   # no observations: no beliefs, (B, 0, S)
         return torch.empty(B, 0, S, dtype=transition.dtype, device=transition.device)
     return torch.stack(out, dim=1)
+
+
+def _possible(weighed, observations, t):
+    """Refuse observation t where no state the filter can be in emits it (its evidence is 0): the
+    belief would be 0 / 0, NaN."""
+    impossible = weighed.sum(-1) == 0
+    if impossible.any():
+        b = int(impossible.nonzero()[0, 0])
+        _validate.fail(f"observations[{b}, {t}]", "a symbol that some state the chain can be in may emit (emission "
+                       "probability > 0)", f"{int(observations[b, t])}, which no such state can emit", described=True)
 
 
 @checked

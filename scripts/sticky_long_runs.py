@@ -47,7 +47,7 @@ def controls(args, overrides):
     kwargs = {"seeds": experiments.PAPER_SEEDS, "steps": 1000, **overrides}
     wanted = {"schedules": experiments.CONTROLS, "seeds": list(kwargs["seeds"]), "steps": kwargs["steps"],
               "T": experiments.CONTROLS_T}
-    saved = experiments.saved_run_config(path)
+    saved = experiments.saved_run_config(path) if path.exists() else None   # none saved yet: train them
     if not args.force and saved and all(saved[k] == json.loads(json.dumps(v)) for k, v in wanted.items()):
         print(f"{experiments.CONTROLS_NAME}: up to date, skipped ({path})")
         return

@@ -842,10 +842,26 @@ ROWS = [
     # unclear messages
     ("distributed --horizon", lambda: _parse_error(["--horizon", "K"]), "--horizon K=30"),
     ("comparison.task_loss targets out of range", lambda: comparison.task_loss(TF_BIJ, wind_tunnels.WindTunnelBatch(
-        BBATCH.tokens, BBATCH.targets.masked_fill(BBATCH.mask, 50), BBATCH.posterior, BBATCH.mask)),
-     "batch.targets [0, 4)"),
+        BBATCH.tokens, BBATCH.targets.masked_fill(BBATCH.mask, 50), nn.functional.pad(BBATCH.posterior, (0, 47)),
+        BBATCH.mask)), "batch.targets [0, 4)"),   # a batch of 51 classes: the model has 4
     ("plots.score_kernel_panels 1-D agree_gradient", lambda: __import__("bayesattn_lite.plots").plots.score_kernel_panels(
         [_axes(), _axes()], [0, 1], [0.5, 0.5], [[0.5, 0.5]], np.eye(2)), "agree_gradient (seeds"),
+    # the fifth held-out table's silent and unclear cases
+    ("train.Recipe misspelt required argument", lambda: train.Recipe(stpes=10),
+     "unexpected keyword 'stpes'; did you mean 'steps'?"),
+    ("experiments.em_vs_sgd extra schedule a number",
+     lambda: experiments.em_vs_sgd(seeds=(0,), steps=1, T=10, extra_schedules={"x": 0.1}), "extra_schedules['x']"),
+    ("wind_tunnels.forward_filter observation no state emits", lambda: wind_tunnels.forward_filter(
+        A3, torch.tensor([[0.5, 0.5, 0.0]] * 3, dtype=torch.float64).expand(2, 3, 3), OBS), "observations[1, 0] 2 emit"),
+    ("em.initial_means fewer distinct points than K", lambda: em.initial_means(torch.ones(5, 2), 2),
+     "x n_components=2 distinct points"),
+    ("em.fit identical initial means", lambda: em.fit(GX, 2, init=torch.zeros(2, 2)), "init distinct means rows 0 1"),
+    ("experiments.saved_run_config missing file", lambda: experiments.saved_run_config("/no/such/run.npz"),
+     "path '/no/such/run.npz' does not exist"),
+    ("wind_tunnels.WindTunnelBatch targets out of range", lambda: wind_tunnels.WindTunnelBatch(
+        HB.tokens, HB.targets.masked_fill(HB.mask, HB.posterior.shape[-1]), HB.posterior, HB.mask), "targets class indices"),
+    ("wind_tunnels.WindTunnelBatch float tokens", lambda: wind_tunnels.WindTunnelBatch(
+        HB.tokens.float(), HB.targets, HB.posterior, HB.mask), "tokens.dtype integer"),
 ]
 
 SUMMARY_ROW = {"arch": "lstm", "task": "hmm", "seed": 0, "horizon": "trained", "entropy_error_bits": 0.1}

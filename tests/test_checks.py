@@ -5,6 +5,7 @@ checks of chapters 1-3, 4-5 and 6-9, and those of the problem sets."""
 
 import ast
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,16 @@ def test_a_function_that_raises_gives_a_failed_result():
         raise ValueError("not implemented yet\nsecond line")
     result = failed(checks.check_error_signal(broken), "ValueError", "not implemented yet", "should return u (4, 5)")
     assert "second line" not in result.message and "\n" not in result.message
+
+
+def test_a_function_that_calls_sys_exit_gives_a_failed_result_and_keyboard_interrupt_still_stops():
+    failed(checks.check_score_gradient(lambda alpha, b: sys.exit(0)), "SystemExit")
+    failed(checks.check_markov_floors(lambda P: sys.exit(1)), "SystemExit")
+
+    def interrupted(alpha, b):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        checks.check_score_gradient(interrupted)
 
 
 def test_inplace_changes_do_not_corrupt_the_check():

@@ -128,3 +128,16 @@ def test_fit_best_keeps_the_seeds_it_derives_in_range():
     x, _ = blobs(20)
     best = em.fit_best(x, 2, restarts=2, n_iter=1, seed=2**63 - 1)   # the second restart is seed 0, not 2**63
     assert best.log_likelihood[-1] >= em.fit(x, 2, n_iter=1, seed=0).log_likelihood[-1] - 1e-12
+
+
+def test_initial_means_are_distinct_points_and_identical_means_are_refused():
+    x, _ = blobs(5)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(3))
+    assert torch.equal(em.initial_means(x, 3, seed=3), x[order[:3]])   # distinct points: as before
+    repeated = torch.cat([x[:1].repeat(10, 1), x[1:3]])                  # 12 points, 3 distinct
+    for seed in range(5):
+        assert len(torch.unique(em.initial_means(repeated, 3, seed=seed), dim=0)) == 3
+    with pytest.raises(ValueError, match=r"^x: expected at least n_components=2 distinct points .*got 1 distinct"):
+        em.initial_means(torch.ones(5, 2), 2)
+    with pytest.raises(ValueError, match=r"^init: expected distinct means .*got rows 0 and 1 equal"):
+        em.fit(x, 2, init=torch.zeros(2, 2))

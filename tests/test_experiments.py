@@ -384,7 +384,8 @@ def test_a_saved_schedule_run_loads_with_the_same_speedups_tables_and_held_out_s
         np.testing.assert_allclose(loaded.held_out()[name]["loss"], run.held_out()[name]["loss"])
     assert loaded.table() == run.table()
     assert experiments.saved_run_config(tmp_path / "run.npz")["steps"] == run.steps
-    assert experiments.saved_run_config(tmp_path / "missing.npz") is None
+    with pytest.raises(ValueError, match=r"path: expected the path of a run's \.npz file .*missing\.npz', which does not exist"):
+        experiments.saved_run_config(tmp_path / "missing.npz")
     with pytest.raises(FileNotFoundError, match="sticky_long_runs.py --only controls"):
         experiments.load_controls(tmp_path)
 

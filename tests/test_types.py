@@ -87,6 +87,12 @@ def test_a_checked_class_names_a_misspelt_constructor_argument_and_leaves_its_fi
     assert Settings(steps=3.5).steps == 3.5   # field types are the class's business, not the check's
 
 
+def test_a_misspelt_required_argument_is_named_before_the_missing_one():
+    with pytest.raises(TypeError, match=r"train\.Recipe\(\): got an unexpected keyword argument 'stpes'; "
+                                        r"did you mean 'steps'\? \(it takes steps, "):
+        train.Recipe(stpes=10)
+
+
 def test_a_check_false_call_still_names_a_misspelt_argument():
     @checked
     def step(x: Float[Tensor, "n d"], lr=0.1, check: Flag = True):

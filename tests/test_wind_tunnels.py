@@ -352,6 +352,26 @@ def test_key_gradients_sum_to_zero(small_transformer):
     torch.testing.assert_close(grad.sum(2), torch.zeros_like(grad.sum(2)), atol=1e-6, rtol=0)
 
 
+def test_forward_filter_refuses_an_observation_no_state_it_can_be_in_emits():
+    A = torch.eye(2, dtype=torch.float64).expand(1, 2, 2)                       # the chain stays where it is
+    E = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]], dtype=torch.float64)  # no state emits symbol 2
+    with pytest.raises(ValueError, match=r"^observations\[0, 1\]: expected a symbol .*got 2, which no such state"):
+        wind_tunnels.forward_filter(A, E, torch.tensor([[0, 2]]))
+    with pytest.raises(ValueError, match=r"^observations\[0, 1\]: .*got 1"):   # state 1 emits 1, but o_0 = 0 ruled it out
+        wind_tunnels.forward_filter(A, E, torch.tensor([[0, 1]]))
+    assert torch.isfinite(wind_tunnels.forward_filter(A, E, torch.tensor([[0, 0]]))).all()
+
+
+def test_a_batch_refuses_targets_outside_its_classes_and_tokens_that_are_not_integers():
+    batch = HMMTask().sample(2, seed=0)
+    C = batch.posterior.shape[-1]
+    with pytest.raises(ValueError, match=rf"^targets: expected class indices in \[0, {C - 1}\], got values from \d+ to {C}"):
+        wind_tunnels.WindTunnelBatch(batch.tokens, batch.targets.masked_fill(batch.mask, C), batch.posterior, batch.mask)
+    with pytest.raises(ValueError, match=r"^tokens\.dtype: expected an integer dtype"):
+        wind_tunnels.WindTunnelBatch(batch.tokens.float(), batch.targets, batch.posterior, batch.mask)
+    wind_tunnels.WindTunnelBatch(batch.tokens, batch.targets, batch.posterior, batch.mask)   # IGNORE_INDEX is fine
+
+
 def test_forward_filter_of_no_observations_is_no_beliefs():
     """A valid call: zero observations give (B, 0, S), not an error from inside torch.stack."""
     A, E = torch.full((2, 3, 3), 1 / 3), torch.full((2, 3, 4), 0.25)

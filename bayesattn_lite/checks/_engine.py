@@ -28,6 +28,9 @@ from .. import _validate, attention
 RTOL, ATOL = 1e-6, 1e-9
 FORMULA = " Compare with "  # what precedes the reference formula in a message (folded in a notebook)
 DTYPE = torch.float64
+# What a learner's function may raise and still get a verdict: any exception, sys.exit's SystemExit too.
+# KeyboardInterrupt is not caught: the learner stopping the check must still stop it.
+LEARNER_ERRORS = (Exception, SystemExit)
 
 # Added to every seed the checks draw their inputs with. 0 in the chapters, so a check's messages are
 # the same on every run; the grader sets a fresh random offset in its own process for each submission,
@@ -175,7 +178,7 @@ def run(spec, fn):
     for case in spec.cases:
         try:  # copies: an in-place operation of the learner must not touch the check's data
             got = fn(*(_copy(v) for v in case.inputs.values()))
-        except Exception as exc:  # the learner gets a verdict, never a traceback
+        except LEARNER_ERRORS as exc:  # the learner gets a verdict, never a traceback
             return CheckResult(spec.name, False, _exception_message(spec, case, exc))
         got, problem = (_as_numbers if spec.numbers else _as_tensors)(spec, case, got)
         if problem:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .. import tasks
-from ._engine import CheckResult, Flaw, Output, Spec, make_case, rng, run
+from ._engine import LEARNER_ERRORS, CheckResult, Flaw, Output, Spec, make_case, rng, run
 
 __all__ = ["check_forward_filter"]
 
@@ -127,7 +127,7 @@ def _rows_proportional(fn, spec):
             if np.allclose(scale, 1.0) or not np.allclose(got / scale, right, rtol=1e-6, atol=1e-9):
                 return False
         return True
-    except Exception:  # the learner's function may raise anything: that is no evidence either way
+    except LEARNER_ERRORS:  # the learner's function may raise anything: that is no evidence either way
         return False
 
 

@@ -199,7 +199,7 @@ def check_value_update_basis(fn):
         where = f"(input {n + 1}: W_O of shape ({C}, {d_v}) = (C, d_v))"
         try:
             got = fn(W_O.clone())
-        except Exception as exc:  # noqa: BLE001 - a verdict, never a traceback
+        except _engine.LEARNER_ERRORS as exc:  # a verdict, never a traceback
             shapes = any(w in str(exc).lower() for w in ("shape", "size", "dimension", "mat1", "index"))
             return CheckResult(name, False, f"your function raised {type(exc).__name__}: {str(exc)[:200]} {where}."
                                + (" W_O is stored (C, d_v) as nn.Linear stores it; return (d_v, C - 1)." if shapes
@@ -462,7 +462,7 @@ def _call(run_condition, condition, seed):
     where = f"run_condition({_shown(condition)}, {_shown(seed)})"
     try:
         got = run_condition(condition, seed)
-    except Exception as exc:  # noqa: BLE001 - a verdict, never a traceback
+    except _engine.LEARNER_ERRORS as exc:  # a verdict, never a traceback
         return None, f"{where} raised {type(exc).__name__}: {str(exc)[:200]}"
     value = _number(got)
     if value is None:
@@ -685,7 +685,7 @@ def check_markov_floors(fn):
         try:
             got = fn(torch.from_numpy(P.copy()))
             got = tuple(float(g) for g in got)
-        except Exception as exc:  # noqa: BLE001 - a verdict, never a traceback
+        except _engine.LEARNER_ERRORS as exc:  # a verdict, never a traceback
             return CheckResult(name, False, f"on a {P.shape[0]}-state chain your function raised or did not return "
                                f"two numbers: {type(exc).__name__}: {str(exc)[:200]}. Return (rate_bits, "
                                "shuffled_bits), two floats (or 0-d tensors).")
